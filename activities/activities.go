@@ -1,0 +1,255 @@
+// Package activities runs everything a tool call does outside workflow
+// code: policy evaluation, the coded approval handler, the hooks around a
+// tool, the tool itself and notifications. Short steps run as local
+// activities; the tool runs as a regular activity with its own timeouts and
+// retries.
+package activities
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/toolgate/toolgate/policy"
+	"github.com/toolgate/toolgate/tool"
+)
+
+// DefaultMaxOutputBytes caps a tool's output: Temporal refuses payloads
+// over 2 MiB, so a larger output fails the call with a clear reason.
+const DefaultMaxOutputBytes = 1 << 20
+
+// Error types of tool failures (temporal.ApplicationError.Type()).
+const (
+	ErrTypeToolFailed     = "ToolFailed"
+	ErrTypeOutputTooLarge = "OutputTooLarge"
+)
+
+// Notifier tells approvers that a call waits for them.
+type Notifier interface {
+	Notify(ctx context.Context, w Waiting) error
+}
+
+// Waiting describes a call that waits for a person.
+type Waiting struct {
+	Call     policy.Call            `json:"call"`
+	Request  policy.ApprovalRequest `json:"request"`
+	Deadline time.Time              `json:"deadline"`
+}
+
+// Activities holds what the activities need. Every field but Policy and
+// Tools is optional.
+type Activities struct {
+	Policy     policy.ToolPolicy
+	Tools      *tool.Registry
+	Handler    policy.ApprovalHandler
+	Hooks      []policy.LifecycleHook
+	Middleware []policy.OutputMiddleware
+	Notifier   Notifier
+	// Client starts session workflows (SignalWithStart).
+	Client client.Client
+	// MaxOutputBytes caps tool outputs; zero means DefaultMaxOutputBytes.
+	MaxOutputBytes int
+}
+
+// Evaluation is the policy's verdict on a call, recorded in history so a
+// replay never consults the policy again.
+type Evaluation struct {
+	// Problem is set when the call cannot run at all: unknown tool,
+	// arguments that fail the schema, a failing policy.
+	Problem string `json:"problem,omitempty"`
+	// Denied is set when the policy refused; Reason says why.
+	Denied bool   `json:"denied,omitempty"`
+	Reason string `json:"reason,omitempty"`
+	Rule   string `json:"rule,omitempty"`
+	// Ask is set when a person (or the handler) must decide.
+	Ask           *policy.ApprovalRequest `json:"ask,omitempty"`
+	ToolOptions   tool.Options            `json:"tool_options"`
+	PolicyVersion string                  `json:"policy_version,omitempty"`
+	// HasHandler and Notify tell the workflow which optional steps exist,
+	// so it schedules no activity that would do nothing.
+	HasHandler bool `json:"has_handler,omitempty"`
+	Notify     bool `json:"notify,omitempty"`
+}
+
+// Evaluate checks the tool and its arguments, then asks the policy.
+func (a *Activities) Evaluate(ctx context.Context, call policy.Call) (Evaluation, error) {
+	ev := Evaluation{
+		PolicyVersion: policy.VersionOf(a.Policy),
+		HasHandler:    a.Handler != nil,
+		Notify:        a.Notifier != nil,
+	}
+	if err := a.Tools.Validate(call.Tool, call.Args); err != nil {
+		ev.Problem = err.Error()
+		return ev, nil
+	}
+	t, _ := a.Tools.Lookup(call.Tool)
+	ev.ToolOptions = t.Options
+	req, err := a.Policy.EvaluateApproval(ctx, call)
+	if deny, ok := policy.AsDeny(err); ok {
+		ev.Denied, ev.Reason, ev.Rule = true, deny.Reason, deny.Rule
+		return ev, nil
+	}
+	if err != nil {
+		ev.Problem = "policy failed: " + err.Error()
+		return ev, nil
+	}
+	if req != nil {
+		ev.Ask = req
+		ev.Rule = req.Rule
+	}
+	return ev, nil
+}
+
+// AskHandlerInput is the argument of AskHandler.
+type AskHandlerInput struct {
+	Call    policy.Call            `json:"call"`
+	Request policy.ApprovalRequest `json:"request"`
+}
+
+// AskHandler lets the coded ApprovalHandler decide; nil defers to a person.
+func (a *Activities) AskHandler(ctx context.Context, in AskHandlerInput) (*policy.Decision, error) {
+	if a.Handler == nil {
+		return nil, nil
+	}
+	d, err := a.Handler.Approve(ctx, in.Call, in.Request)
+	if err != nil || d == nil {
+		return nil, err
+	}
+	if d.Channel == "" {
+		d.Channel = "handler"
+	}
+	if d.DecidedBy == "" {
+		d.DecidedBy = "handler"
+	}
+	if err := d.Validate(); err != nil {
+		return nil, temporal.NewNonRetryableApplicationError("approval handler returned an invalid decision: "+err.Error(), "InvalidDecision", nil)
+	}
+	return d, nil
+}
+
+// HookOutcome is the result of a policy hook: Refusal is the hook's error
+// text, empty when the hook accepted.
+type HookOutcome struct {
+	Refusal string `json:"refusal,omitempty"`
+}
+
+// BeforeCall runs the policy's BeforeCall hook.
+func (a *Activities) BeforeCall(ctx context.Context, call policy.Call) (HookOutcome, error) {
+	if err := a.Policy.BeforeCall(ctx, call); err != nil {
+		return HookOutcome{Refusal: err.Error()}, nil
+	}
+	return HookOutcome{}, nil
+}
+
+// RunTool runs the tool, between the lifecycle hooks. The call ID is the
+// tool's idempotency key.
+func (a *Activities) RunTool(ctx context.Context, call policy.Call) (json.RawMessage, error) {
+	t, ok := a.Tools.Lookup(call.Tool)
+	if !ok {
+		return nil, temporal.NewNonRetryableApplicationError(fmt.Sprintf("unknown tool %q", call.Tool), ErrTypeToolFailed, nil)
+	}
+	info := activity.GetInfo(ctx)
+	for _, h := range a.Hooks {
+		h.OnToolStart(ctx, call)
+	}
+	start := time.Now()
+	out, err := t.Run(ctx, tool.Input{CallID: call.ID, Session: call.Session, Args: call.Args})
+	if err == nil && len(out) == 0 {
+		out = json.RawMessage("null")
+	}
+	if err == nil && !json.Valid(out) {
+		err = tool.Permanent(errors.New("tool returned output that is not valid JSON"))
+	}
+	if limit := a.maxOutput(); err == nil && len(out) > limit {
+		err = temporal.NewNonRetryableApplicationError(
+			fmt.Sprintf("tool output is %d bytes, over the %d-byte limit", len(out), limit), ErrTypeOutputTooLarge, nil)
+	}
+	for _, h := range a.Hooks {
+		h.OnToolEnd(ctx, call, policy.ToolEnd{Output: out, Err: err, Duration: time.Since(start), Attempt: info.Attempt})
+	}
+	if err == nil {
+		return out, nil
+	}
+	var permanent *tool.PermanentError
+	if errors.As(err, &permanent) {
+		return nil, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeToolFailed, nil)
+	}
+	return nil, err
+}
+
+func (a *Activities) maxOutput() int {
+	if a.MaxOutputBytes > 0 {
+		return a.MaxOutputBytes
+	}
+	return DefaultMaxOutputBytes
+}
+
+// AfterCallInput is the argument of AfterCall.
+type AfterCallInput struct {
+	Call   policy.Call     `json:"call"`
+	Output json.RawMessage `json:"output"`
+}
+
+// AfterCallOutcome is the output the model will see, or why it will not.
+type AfterCallOutcome struct {
+	Output     json.RawMessage `json:"output,omitempty"`
+	Redactions int             `json:"redactions,omitempty"`
+	Refusal    string          `json:"refusal,omitempty"`
+}
+
+// AfterCall runs the output middleware, then the policy's AfterCall hook
+// on the transformed output.
+func (a *Activities) AfterCall(ctx context.Context, in AfterCallInput) (AfterCallOutcome, error) {
+	out := in.Output
+	changes := 0
+	for _, m := range a.Middleware {
+		next, n, err := m.TransformOutput(ctx, in.Call, out)
+		if err != nil {
+			return AfterCallOutcome{Refusal: "output middleware: " + err.Error()}, nil
+		}
+		out, changes = next, changes+n
+	}
+	if err := a.Policy.AfterCall(ctx, in.Call, out); err != nil {
+		return AfterCallOutcome{Refusal: err.Error(), Redactions: changes}, nil
+	}
+	return AfterCallOutcome{Output: out, Redactions: changes}, nil
+}
+
+// Notify tells approvers that a call waits for them.
+func (a *Activities) Notify(ctx context.Context, w Waiting) error {
+	if a.Notifier == nil {
+		return nil
+	}
+	return a.Notifier.Notify(ctx, w)
+}
+
+// SignalWithStartInput names a workflow to start if absent and signal.
+type SignalWithStartInput struct {
+	WorkflowID   string `json:"workflow_id"`
+	WorkflowType string `json:"workflow_type"`
+	TaskQueue    string `json:"task_queue"`
+	SignalName   string `json:"signal_name"`
+	Signal       any    `json:"signal"`
+	StartInput   any    `json:"start_input"`
+}
+
+// SignalWithStart atomically starts the workflow if it is not running and
+// delivers the signal: how a call lazily creates its session, even when
+// many calls of a new session arrive at once.
+func (a *Activities) SignalWithStart(ctx context.Context, in SignalWithStartInput) error {
+	if a.Client == nil {
+		return temporal.NewNonRetryableApplicationError("worker has no Temporal client to start sessions", "Misconfigured", nil)
+	}
+	_, err := a.Client.SignalWithStartWorkflow(ctx, in.WorkflowID, in.SignalName, in.Signal,
+		client.StartWorkflowOptions{ID: in.WorkflowID, TaskQueue: in.TaskQueue}, in.WorkflowType, in.StartInput)
+	if err != nil {
+		return fmt.Errorf("signal-with-start %s: %w", in.WorkflowID, err)
+	}
+	return nil
+}

@@ -1,0 +1,197 @@
+// Package client is the Go API of toolgate for agents (submit a call, wait
+// for its Result) and for approvers (list waiting calls, decide, manage
+// sessions). It talks to Temporal directly; it does not compile the server.
+package client
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"time"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/toolgate/toolgate/policy"
+	"github.com/toolgate/toolgate/workflows"
+)
+
+// MaxArgsBytes caps a call's arguments. Temporal warns from 512 KiB and
+// refuses payloads over 2 MiB; a call is refused here, before anything
+// starts.
+const MaxArgsBytes = 512 << 10
+
+// Client submits and decides tool calls.
+type Client struct {
+	tc        client.Client
+	taskQueue string
+}
+
+// New wraps a connected Temporal client. taskQueue is where toolgate's
+// workers poll; empty means workflows.TaskQueue.
+func New(tc client.Client, taskQueue string) *Client {
+	if taskQueue == "" {
+		taskQueue = workflows.TaskQueue
+	}
+	return &Client{tc: tc, taskQueue: taskQueue}
+}
+
+// Temporal returns the underlying Temporal client.
+func (c *Client) Temporal() client.Client { return c.tc }
+
+// CallRequest is what an agent asks for.
+type CallRequest struct {
+	// CallID makes the call idempotent: submitting the same ID again
+	// returns the same call. Optional; generated when empty. IDs are
+	// unique in the namespace, across sessions.
+	CallID  string
+	Session string
+	Tool    string
+	// Args is a JSON object; empty means {}.
+	Args json.RawMessage
+	// Requester names the agent; it can never decide this call.
+	Requester string
+}
+
+var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$`)
+
+// Validate refuses a request that cannot become a call, naming the field.
+func (r *CallRequest) Validate() error {
+	if !idPattern.MatchString(r.Session) {
+		return &InputError{Field: "session", Problem: "must be 1-128 characters of letters, digits and . _ : @ -, starting with a letter or digit"}
+	}
+	if r.CallID != "" && !idPattern.MatchString(r.CallID) {
+		return &InputError{Field: "call_id", Problem: "must be 1-128 characters of letters, digits and . _ : @ -, starting with a letter or digit"}
+	}
+	if r.Tool == "" {
+		return &InputError{Field: "tool", Problem: "is required"}
+	}
+	if len(r.Args) == 0 {
+		r.Args = json.RawMessage("{}")
+	}
+	if len(r.Args) > MaxArgsBytes {
+		return &InputError{Field: "args", Problem: fmt.Sprintf("are %d bytes, over the %d-byte limit", len(r.Args), MaxArgsBytes)}
+	}
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal(r.Args, &obj); err != nil {
+		return &InputError{Field: "args", Problem: "must be a JSON object: " + err.Error()}
+	}
+	return nil
+}
+
+// Submit starts the call's workflow and returns its call ID. Submitting a
+// call ID that exists returns it again (the tool never runs twice); the
+// same ID for another session or tool is refused.
+func (c *Client) Submit(ctx context.Context, req CallRequest) (string, error) {
+	if err := req.Validate(); err != nil {
+		return "", err
+	}
+	if req.CallID == "" {
+		req.CallID = NewCallID()
+	}
+	in := workflows.CallInput{Call: policy.Call{ID: req.CallID, Session: req.Session, Tool: req.Tool, Args: req.Args, Requester: req.Requester}}
+	opts := client.StartWorkflowOptions{
+		ID:                                       workflows.CallWorkflowID(req.CallID),
+		TaskQueue:                                c.taskQueue,
+		WorkflowIDReusePolicy:                    enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
+		WorkflowIDConflictPolicy:                 enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
+		WorkflowExecutionErrorWhenAlreadyStarted: true,
+		TypedSearchAttributes: temporal.NewSearchAttributes(
+			workflows.AttrStatus.ValueSet(string(workflows.StatusEvaluating)),
+			workflows.AttrTool.ValueSet(req.Tool),
+			workflows.AttrSession.ValueSet(req.Session),
+			workflows.AttrRequestedAt.ValueSet(time.Now().UTC()),
+		),
+	}
+	_, err := c.tc.ExecuteWorkflow(ctx, opts, workflows.ToolCallWorkflow, in)
+	var started *serviceerror.WorkflowExecutionAlreadyStarted
+	if errors.As(err, &started) {
+		return req.CallID, c.checkSameCall(ctx, req)
+	}
+	if err != nil {
+		return "", fmt.Errorf("start call %s: %w", req.CallID, err)
+	}
+	return req.CallID, nil
+}
+
+// checkSameCall refuses a resubmitted call ID that names another call.
+func (c *Client) checkSameCall(ctx context.Context, req CallRequest) error {
+	desc, err := c.tc.DescribeWorkflowExecution(ctx, workflows.CallWorkflowID(req.CallID), "")
+	if err != nil {
+		return fmt.Errorf("describe existing call %s: %w", req.CallID, err)
+	}
+	sa, err := searchAttributes(desc.GetWorkflowExecutionInfo().GetSearchAttributes())
+	if err != nil {
+		return err
+	}
+	if sa.session != req.Session || sa.tool != req.Tool {
+		return &InputError{Field: "call_id", Problem: fmt.Sprintf("%q is already used by a %s call in session %s", req.CallID, sa.tool, sa.session)}
+	}
+	return nil
+}
+
+// Wait blocks until the call has a Result, or ctx ends.
+func (c *Client) Wait(ctx context.Context, callID string) (workflows.Result, error) {
+	var r workflows.Result
+	err := c.tc.GetWorkflow(ctx, workflows.CallWorkflowID(callID), "").Get(ctx, &r)
+	if err != nil {
+		if ctx.Err() != nil {
+			return r, ctx.Err()
+		}
+		return r, c.mapNotFound(ctx, callID, fmt.Errorf("wait for call %s: %w", callID, err))
+	}
+	return r, nil
+}
+
+// Call submits and waits: the one-line API for agents.
+func (c *Client) Call(ctx context.Context, req CallRequest) (workflows.Result, error) {
+	id, err := c.Submit(ctx, req)
+	if err != nil {
+		return workflows.Result{}, err
+	}
+	return c.Wait(ctx, id)
+}
+
+// Status is a call's Result when it has one, otherwise its live state.
+type Status struct {
+	Result *workflows.Result
+	State  *workflows.CallState
+}
+
+// Status returns where the call stands now, without waiting.
+func (c *Client) Status(ctx context.Context, callID string) (Status, error) {
+	wid := workflows.CallWorkflowID(callID)
+	desc, err := c.tc.DescribeWorkflowExecution(ctx, wid, "")
+	if err != nil {
+		return Status{}, c.mapNotFound(ctx, callID, err)
+	}
+	if desc.GetWorkflowExecutionInfo().GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+		r, err := c.Wait(ctx, callID)
+		if err != nil {
+			return Status{}, err
+		}
+		return Status{Result: &r}, nil
+	}
+	v, err := c.tc.QueryWorkflow(ctx, wid, "", workflows.QueryCall)
+	if err != nil {
+		return Status{}, fmt.Errorf("query call %s: %w", callID, err)
+	}
+	var st workflows.CallState
+	if err := v.Get(&st); err != nil {
+		return Status{}, fmt.Errorf("decode call %s: %w", callID, err)
+	}
+	return Status{State: &st}, nil
+}
+
+// NewCallID returns a random call ID.
+func NewCallID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return "call-" + hex.EncodeToString(b[:])
+}

@@ -1,0 +1,230 @@
+package policy
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Call is one request of an agent to run a tool.
+type Call struct {
+	// ID is the call's ID, unique in the namespace; also the idempotency key
+	// handed to the tool.
+	ID      string          `json:"id"`
+	Session string          `json:"session"`
+	Tool    string          `json:"tool"`
+	Args    json.RawMessage `json:"args"`
+	// Requester names the agent (or token) that asked. It may never approve
+	// its own call.
+	Requester string `json:"requester,omitempty"`
+}
+
+// DefaultApprovalTimeout is how long a call waits for a person when its
+// ApprovalRequest names no timeout.
+const DefaultApprovalTimeout = 24 * time.Hour
+
+// TimeoutAction is what happens to a call nobody decided in time.
+type TimeoutAction int
+
+const (
+	// TimeoutDeny refuses the call (the default).
+	TimeoutDeny TimeoutAction = iota
+	// TimeoutApprove lets the call run; meant for low-risk tools.
+	TimeoutApprove
+)
+
+// ApprovalRequest asks a person (or an ApprovalHandler) to decide a call.
+type ApprovalRequest struct {
+	// Message tells the approver what is being asked and why.
+	Message string `json:"message"`
+	// Groups are the approver groups that may decide; empty means anyone
+	// allowed to approve.
+	Groups []string `json:"groups,omitempty"`
+	// Timeout bounds the wait; zero means DefaultApprovalTimeout.
+	Timeout time.Duration `json:"timeout,omitempty"`
+	// OnTimeout is applied when the timeout fires; default TimeoutDeny.
+	OnTimeout TimeoutAction `json:"on_timeout,omitempty"`
+	// StickyKey scopes sticky decisions (ApprovedForSession, DeniedAlways).
+	// Empty means the tool's name: a sticky decision covers the whole tool.
+	StickyKey string `json:"sticky_key,omitempty"`
+	// Rule names the rule that asked, for the approver and the audit trail.
+	Rule string `json:"rule,omitempty"`
+}
+
+// EffectiveTimeout returns Timeout or its default.
+func (r ApprovalRequest) EffectiveTimeout() time.Duration {
+	if r.Timeout <= 0 {
+		return DefaultApprovalTimeout
+	}
+	return r.Timeout
+}
+
+// ToolPolicy judges calls. Embed Base to get no-op hooks and implement only
+// what the policy cares about.
+type ToolPolicy interface {
+	// EvaluateApproval returns nil to run the call without asking, an
+	// ApprovalRequest to ask, or an error made by Deny to refuse it. Any
+	// other error fails the call with that error.
+	EvaluateApproval(ctx context.Context, call Call) (*ApprovalRequest, error)
+	// BeforeCall runs after approval, right before the tool. An error
+	// cancels the call; its text goes back to the model.
+	BeforeCall(ctx context.Context, call Call) error
+	// AfterCall inspects the tool's output (after output middleware). An
+	// error replaces the result; its text goes back to the model.
+	AfterCall(ctx context.Context, call Call, output json.RawMessage) error
+}
+
+// Base is a ToolPolicy that approves everything; embed it to implement
+// only the hooks a policy needs.
+type Base struct{}
+
+var _ ToolPolicy = Base{}
+
+// EvaluateApproval approves without asking.
+func (Base) EvaluateApproval(context.Context, Call) (*ApprovalRequest, error) { return nil, nil }
+
+// BeforeCall accepts every call.
+func (Base) BeforeCall(context.Context, Call) error { return nil }
+
+// AfterCall accepts every output.
+func (Base) AfterCall(context.Context, Call, json.RawMessage) error { return nil }
+
+// DenyError is a policy's refusal of a call. Its reason goes to the model.
+type DenyError struct {
+	Reason string
+	// Rule names the rule that refused, if any.
+	Rule string
+}
+
+func (e *DenyError) Error() string { return "denied by policy: " + e.Reason }
+
+// Deny returns the error with which EvaluateApproval refuses a call.
+func Deny(reason string) error { return &DenyError{Reason: reason} }
+
+// AsDeny reports whether err is a policy refusal, and returns it.
+func AsDeny(err error) (*DenyError, bool) {
+	var d *DenyError
+	ok := errors.As(err, &d)
+	return d, ok
+}
+
+// Versioned is implemented by policies that can name their version (for
+// example a hash of a policy file). The version is recorded with every
+// decision.
+type Versioned interface {
+	Version() string
+}
+
+// ApprovalHandler decides deferred calls by code. Returning a nil Decision
+// defers to a person.
+type ApprovalHandler interface {
+	Approve(ctx context.Context, call Call, req ApprovalRequest) (*Decision, error)
+}
+
+// ApprovalHandlerFunc adapts a function to ApprovalHandler.
+type ApprovalHandlerFunc func(ctx context.Context, call Call, req ApprovalRequest) (*Decision, error)
+
+// Approve calls f.
+func (f ApprovalHandlerFunc) Approve(ctx context.Context, call Call, req ApprovalRequest) (*Decision, error) {
+	return f(ctx, call, req)
+}
+
+// ToolEnd is what a LifecycleHook learns when a tool finished.
+type ToolEnd struct {
+	Output   json.RawMessage
+	Err      error
+	Duration time.Duration
+	Attempt  int32
+}
+
+// LifecycleHook observes tools that actually run. It is never called for
+// denied calls, and it cannot change anything. Hooks run in the tool's
+// activity, so a retried attempt is observed again.
+type LifecycleHook interface {
+	OnToolStart(ctx context.Context, call Call)
+	OnToolEnd(ctx context.Context, call Call, end ToolEnd)
+}
+
+// OutputMiddleware transforms a tool's output before AfterCall sees it and
+// before it reaches the model, e.g. to redact secrets.
+type OutputMiddleware interface {
+	// TransformOutput returns the new output and how many changes it made
+	// (for example redactions), which are counted in the Result.
+	TransformOutput(ctx context.Context, call Call, output json.RawMessage) (json.RawMessage, int, error)
+}
+
+// Chain composes policies. EvaluateApproval asks each in order: the first
+// refusal wins over everything (a later policy cannot approve what an
+// earlier one refused); otherwise the first non-nil ApprovalRequest wins;
+// nil from all approves. BeforeCall and AfterCall run each policy's hook in
+// order and stop at the first error.
+func Chain(policies ...ToolPolicy) ToolPolicy { return chain(policies) }
+
+type chain []ToolPolicy
+
+func (c chain) EvaluateApproval(ctx context.Context, call Call) (*ApprovalRequest, error) {
+	var ask *ApprovalRequest
+	for _, p := range c {
+		req, err := p.EvaluateApproval(ctx, call)
+		if err != nil {
+			return nil, err
+		}
+		if ask == nil && req != nil {
+			ask = req
+		}
+	}
+	return ask, nil
+}
+
+func (c chain) BeforeCall(ctx context.Context, call Call) error {
+	for _, p := range c {
+		if err := p.BeforeCall(ctx, call); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (c chain) AfterCall(ctx context.Context, call Call, output json.RawMessage) error {
+	for _, p := range c {
+		if err := p.AfterCall(ctx, call, output); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Version joins the versions of the chained policies that have one.
+func (c chain) Version() string {
+	v := ""
+	for _, p := range c {
+		if vp, ok := p.(Versioned); ok {
+			if v != "" {
+				v += "+"
+			}
+			v += vp.Version()
+		}
+	}
+	return v
+}
+
+// VersionOf returns the policy's version, or "" when it has none.
+func VersionOf(p ToolPolicy) string {
+	if v, ok := p.(Versioned); ok {
+		return v.Version()
+	}
+	return ""
+}
+
+// String describes the timeout action for messages and JSON.
+func (a TimeoutAction) String() string {
+	switch a {
+	case TimeoutDeny:
+		return "deny"
+	case TimeoutApprove:
+		return "approve"
+	}
+	return fmt.Sprintf("TimeoutAction(%d)", int(a))
+}

@@ -1,0 +1,230 @@
+// Package tool holds the registry of tools an agent may ask for: Go
+// functions with an argument schema, timeouts and a retry policy. The agent
+// never holds a tool; it can only ask toolgate to run one.
+package tool
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+	"golang.org/x/text/language"
+	"golang.org/x/text/message"
+)
+
+// Input is what a tool receives.
+type Input struct {
+	// CallID is stable across retries of the same call: use it as the
+	// idempotency key for side effects.
+	CallID  string          `json:"call_id"`
+	Session string          `json:"session"`
+	Args    json.RawMessage `json:"args"`
+}
+
+// Func runs a tool and returns its output as JSON.
+type Func func(ctx context.Context, in Input) (json.RawMessage, error)
+
+// RetryPolicy says how a failed tool is retried.
+type RetryPolicy struct {
+	// MaxAttempts counts the first attempt; 1 means no retry. Default 3.
+	MaxAttempts int32 `json:"max_attempts,omitempty"`
+	// InitialInterval is the wait before the first retry; default 1s.
+	InitialInterval time.Duration `json:"initial_interval,omitempty"`
+	// MaxInterval caps the exponential backoff; default 30s.
+	MaxInterval time.Duration `json:"max_interval,omitempty"`
+}
+
+// Options are the execution settings the workflow applies to a tool.
+type Options struct {
+	// Timeout bounds one attempt; default 1 minute.
+	Timeout time.Duration `json:"timeout,omitempty"`
+	// HeartbeatTimeout, when set, fails an attempt whose tool stops
+	// heartbeating (activity.RecordHeartbeat) for that long.
+	HeartbeatTimeout time.Duration `json:"heartbeat_timeout,omitempty"`
+	Retry            RetryPolicy   `json:"retry"`
+}
+
+// Tool is a function an agent may ask to run.
+type Tool struct {
+	Name        string
+	Description string
+	// Schema is a JSON Schema for the arguments; nil accepts any JSON
+	// object.
+	Schema  json.RawMessage
+	Run     Func
+	Options Options
+}
+
+// ErrUnknownTool is returned for a tool that is not registered.
+var ErrUnknownTool = errors.New("unknown tool")
+
+// ArgumentError says why a call's arguments were refused.
+type ArgumentError struct {
+	Tool    string
+	Problem string
+}
+
+func (e *ArgumentError) Error() string {
+	return fmt.Sprintf("invalid arguments for tool %q: %s", e.Tool, e.Problem)
+}
+
+type entry struct {
+	tool   Tool
+	schema *jsonschema.Schema
+}
+
+// Registry is the set of tools a worker can run. It is safe for concurrent
+// use.
+type Registry struct {
+	mu    sync.RWMutex
+	tools map[string]entry
+}
+
+// NewRegistry returns an empty registry.
+func NewRegistry() *Registry { return &Registry{tools: map[string]entry{}} }
+
+// Register adds a tool, compiling its schema. Registering a name twice is
+// an error.
+func (r *Registry) Register(t Tool) error {
+	if t.Name == "" || t.Run == nil {
+		return errors.New("register tool: name and Run are required")
+	}
+	e := entry{tool: t}
+	if len(t.Schema) > 0 {
+		doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(t.Schema))
+		if err != nil {
+			return fmt.Errorf("register tool %q: schema is not JSON: %w", t.Name, err)
+		}
+		c := jsonschema.NewCompiler()
+		url := "toolgate:///" + t.Name + ".json"
+		if err := c.AddResource(url, doc); err != nil {
+			return fmt.Errorf("register tool %q: %w", t.Name, err)
+		}
+		if e.schema, err = c.Compile(url); err != nil {
+			return fmt.Errorf("register tool %q: schema does not compile: %w", t.Name, err)
+		}
+	}
+	e.tool.Options = withDefaults(t.Options)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, dup := r.tools[t.Name]; dup {
+		return fmt.Errorf("register tool %q: already registered", t.Name)
+	}
+	r.tools[t.Name] = e
+	return nil
+}
+
+// MustRegister is Register for program set-up: it panics on error.
+func (r *Registry) MustRegister(tools ...Tool) {
+	for _, t := range tools {
+		if err := r.Register(t); err != nil {
+			panic(err)
+		}
+	}
+}
+
+// Lookup returns the named tool.
+func (r *Registry) Lookup(name string) (Tool, bool) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	e, ok := r.tools[name]
+	return e.tool, ok
+}
+
+// Names lists the registered tools in order.
+func (r *Registry) Names() []string {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	names := make([]string, 0, len(r.tools))
+	for n := range r.tools {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// Validate checks that the tool exists and that args satisfy its schema.
+// It returns ErrUnknownTool (wrapped) or an *ArgumentError.
+func (r *Registry) Validate(name string, args json.RawMessage) error {
+	r.mu.RLock()
+	e, ok := r.tools[name]
+	r.mu.RUnlock()
+	if !ok {
+		return fmt.Errorf("%w %q (known tools: %s)", ErrUnknownTool, name, strings.Join(r.Names(), ", "))
+	}
+	if len(args) == 0 {
+		args = json.RawMessage("{}")
+	}
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(args))
+	if err != nil {
+		return &ArgumentError{Tool: name, Problem: "arguments are not valid JSON: " + err.Error()}
+	}
+	if e.schema == nil {
+		return nil
+	}
+	if err := e.schema.Validate(doc); err != nil {
+		return &ArgumentError{Tool: name, Problem: schemaProblem(err)}
+	}
+	return nil
+}
+
+// schemaProblem turns a validation error into one line that names the
+// offending field.
+func schemaProblem(err error) string {
+	var ve *jsonschema.ValidationError
+	if !errors.As(err, &ve) {
+		return err.Error()
+	}
+	var lines []string
+	for _, leaf := range leaves(ve) {
+		field := "/" + strings.Join(leaf.InstanceLocation, "/")
+		lines = append(lines, fmt.Sprintf("at %s: %s", field, leaf.ErrorKind.LocalizedString(english)))
+	}
+	return strings.Join(lines, "; ")
+}
+
+var english = message.NewPrinter(language.English)
+
+func leaves(ve *jsonschema.ValidationError) []*jsonschema.ValidationError {
+	if len(ve.Causes) == 0 {
+		return []*jsonschema.ValidationError{ve}
+	}
+	var out []*jsonschema.ValidationError
+	for _, c := range ve.Causes {
+		out = append(out, leaves(c)...)
+	}
+	return out
+}
+
+func withDefaults(o Options) Options {
+	if o.Timeout <= 0 {
+		o.Timeout = time.Minute
+	}
+	if o.Retry.MaxAttempts <= 0 {
+		o.Retry.MaxAttempts = 3
+	}
+	if o.Retry.InitialInterval <= 0 {
+		o.Retry.InitialInterval = time.Second
+	}
+	if o.Retry.MaxInterval <= 0 {
+		o.Retry.MaxInterval = 30 * time.Second
+	}
+	return o
+}
+
+// PermanentError marks a tool failure that retrying cannot fix (bad input,
+// refused by the remote side). The call fails at once.
+type PermanentError struct{ Err error }
+
+func (e *PermanentError) Error() string { return e.Err.Error() }
+func (e *PermanentError) Unwrap() error { return e.Err }
+
+// Permanent wraps err so the tool is not retried.
+func Permanent(err error) error { return &PermanentError{Err: err} }

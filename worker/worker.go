@@ -1,0 +1,65 @@
+// Package worker wires toolgate into a Temporal worker: both workflows and
+// every activity, registered in one place.
+package worker
+
+import (
+	"errors"
+
+	"go.temporal.io/sdk/client"
+	sdkworker "go.temporal.io/sdk/worker"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/toolgate/toolgate/activities"
+	"github.com/toolgate/toolgate/policy"
+	"github.com/toolgate/toolgate/tool"
+	"github.com/toolgate/toolgate/workflows"
+)
+
+// Options configure a toolgate worker.
+type Options struct {
+	// TaskQueue defaults to workflows.TaskQueue.
+	TaskQueue string
+	// Policy judges every call. Required.
+	Policy policy.ToolPolicy
+	// Tools are the tools the worker can run. Required.
+	Tools *tool.Registry
+	// Handler decides deferred calls by code before a person is asked.
+	// Optional.
+	Handler policy.ApprovalHandler
+	// Hooks observe executed tools. Optional.
+	Hooks []policy.LifecycleHook
+	// Middleware transforms tool outputs, in order. Optional.
+	Middleware []policy.OutputMiddleware
+	// Notifier tells approvers a call waits. Optional.
+	Notifier activities.Notifier
+	// MaxOutputBytes caps tool outputs; zero means 1 MiB.
+	MaxOutputBytes int
+	// Worker passes options through to the Temporal worker (pollers,
+	// concurrency, cache). Zero values are the SDK's defaults.
+	Worker sdkworker.Options
+}
+
+// New returns a worker, not yet started, for toolgate's workflows and
+// activities on the task queue.
+func New(c client.Client, o Options) (sdkworker.Worker, error) {
+	if o.Policy == nil || o.Tools == nil {
+		return nil, errors.New("toolgate worker: Policy and Tools are required")
+	}
+	if o.TaskQueue == "" {
+		o.TaskQueue = workflows.TaskQueue
+	}
+	w := sdkworker.New(c, o.TaskQueue, o.Worker)
+	w.RegisterWorkflowWithOptions(workflows.ToolCallWorkflow, workflow.RegisterOptions{Name: workflows.ToolCallWorkflowType})
+	w.RegisterWorkflowWithOptions(workflows.SessionWorkflow, workflow.RegisterOptions{Name: workflows.SessionWorkflowType})
+	w.RegisterActivity(&activities.Activities{
+		Policy:         o.Policy,
+		Tools:          o.Tools,
+		Handler:        o.Handler,
+		Hooks:          o.Hooks,
+		Middleware:     o.Middleware,
+		Notifier:       o.Notifier,
+		Client:         c,
+		MaxOutputBytes: o.MaxOutputBytes,
+	})
+	return w, nil
+}

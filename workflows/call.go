@@ -1,0 +1,449 @@
+package workflows
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/toolgate/toolgate/activities"
+	"github.com/toolgate/toolgate/policy"
+)
+
+// a is only used to name activity methods; workflow code never calls it.
+var a *activities.Activities
+
+// localOptions bound the short steps (policy, hooks, handler). They are
+// retried by Temporal if the worker dies; their errors as data (a refusal)
+// are results, not failures.
+var localOptions = workflow.LocalActivityOptions{
+	StartToCloseTimeout: 30 * time.Second,
+	RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 5},
+}
+
+// notifyOptions retry notifications for a while: a channel being down must
+// not lose the notification, and never blocks the wait for a decision.
+var notifyOptions = workflow.ActivityOptions{
+	StartToCloseTimeout: 30 * time.Second,
+	RetryPolicy:         &temporal.RetryPolicy{MaximumInterval: time.Minute, MaximumAttempts: 20},
+}
+
+// ToolCallWorkflow judges one tool call, asks a person when the policy says
+// so, runs the tool and returns a Result. It fails only on infrastructure
+// errors: every outcome for the agent, denials included, is a Result.
+func ToolCallWorkflow(ctx workflow.Context, in CallInput) (Result, error) {
+	c := newCallRun(ctx, in)
+	if err := c.registerHandlers(ctx); err != nil {
+		return Result{}, err
+	}
+	return c.run(ctx)
+}
+
+// callRun is the state of one call. Handlers read and write it; the main
+// flow in run moves it forward.
+type callRun struct {
+	state       CallState
+	requestedAt time.Time
+	eval        activities.Evaluation
+	// registered: the session answered our registration (a decision, or
+	// "parked, ask a person").
+	registered bool
+	// originalArgs and note are set when an approver edited the arguments.
+	originalArgs json.RawMessage
+	note         string
+}
+
+func newCallRun(ctx workflow.Context, in CallInput) *callRun {
+	return &callRun{
+		state:       CallState{Call: in.Call, Status: StatusEvaluating},
+		requestedAt: workflow.GetInfo(ctx).WorkflowStartTime,
+	}
+}
+
+func (c *callRun) registerHandlers(ctx workflow.Context) error {
+	if err := workflow.SetQueryHandler(ctx, QueryCall, func() (CallState, error) { return c.state, nil }); err != nil {
+		return err
+	}
+	if err := workflow.SetUpdateHandlerWithOptions(ctx, UpdateDecide, c.decide,
+		workflow.UpdateHandlerOptions{Validator: c.validateDecision}); err != nil {
+		return err
+	}
+	// The plain signal takes the same path, validated here because a
+	// signal cannot be refused to its sender.
+	decideCh := workflow.GetSignalChannel(ctx, SignalDecide)
+	workflow.Go(ctx, func(ctx workflow.Context) {
+		for {
+			var req DecideRequest
+			decideCh.Receive(ctx, &req)
+			if err := c.validateDecision(ctx, req); err != nil {
+				workflow.GetLogger(ctx).Warn("Ignored invalid decision signal", "callID", c.state.Call.ID, "error", err)
+				continue
+			}
+			_, _ = c.decide(ctx, req)
+		}
+	})
+	sessionCh := workflow.GetSignalChannel(ctx, SignalSessionDecision)
+	workflow.Go(ctx, func(ctx workflow.Context) {
+		for {
+			var sd SessionDecision
+			sessionCh.Receive(ctx, &sd)
+			c.registered = true
+			if sd.Decision != nil && c.state.Decision == nil && !c.state.Status.Final() {
+				c.apply(ctx, *sd.Decision)
+			}
+		}
+	})
+	return nil
+}
+
+// validateDecision refuses, before anything reaches history, a decision
+// that cannot apply to this call.
+func (c *callRun) validateDecision(ctx workflow.Context, req DecideRequest) error {
+	if req.CallID != c.state.Call.ID {
+		return temporal.NewApplicationError(fmt.Sprintf("decision names call %q but this is call %q", req.CallID, c.state.Call.ID), ErrTypeInvalidDecision)
+	}
+	d := req.Decision
+	if c.state.Decision != nil {
+		return temporal.NewApplicationError("call "+c.state.Call.ID+" was already decided: "+describeDecision(c.state.Decision), ErrTypeAlreadyDecided)
+	}
+	if c.state.Status == StatusTimedOut {
+		return temporal.NewApplicationError("call "+c.state.Call.ID+" timed out: nobody decided it in time", ErrTypeAlreadyDecided)
+	}
+	if c.state.Status != StatusPending {
+		return temporal.NewApplicationError(fmt.Sprintf("call %s is not waiting for a decision (status %s)", c.state.Call.ID, c.state.Status), ErrTypeNotWaiting)
+	}
+	if err := d.Validate(); err != nil {
+		return temporal.NewApplicationError("invalid decision: "+err.Error(), ErrTypeInvalidDecision)
+	}
+	if c.state.Call.Requester != "" && d.DecidedBy == c.state.Call.Requester {
+		return temporal.NewApplicationError(d.DecidedBy+" requested call "+c.state.Call.ID+" and cannot decide it", ErrTypeSelfApproval)
+	}
+	return nil
+}
+
+// decide applies a validated decision and returns it as recorded.
+func (c *callRun) decide(ctx workflow.Context, req DecideRequest) (policy.Decision, error) {
+	c.apply(ctx, req.Decision)
+	return *c.state.Decision, nil
+}
+
+func (c *callRun) apply(ctx workflow.Context, d policy.Decision) {
+	if d.DecidedAt.IsZero() {
+		d.DecidedAt = workflow.Now(ctx)
+	}
+	c.state.Decision = &d
+}
+
+func (c *callRun) run(ctx workflow.Context) (Result, error) {
+	call := c.state.Call
+	if err := c.evaluate(ctx, call); err != nil {
+		return Result{}, err
+	}
+	switch {
+	case c.eval.Problem != "":
+		return c.finish(ctx, StatusError, c.eval.Problem, nil), nil
+	case c.eval.Denied:
+		d := policy.Decision{Kind: policy.DeniedWithReason, Reason: c.eval.Reason, DecidedBy: "policy", Channel: "policy"}
+		c.apply(ctx, d)
+		return c.finish(ctx, StatusDenied, c.eval.Reason, nil), nil
+	case c.eval.Ask == nil:
+		c.apply(ctx, policy.Decision{Kind: policy.Approved, DecidedBy: "policy", Channel: "policy"})
+	default:
+		if err := c.askForDecision(ctx, *c.eval.Ask); err != nil {
+			return Result{}, err
+		}
+		if c.state.Status == StatusTimedOut {
+			return c.finish(ctx, StatusTimedOut, c.timeoutReason(), nil), nil
+		}
+		if !c.state.Decision.Kind.Approves() {
+			return c.finish(ctx, StatusDenied, denialReason(c.state.Decision), nil), nil
+		}
+		if c.state.Decision.Kind == policy.ApprovedWithEdits {
+			if r, stop := c.checkEditedArgs(ctx); stop {
+				return r, nil
+			}
+		}
+	}
+	return c.execute(ctx)
+}
+
+func (c *callRun) evaluate(ctx workflow.Context, call policy.Call) error {
+	lctx := workflow.WithLocalActivityOptions(ctx, localOptions)
+	if err := workflow.ExecuteLocalActivity(lctx, a.Evaluate, call).Get(ctx, &c.eval); err != nil {
+		return fmt.Errorf("evaluate policy: %w", err)
+	}
+	return nil
+}
+
+// askForDecision gets the call decided: by a sticky decision of the
+// session, by the coded handler, or by a person before the deadline. It
+// returns with a Decision set or the status timed_out.
+func (c *callRun) askForDecision(ctx workflow.Context, req policy.ApprovalRequest) error {
+	c.state.Request = &req
+	key := req.StickyKey
+	if key == "" {
+		key = c.state.Call.Tool
+	}
+	if err := c.registerWithSession(ctx, key); err != nil {
+		return err
+	}
+	timeout := req.EffectiveTimeout()
+	if _, err := workflow.AwaitWithTimeout(ctx, timeout, func() bool { return c.registered }); err != nil {
+		return err
+	}
+	if c.state.Decision != nil { // sticky decision: nobody is asked
+		return nil
+	}
+	if c.eval.HasHandler {
+		var d *policy.Decision
+		lctx := workflow.WithLocalActivityOptions(ctx, localOptions)
+		in := activities.AskHandlerInput{Call: c.state.Call, Request: req}
+		if err := workflow.ExecuteLocalActivity(lctx, a.AskHandler, in).Get(ctx, &d); err != nil {
+			return fmt.Errorf("approval handler: %w", err)
+		}
+		if d != nil && c.state.Decision == nil {
+			c.apply(ctx, *d)
+		}
+	}
+	if c.state.Decision == nil {
+		c.waitForPerson(ctx, req, timeout)
+	}
+	c.tellSession(ctx, key)
+	return nil
+}
+
+func (c *callRun) waitForPerson(ctx workflow.Context, req policy.ApprovalRequest, timeout time.Duration) {
+	now := workflow.Now(ctx)
+	c.state.Status = StatusPending
+	c.state.WaitingSince = now
+	c.state.Deadline = now.Add(timeout)
+	c.upsertStatus(ctx, StatusPending)
+	c.upsertWaitingMemo(ctx, req)
+	if c.eval.Notify {
+		actx := workflow.WithActivityOptions(ctx, notifyOptions)
+		// Not awaited: a slow channel must not delay a decision.
+		workflow.ExecuteActivity(actx, a.Notify, activities.Waiting{Call: c.state.Call, Request: req, Deadline: c.state.Deadline})
+	}
+	decided, _ := workflow.AwaitWithTimeout(ctx, timeout, func() bool { return c.state.Decision != nil })
+	if decided {
+		return
+	}
+	if req.OnTimeout == policy.TimeoutApprove {
+		c.apply(ctx, policy.Decision{Kind: policy.Approved, DecidedBy: "timeout", Channel: "timeout",
+			Comment: "nobody answered within " + timeout.String() + "; the rule approves on timeout"})
+		return
+	}
+	c.state.Status = StatusTimedOut
+}
+
+func (c *callRun) timeoutReason() string {
+	return fmt.Sprintf("no approver answered within %s; the call was denied", c.state.Request.EffectiveTimeout())
+}
+
+// registerWithSession parks the call in its session. The session answers
+// with SignalSessionDecision. If the session does not exist yet, a local
+// activity creates it atomically with the registration (signal-with-start).
+func (c *callRun) registerWithSession(ctx workflow.Context, key string) error {
+	reg := Registration{CallID: c.state.Call.ID, Tool: c.state.Call.Tool, StickyKey: key, At: workflow.Now(ctx)}
+	sessionID := SessionWorkflowID(c.state.Call.Session)
+	err := workflow.SignalExternalWorkflow(ctx, sessionID, "", SignalRegister, reg).Get(ctx, nil)
+	if err == nil {
+		return nil
+	}
+	lctx := workflow.WithLocalActivityOptions(ctx, localOptions)
+	start := activities.SignalWithStartInput{
+		WorkflowID:   sessionID,
+		WorkflowType: SessionWorkflowType,
+		TaskQueue:    workflow.GetInfo(ctx).TaskQueueName,
+		SignalName:   SignalRegister,
+		Signal:       reg,
+		StartInput:   SessionInput{Session: c.state.Call.Session},
+	}
+	if err := workflow.ExecuteLocalActivity(lctx, a.SignalWithStart, start).Get(ctx, nil); err != nil {
+		return fmt.Errorf("register with session %s: %w", c.state.Call.Session, err)
+	}
+	return nil
+}
+
+// tellSession reports how the call ended its wait: a new sticky decision
+// (which the session hands to the other waiting calls), or just that the
+// call no longer waits.
+func (c *callRun) tellSession(ctx workflow.Context, key string) {
+	sessionID := SessionWorkflowID(c.state.Call.Session)
+	d := c.state.Decision
+	var f workflow.Future
+	switch {
+	case d != nil && d.Channel == "session":
+		return // the session decided it and already forgot the call
+	case d != nil && d.Kind.Sticky():
+		sticky := StickyDecision{Key: key, Tool: c.state.Call.Tool, Decision: *d, FromCall: c.state.Call.ID}
+		f = workflow.SignalExternalWorkflow(ctx, sessionID, "", SignalSticky, sticky)
+	default:
+		f = workflow.SignalExternalWorkflow(ctx, sessionID, "", SignalDone, c.state.Call.ID)
+	}
+	if err := f.Get(ctx, nil); err != nil {
+		// The session ended meanwhile; the call's own outcome stands.
+		workflow.GetLogger(ctx).Warn("Could not tell the session", "session", c.state.Call.Session, "callID", c.state.Call.ID, "error", err)
+	}
+}
+
+// checkEditedArgs runs the policy again on arguments an approver edited.
+// The person has seen them, so "ask" counts as approved; a refusal or a
+// problem stops the call.
+func (c *callRun) checkEditedArgs(ctx workflow.Context) (Result, bool) {
+	c.originalArgs = c.state.Call.Args
+	c.state.Call.Args = c.state.Decision.EditedArgs
+	c.note = fmt.Sprintf("%s edited the arguments before approving: %s became %s",
+		c.state.Decision.DecidedBy, compact(c.originalArgs), compact(c.state.Call.Args))
+	if err := c.evaluate(ctx, c.state.Call); err != nil {
+		return c.finish(ctx, StatusError, err.Error(), nil), true
+	}
+	switch {
+	case c.eval.Problem != "":
+		return c.finish(ctx, StatusError, "edited arguments refused: "+c.eval.Problem, nil), true
+	case c.eval.Denied:
+		return c.finish(ctx, StatusDenied, "edited arguments refused by policy: "+c.eval.Reason, nil), true
+	}
+	return Result{}, false
+}
+
+// execute runs BeforeCall, the tool, the output middleware and AfterCall.
+func (c *callRun) execute(ctx workflow.Context) (Result, error) {
+	c.state.Status = StatusRunning
+	call := c.state.Call
+	lctx := workflow.WithLocalActivityOptions(ctx, localOptions)
+
+	var before activities.HookOutcome
+	if err := workflow.ExecuteLocalActivity(lctx, a.BeforeCall, call).Get(ctx, &before); err != nil {
+		return Result{}, fmt.Errorf("before-call hook: %w", err)
+	}
+	if before.Refusal != "" {
+		return c.finish(ctx, StatusError, "refused before the call: "+before.Refusal, nil), nil
+	}
+
+	var output json.RawMessage
+	if err := workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, toolActivityOptions(c.eval)), a.RunTool, call).Get(ctx, &output); err != nil {
+		return c.finish(ctx, StatusError, "tool failed: "+rootCause(err), nil), nil
+	}
+
+	var after activities.AfterCallOutcome
+	in := activities.AfterCallInput{Call: call, Output: output}
+	if err := workflow.ExecuteLocalActivity(lctx, a.AfterCall, in).Get(ctx, &after); err != nil {
+		return Result{}, fmt.Errorf("after-call hook: %w", err)
+	}
+	if after.Refusal != "" {
+		r := c.finish(ctx, StatusError, "refused after the call: "+after.Refusal, nil)
+		r.Redactions = after.Redactions
+		return r, nil
+	}
+	r := c.finish(ctx, StatusOK, "", after.Output)
+	r.Redactions = after.Redactions
+	return r, nil
+}
+
+func toolActivityOptions(ev activities.Evaluation) workflow.ActivityOptions {
+	o := ev.ToolOptions
+	return workflow.ActivityOptions{
+		StartToCloseTimeout: o.Timeout,
+		HeartbeatTimeout:    o.HeartbeatTimeout,
+		RetryPolicy: &temporal.RetryPolicy{
+			InitialInterval:    o.Retry.InitialInterval,
+			BackoffCoefficient: 2,
+			MaximumInterval:    o.Retry.MaxInterval,
+			MaximumAttempts:    o.Retry.MaxAttempts,
+		},
+	}
+}
+
+// finish records the outcome and builds the Result.
+func (c *callRun) finish(ctx workflow.Context, status Status, reason string, output json.RawMessage) Result {
+	call := c.state.Call
+	r := Result{
+		CallID: call.ID, Session: call.Session, Tool: call.Tool,
+		Status: status, Output: output, Reason: reason, Note: c.note,
+		Args: call.Args, OriginalArgs: c.originalArgs,
+		Rule: c.eval.Rule, PolicyVersion: c.eval.PolicyVersion,
+		RequestedAt: c.requestedAt, FinishedAt: workflow.Now(ctx),
+	}
+	if d := c.state.Decision; d != nil {
+		r.Decision, r.DecidedBy, r.Channel, r.DecidedAt, r.Comment = d.Kind.String(), d.DecidedBy, d.Channel, d.DecidedAt, d.Comment
+	}
+	if status == StatusTimedOut {
+		r.Decision, r.DecidedBy, r.Channel = "timed_out", "timeout", "timeout"
+	}
+	c.state.Status = status
+	c.state.Result = &r
+	c.upsertStatus(ctx, status)
+	return r
+}
+
+// denialReason is what the model reads when a person refused.
+func denialReason(d *policy.Decision) string {
+	if d.Reason != "" {
+		return d.Reason
+	}
+	if d.Kind == policy.DeniedAlways {
+		return "denied by " + d.DecidedBy + " for the rest of the session"
+	}
+	return "denied by " + d.DecidedBy
+}
+
+func (c *callRun) upsertStatus(ctx workflow.Context, s Status) {
+	if err := workflow.UpsertTypedSearchAttributes(ctx, AttrStatus.ValueSet(string(s))); err != nil {
+		workflow.GetLogger(ctx).Warn("Could not update the status search attribute", "callID", c.state.Call.ID, "error", err)
+	}
+}
+
+// Memo keys of a waiting call, read by "pending" listings without a query
+// to each workflow.
+const (
+	MemoMessage  = "message"
+	MemoArgs     = "args"
+	MemoRule     = "rule"
+	MemoGroups   = "groups"
+	MemoDeadline = "deadline"
+)
+
+// maxMemoArgs abridges arguments in the memo; the full ones are in the
+// call's state.
+const maxMemoArgs = 512
+
+func (c *callRun) upsertWaitingMemo(ctx workflow.Context, req policy.ApprovalRequest) {
+	args := compact(c.state.Call.Args)
+	if len(args) > maxMemoArgs {
+		args = args[:maxMemoArgs] + "…"
+	}
+	memo := map[string]any{
+		MemoMessage: req.Message, MemoArgs: args, MemoRule: req.Rule,
+		MemoGroups: req.Groups, MemoDeadline: c.state.Deadline,
+	}
+	if err := workflow.UpsertMemo(ctx, memo); err != nil {
+		workflow.GetLogger(ctx).Warn("Could not update the memo", "callID", c.state.Call.ID, "error", err)
+	}
+}
+
+// compact renders JSON on one line for messages.
+func compact(raw json.RawMessage) string {
+	var b bytes.Buffer
+	if err := json.Compact(&b, raw); err != nil {
+		return string(raw)
+	}
+	return b.String()
+}
+
+// rootCause unwraps Temporal's activity error to the tool's own message.
+func rootCause(err error) string {
+	var appErr *temporal.ApplicationError
+	if errors.As(err, &appErr) {
+		return appErr.Error()
+	}
+	var timeoutErr *temporal.TimeoutError
+	if errors.As(err, &timeoutErr) {
+		return "timed out (" + timeoutErr.TimeoutType().String() + ")"
+	}
+	return err.Error()
+}

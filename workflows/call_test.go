@@ -1,0 +1,428 @@
+package workflows
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/suite"
+	"go.temporal.io/sdk/testsuite"
+
+	"github.com/toolgate/toolgate/policy"
+)
+
+type CallSuite struct {
+	suite.Suite
+	testsuite.WorkflowTestSuite
+	env    *testsuite.TestWorkflowEnvironment
+	policy *testPolicy
+	runs   *runLog
+	hooks  *hookLog
+	start  time.Time
+}
+
+func TestCallSuite(t *testing.T) { suite.Run(t, new(CallSuite)) }
+
+func (s *CallSuite) SetupTest() {
+	s.SetLogger(quietLogger{})
+	s.env = s.NewTestWorkflowEnvironment()
+	s.policy = &testPolicy{
+		ask:  map[string]policy.ApprovalRequest{"write": {Message: "write a file?", Rule: "ask-write"}},
+		deny: map[string]string{},
+	}
+	s.runs = &runLog{runs: map[string]int{}}
+	s.hooks = &hookLog{}
+	s.env.RegisterActivity(newActivities(s.policy, s.runs, s.hooks))
+	s.env.RegisterWorkflow(ToolCallWorkflow)
+	s.env.RegisterWorkflow(SessionWorkflow)
+	s.env.RegisterWorkflow(harnessWorkflow)
+	s.start = s.env.Now()
+}
+
+// runOne runs a single call as the top-level workflow.
+func (s *CallSuite) runOne(in CallInput) Result {
+	s.env.SetStartWorkflowOptions(startOptions(in.Call.ID))
+	s.env.ExecuteWorkflow(ToolCallWorkflow, in)
+	s.Require().True(s.env.IsWorkflowCompleted())
+	s.Require().NoError(s.env.GetWorkflowError())
+	var r Result
+	s.Require().NoError(s.env.GetWorkflowResult(&r))
+	return r
+}
+
+// runSession runs calls in one session with the real SessionWorkflow.
+func (s *CallSuite) runSession(in harnessInput) []Result {
+	in.Session = "s1"
+	s.env.ExecuteWorkflow(harnessWorkflow, in)
+	s.Require().True(s.env.IsWorkflowCompleted())
+	s.Require().NoError(s.env.GetWorkflowError())
+	var rs []Result
+	s.Require().NoError(s.env.GetWorkflowResult(&rs))
+	return rs
+}
+
+func (s *CallSuite) TestAutoApprovedCallRunsTheToolOnce() {
+	r := s.runOne(call("c1", "echo", `{"text":"hi"}`))
+
+	s.Equal(StatusOK, r.Status)
+	s.JSONEq(`{"text":"hi"}`, string(r.Output))
+	s.Equal("approved", r.Decision)
+	s.Equal("policy", r.DecidedBy)
+	s.Equal("test/1", r.PolicyVersion)
+	s.Equal(1, s.runs.count("c1"))
+	starts, ends := s.hooks.calls()
+	s.Equal([]string{"c1"}, starts)
+	s.Equal([]string{"c1"}, ends)
+}
+
+func (s *CallSuite) TestPolicyDenialReturnsReasonWithoutRunningOrHooks() {
+	s.policy.deny["write"] = "writes are frozen during the release"
+	r := s.runOne(call("c1", "write", `{"path":"a","content":"x"}`))
+
+	s.Equal(StatusDenied, r.Status)
+	s.Equal("writes are frozen during the release", r.Reason)
+	s.Equal("policy", r.DecidedBy)
+	s.Equal("deny-write", r.Rule)
+	s.Zero(s.runs.total())
+	starts, ends := s.hooks.calls()
+	s.Empty(starts, "lifecycle hook must not see denied calls")
+	s.Empty(ends)
+}
+
+func (s *CallSuite) TestUnknownToolIsAnErrorResultBeforeAnyoneIsAsked() {
+	r := s.runOne(call("c1", "rm_rf", `{}`))
+
+	s.Equal(StatusError, r.Status)
+	s.Contains(r.Reason, `unknown tool "rm_rf"`)
+	s.Contains(r.Reason, "echo", "the reason lists the known tools")
+	s.Empty(r.DecidedBy)
+	s.Zero(s.runs.total())
+}
+
+func (s *CallSuite) TestSchemaInvalidArgumentsNameTheField() {
+	r := s.runOne(call("c1", "write", `{"path":3,"content":"x"}`))
+
+	s.Equal(StatusError, r.Status)
+	s.Contains(r.Reason, "/path")
+	s.Contains(r.Reason, "string")
+	s.Zero(s.runs.total())
+}
+
+func (s *CallSuite) TestAskThenApproved() {
+	o := decideAt(s.env, 2*time.Hour, "c1", decision(policy.Approved, "alice"))
+	rs := s.runSession(harnessInput{Calls: []CallInput{call("c1", "write", `{"path":"a","content":"x"}`)}})
+
+	s.True(o.applied)
+	r := rs[0]
+	s.Equal(StatusOK, r.Status)
+	s.Equal("approved", r.Decision)
+	s.Equal("alice", r.DecidedBy)
+	s.Equal("cli", r.Channel)
+	s.Equal("ask-write", r.Rule)
+	s.Equal(2*time.Hour, r.DecidedAt.Sub(s.start))
+	s.Equal(1, s.runs.count("c1"))
+}
+
+func (s *CallSuite) TestApprovedForSessionLetsTheNextCallRunWithoutAsking() {
+	decideAt(s.env, time.Hour, "c1", decision(policy.ApprovedForSession, "alice"))
+	rs := s.runSession(harnessInput{Sequential: true, Calls: []CallInput{
+		call("c1", "write", `{"path":"a","content":"x"}`),
+		call("c2", "write", `{"path":"b","content":"y"}`),
+	}})
+
+	s.Equal(StatusOK, rs[0].Status)
+	s.Equal(StatusOK, rs[1].Status)
+	s.Equal("approved_for_session", rs[1].Decision)
+	s.Equal("alice", rs[1].DecidedBy)
+	s.Equal("session", rs[1].Channel)
+	s.Contains(rs[1].Comment, "on call c1")
+	s.Equal(rs[0].FinishedAt, rs[1].FinishedAt, "the second call waited for nobody")
+	s.Equal(1, s.runs.count("c1"))
+	s.Equal(1, s.runs.count("c2"))
+}
+
+func (s *CallSuite) TestDeniedWithReasonReachesTheResultVerbatim() {
+	d := decision(policy.DeniedWithReason, "alice")
+	d.Reason = "use the staging bucket, not prod"
+	decideAt(s.env, time.Hour, "c1", d)
+	rs := s.runSession(harnessInput{Calls: []CallInput{call("c1", "write", `{"path":"a","content":"x"}`)}})
+
+	s.Equal(StatusDenied, rs[0].Status)
+	s.Equal("use the staging bucket, not prod", rs[0].Reason)
+	s.Equal("denied_with_reason", rs[0].Decision)
+	s.Zero(s.runs.total())
+	starts, _ := s.hooks.calls()
+	s.Empty(starts)
+}
+
+func (s *CallSuite) TestDeniedAlwaysDeniesLaterCallsAtOnce() {
+	decideAt(s.env, time.Hour, "c1", decision(policy.DeniedAlways, "alice"))
+	rs := s.runSession(harnessInput{Sequential: true, Calls: []CallInput{
+		call("c1", "write", `{"path":"a","content":"x"}`),
+		call("c2", "write", `{"path":"b","content":"y"}`),
+		call("c3", "echo", `{}`), // another tool is not affected
+	}})
+
+	s.Equal(StatusDenied, rs[0].Status)
+	s.Equal(StatusDenied, rs[1].Status)
+	s.Equal("denied_always", rs[1].Decision)
+	s.Equal("session", rs[1].Channel)
+	s.Contains(rs[1].Reason, "rest of the session")
+	s.Equal(rs[0].FinishedAt, rs[1].FinishedAt)
+	s.Equal(StatusOK, rs[2].Status)
+	s.Equal(1, s.runs.total())
+}
+
+func (s *CallSuite) TestApprovedWithEditedArgumentsRunsTheEditedCall() {
+	d := decision(policy.ApprovedWithEdits, "alice")
+	d.EditedArgs = json.RawMessage(`{"path":"notes/b.txt","content":"x"}`)
+	decideAt(s.env, time.Hour, "c1", d)
+	rs := s.runSession(harnessInput{Calls: []CallInput{call("c1", "write", `{"path":"/etc/a","content":"x"}`)}})
+
+	r := rs[0]
+	s.Equal(StatusOK, r.Status)
+	s.JSONEq(`{"path":"notes/b.txt","content":"x"}`, string(r.Args))
+	s.JSONEq(`{"path":"/etc/a","content":"x"}`, string(r.OriginalArgs))
+	s.JSONEq(`{"written":true,"args":{"path":"notes/b.txt","content":"x"}}`, string(r.Output))
+	s.Contains(r.Note, "alice edited the arguments")
+	s.Contains(r.Note, "notes/b.txt")
+}
+
+func (s *CallSuite) TestEditedArgumentsThePolicyRefusesAreDenied() {
+	s.policy.refuse = func(c policy.Call) string {
+		var a struct{ Path string }
+		_ = json.Unmarshal(c.Args, &a)
+		if a.Path == "/etc/passwd" {
+			return "/etc/passwd is protected"
+		}
+		return ""
+	}
+	d := decision(policy.ApprovedWithEdits, "alice")
+	d.EditedArgs = json.RawMessage(`{"path":"/etc/passwd","content":"x"}`)
+	decideAt(s.env, time.Hour, "c1", d)
+	bad := decision(policy.ApprovedWithEdits, "alice")
+	bad.EditedArgs = json.RawMessage(`{"path":"ok.txt"}`) // fails the schema
+	decideAt(s.env, time.Hour, "c2", bad)
+	rs := s.runSession(harnessInput{Calls: []CallInput{
+		call("c1", "write", `{"path":"a.txt","content":"x"}`),
+		call("c2", "write", `{"path":"b.txt","content":"x"}`),
+	}})
+
+	s.Equal(StatusDenied, rs[0].Status)
+	s.Equal("edited arguments refused by policy: /etc/passwd is protected", rs[0].Reason)
+	s.JSONEq(`{"path":"a.txt","content":"x"}`, string(rs[0].OriginalArgs))
+	s.Equal(StatusError, rs[1].Status)
+	s.Contains(rs[1].Reason, "edited arguments refused")
+	s.Contains(rs[1].Reason, "content")
+	s.Zero(s.runs.total())
+}
+
+func (s *CallSuite) TestNobodyAnswersIn24HoursTimesOut() {
+	rs := s.runSession(harnessInput{Calls: []CallInput{call("c1", "write", `{"path":"a","content":"x"}`)}})
+
+	r := rs[0]
+	s.Equal(StatusTimedOut, r.Status)
+	s.Equal("no approver answered within 24h0m0s; the call was denied", r.Reason)
+	s.Equal("timeout", r.DecidedBy)
+	s.Equal(24*time.Hour, r.FinishedAt.Sub(s.start))
+	s.Zero(s.runs.total())
+}
+
+func (s *CallSuite) TestTimeoutActionApproveRunsTheTool() {
+	s.policy.ask["write"] = policy.ApprovalRequest{Message: "low risk", Timeout: 10 * time.Minute, OnTimeout: policy.TimeoutApprove}
+	rs := s.runSession(harnessInput{Calls: []CallInput{call("c1", "write", `{"path":"a","content":"x"}`)}})
+
+	s.Equal(StatusOK, rs[0].Status)
+	s.Equal("timeout", rs[0].DecidedBy)
+	s.Equal(10*time.Minute, rs[0].DecidedAt.Sub(s.start))
+	s.Equal(1, s.runs.count("c1"))
+}
+
+func (s *CallSuite) TestDecisionAfterTheTimeoutIsRefused() {
+	s.policy.ask["write"] = policy.ApprovalRequest{Message: "quick", Timeout: time.Hour}
+	s.policy.ask["echo"] = policy.ApprovalRequest{Message: "slow", Timeout: 48 * time.Hour}
+	late := decideAt(s.env, 2*time.Hour, "c1", decision(policy.Approved, "alice"))
+	rs := s.runSession(harnessInput{Calls: []CallInput{
+		call("c1", "write", `{"path":"a","content":"x"}`),
+		call("c2", "echo", `{}`), // keeps the test running past c1's deadline
+	}})
+
+	s.True(late.sent)
+	s.Error(late.rejected)
+	s.False(late.applied)
+	s.Equal(StatusTimedOut, rs[0].Status)
+	s.Zero(s.runs.count("c1"))
+}
+
+func (s *CallSuite) TestSecondDecisionIsRefusedAndTheFirstStands() {
+	s.policy.before = func(policy.Call) error { time.Sleep(50 * time.Millisecond); return nil }
+	first := decideAt(s.env, time.Hour, "c1", decision(policy.Approved, "alice"))
+	second := decideAt(s.env, time.Hour, "c1", decision(policy.Denied, "bob"))
+	rs := s.runSession(harnessInput{Calls: []CallInput{call("c1", "write", `{"path":"a","content":"x"}`)}})
+
+	s.True(first.applied)
+	s.Require().Error(second.rejected)
+	s.Contains(second.rejected.Error(), "already decided: approved by alice via cli")
+	s.Equal(StatusOK, rs[0].Status)
+	s.Equal("alice", rs[0].DecidedBy)
+	s.Equal(1, s.runs.count("c1"))
+}
+
+func (s *CallSuite) TestDecisionForAnotherOrUnknownCallIsRefused() {
+	var wrong, unknown error
+	s.env.RegisterDelayedCallback(func() {
+		_ = s.env.UpdateWorkflowByID(CallWorkflowID("c1"), UpdateDecide, "wrong", &testsuite.TestUpdateCallback{
+			OnAccept: func() {}, OnReject: func(err error) { wrong = err }, OnComplete: func(any, error) {},
+		}, DecideRequest{CallID: "c9", Decision: decision(policy.Approved, "alice")})
+		unknown = s.env.UpdateWorkflowByID(CallWorkflowID("c9"), UpdateDecide, "unknown", &testsuite.TestUpdateCallback{
+			OnAccept: func() {}, OnReject: func(error) {}, OnComplete: func(any, error) {},
+		}, DecideRequest{CallID: "c9", Decision: decision(policy.Approved, "alice")})
+	}, time.Hour)
+	decideAt(s.env, 2*time.Hour, "c1", decision(policy.Denied, "alice"))
+	rs := s.runSession(harnessInput{Calls: []CallInput{call("c1", "write", `{"path":"a","content":"x"}`)}})
+
+	s.Require().Error(wrong)
+	s.Contains(wrong.Error(), `decision names call "c9" but this is call "c1"`)
+	s.Require().Error(unknown)
+	s.Equal(StatusDenied, rs[0].Status, "the misaddressed approval was not applied")
+}
+
+func (s *CallSuite) TestMalformedDecisionsAndSelfApprovalAreRefused() {
+	noID := decideAt(s.env, time.Hour, "c1", policy.Decision{Kind: policy.Approved, Channel: "cli"})
+	noReason := decideAt(s.env, time.Hour, "c1", decision(policy.DeniedWithReason, "alice"))
+	self := decideAt(s.env, time.Hour, "c1", decision(policy.Approved, "agent-1"))
+	decideAt(s.env, 2*time.Hour, "c1", decision(policy.Denied, "alice"))
+	rs := s.runSession(harnessInput{Calls: []CallInput{call("c1", "write", `{"path":"a","content":"x"}`)}})
+
+	s.Require().Error(noID.rejected)
+	s.Contains(noID.rejected.Error(), "no approver identity")
+	s.Require().Error(noReason.rejected)
+	s.Contains(noReason.rejected.Error(), "needs a reason")
+	s.Require().Error(self.rejected)
+	s.Contains(self.rejected.Error(), "agent-1 requested call c1 and cannot decide it")
+	s.Equal(StatusDenied, rs[0].Status)
+	s.Equal("alice", rs[0].DecidedBy)
+}
+
+func (s *CallSuite) TestSignalDecidesAndInvalidSignalIsIgnored() {
+	s.env.RegisterDelayedCallback(func() {
+		s.NoError(s.env.SignalWorkflowByID(CallWorkflowID("c1"), SignalDecide,
+			DecideRequest{CallID: "c1", Decision: policy.Decision{Kind: policy.Approved}})) // no approver: ignored
+	}, time.Hour)
+	s.env.RegisterDelayedCallback(func() {
+		s.NoError(s.env.SignalWorkflowByID(CallWorkflowID("c1"), SignalDecide,
+			DecideRequest{CallID: "c1", Decision: policy.Decision{Kind: policy.Approved, DecidedBy: "ops-bot", Channel: "signal"}}))
+	}, 3*time.Hour)
+	rs := s.runSession(harnessInput{Calls: []CallInput{call("c1", "write", `{"path":"a","content":"x"}`)}})
+
+	s.Equal(StatusOK, rs[0].Status)
+	s.Equal("ops-bot", rs[0].DecidedBy)
+	s.Equal(3*time.Hour, rs[0].DecidedAt.Sub(s.start))
+}
+
+func (s *CallSuite) TestPendingCallStateIsQueryable() {
+	s.policy.ask["write"] = policy.ApprovalRequest{Message: "write a.txt?", Timeout: 2 * time.Hour, Groups: []string{"ops"}}
+	var state CallState
+	s.env.RegisterDelayedCallback(func() {
+		v, err := s.env.QueryWorkflowByID(CallWorkflowID("c1"), QueryCall)
+		s.Require().NoError(err)
+		s.Require().NoError(v.Get(&state))
+	}, time.Hour)
+	s.runSession(harnessInput{Calls: []CallInput{call("c1", "write", `{"path":"a","content":"x"}`)}})
+
+	s.Equal(StatusPending, state.Status)
+	s.Equal("write a.txt?", state.Request.Message)
+	s.Equal([]string{"ops"}, state.Request.Groups)
+	s.WithinDuration(s.start, state.WaitingSince, 0)
+	s.Equal(2*time.Hour, state.Deadline.Sub(s.start))
+}
+
+func (s *CallSuite) TestOneApprovedForSessionResolvesEveryWaitingCallOfTheTool() {
+	decideAt(s.env, time.Hour, "c2", decision(policy.ApprovedForSession, "alice"))
+	rs := s.runSession(harnessInput{Calls: []CallInput{
+		call("c1", "write", `{"path":"a","content":"x"}`),
+		call("c2", "write", `{"path":"b","content":"x"}`),
+		call("c3", "write", `{"path":"c","content":"x"}`),
+	}})
+
+	for i, r := range rs {
+		s.Equal(StatusOK, r.Status, "call %d", i+1)
+		s.Equal("alice", r.DecidedBy)
+		s.Equal(time.Hour, r.DecidedAt.Sub(s.start))
+	}
+	s.Equal("cli", rs[1].Channel)
+	s.Equal("session", rs[0].Channel)
+	s.Equal("session", rs[2].Channel)
+	for _, id := range []string{"c1", "c2", "c3"} {
+		s.Equal(1, s.runs.count(id), id)
+	}
+}
+
+func (s *CallSuite) TestRevokedStickyDecisionAsksAgain() {
+	decideAt(s.env, time.Hour, "c1", decision(policy.ApprovedForSession, "alice"))
+	var revokeErr error
+	s.env.RegisterDelayedCallback(func() {
+		revokeErr = s.env.UpdateWorkflowByID(SessionWorkflowID("s1"), UpdateRevoke, "revoke", &testsuite.TestUpdateCallback{
+			OnAccept: func() {}, OnReject: func(err error) { revokeErr = err }, OnComplete: func(any, error) {},
+		}, "write")
+	}, 4*time.Hour)
+	decideAt(s.env, 6*time.Hour, "c3", decision(policy.Denied, "bob"))
+	rs := s.runSession(harnessInput{Sequential: true, Gap: 2 * time.Hour, Calls: []CallInput{
+		call("c1", "write", `{"path":"a","content":"x"}`), // asks; approved for session at 1h
+		call("c2", "write", `{"path":"b","content":"x"}`), // 3h: sticky applies
+		call("c3", "write", `{"path":"c","content":"x"}`), // 5h: after the revoke at 4h, asks again
+	}})
+
+	s.NoError(revokeErr)
+	s.Equal("session", rs[1].Channel)
+	s.Equal(StatusOK, rs[1].Status)
+	s.Equal(StatusDenied, rs[2].Status)
+	s.Equal("bob", rs[2].DecidedBy)
+	s.Equal("cli", rs[2].Channel)
+}
+
+func (s *CallSuite) TestBeforeCallErrorCancelsTheCall() {
+	s.policy.before = func(policy.Call) error { return errorString("quota of 20 echo calls an hour reached") }
+	r := s.runOne(call("c1", "echo", `{}`))
+
+	s.Equal(StatusError, r.Status)
+	s.Equal("refused before the call: quota of 20 echo calls an hour reached", r.Reason)
+	s.Zero(s.runs.total())
+	starts, _ := s.hooks.calls()
+	s.Empty(starts)
+}
+
+func (s *CallSuite) TestAfterCallErrorReplacesTheResult() {
+	s.policy.after = func(_ policy.Call, out json.RawMessage) error { return errorString("output mentions a customer name") }
+	r := s.runOne(call("c1", "echo", `{"name":"Jane"}`))
+
+	s.Equal(StatusError, r.Status)
+	s.Equal("refused after the call: output mentions a customer name", r.Reason)
+	s.Empty(r.Output)
+	s.Equal(1, s.runs.count("c1"))
+}
+
+func (s *CallSuite) TestOutputMiddlewareRedactsBeforeAfterCallAndTheModel() {
+	var seen string
+	s.policy.after = func(_ policy.Call, out json.RawMessage) error { seen = string(out); return nil }
+	r := s.runOne(call("c1", "leak", `{}`))
+
+	s.Equal(StatusOK, r.Status)
+	s.JSONEq(`{"env":"TOKEN=[REDACTED]"}`, string(r.Output))
+	s.Equal(1, r.Redactions)
+	s.NotContains(seen, "sk-live-123", "AfterCall sees the redacted output")
+}
+
+func (s *CallSuite) TestToolFailureIsAnErrorResultAfterRetries() {
+	r := s.runOne(call("c1", "broken", `{}`))
+
+	s.Equal(StatusError, r.Status)
+	s.Contains(r.Reason, "disk full")
+	s.Equal(2, s.runs.count("c1"), "the tool's retry policy allows two attempts")
+	_, ends := s.hooks.calls()
+	s.Len(ends, 2, "each attempt is observed")
+}
+
+type errorString string
+
+func (e errorString) Error() string { return string(e) }

@@ -1,0 +1,249 @@
+package workflows
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/toolgate/toolgate/activities"
+	"github.com/toolgate/toolgate/policy"
+	"github.com/toolgate/toolgate/tool"
+)
+
+// testPolicy asks a person for the tools in ask, refuses those in deny and
+// approves the rest; the hooks are optional.
+type testPolicy struct {
+	policy.Base
+	ask    map[string]policy.ApprovalRequest
+	deny   map[string]string
+	refuse func(call policy.Call) string // extra refusal on arguments
+	before func(call policy.Call) error
+	after  func(call policy.Call, out json.RawMessage) error
+}
+
+func (p *testPolicy) EvaluateApproval(_ context.Context, call policy.Call) (*policy.ApprovalRequest, error) {
+	if reason, ok := p.deny[call.Tool]; ok {
+		return nil, &policy.DenyError{Reason: reason, Rule: "deny-" + call.Tool}
+	}
+	if p.refuse != nil {
+		if reason := p.refuse(call); reason != "" {
+			return nil, policy.Deny(reason)
+		}
+	}
+	if req, ok := p.ask[call.Tool]; ok {
+		return &req, nil
+	}
+	return nil, nil
+}
+
+func (p *testPolicy) BeforeCall(_ context.Context, call policy.Call) error {
+	if p.before != nil {
+		return p.before(call)
+	}
+	return nil
+}
+
+func (p *testPolicy) AfterCall(_ context.Context, call policy.Call, out json.RawMessage) error {
+	if p.after != nil {
+		return p.after(call, out)
+	}
+	return nil
+}
+
+func (p *testPolicy) Version() string { return "test/1" }
+
+// runLog counts tool executions per call ID.
+type runLog struct {
+	mu   sync.Mutex
+	runs map[string]int
+}
+
+func (r *runLog) add(callID string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.runs[callID]++
+}
+
+func (r *runLog) count(callID string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.runs[callID]
+}
+
+func (r *runLog) total() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, c := range r.runs {
+		n += c
+	}
+	return n
+}
+
+// hookLog records lifecycle hook calls.
+type hookLog struct {
+	mu     sync.Mutex
+	starts []string
+	ends   []string
+}
+
+func (h *hookLog) OnToolStart(_ context.Context, call policy.Call) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.starts = append(h.starts, call.ID)
+}
+
+func (h *hookLog) OnToolEnd(_ context.Context, call policy.Call, _ policy.ToolEnd) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.ends = append(h.ends, call.ID)
+}
+
+func (h *hookLog) calls() (starts, ends []string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]string(nil), h.starts...), append([]string(nil), h.ends...)
+}
+
+// redactor replaces the fake secret "sk-live-123" in outputs.
+type redactor struct{}
+
+func (redactor) TransformOutput(_ context.Context, _ policy.Call, out json.RawMessage) (json.RawMessage, int, error) {
+	n := strings.Count(string(out), "sk-live-123")
+	return json.RawMessage(strings.ReplaceAll(string(out), "sk-live-123", "[REDACTED]")), n, nil
+}
+
+const writeSchema = `{"type":"object","required":["path","content"],"additionalProperties":false,
+ "properties":{"path":{"type":"string"},"content":{"type":"string"}}}`
+
+func testTools(runs *runLog) *tool.Registry {
+	r := tool.NewRegistry()
+	record := func(run tool.Func) tool.Func {
+		return func(ctx context.Context, in tool.Input) (json.RawMessage, error) {
+			runs.add(in.CallID)
+			return run(ctx, in)
+		}
+	}
+	r.MustRegister(
+		tool.Tool{Name: "echo", Run: record(func(_ context.Context, in tool.Input) (json.RawMessage, error) { return in.Args, nil })},
+		tool.Tool{Name: "write", Schema: json.RawMessage(writeSchema), Run: record(func(_ context.Context, in tool.Input) (json.RawMessage, error) {
+			return json.RawMessage(`{"written":true,"args":` + string(in.Args) + `}`), nil
+		})},
+		tool.Tool{Name: "leak", Run: record(func(context.Context, tool.Input) (json.RawMessage, error) {
+			return json.RawMessage(`{"env":"TOKEN=sk-live-123"}`), nil
+		})},
+		tool.Tool{Name: "broken", Options: tool.Options{Retry: tool.RetryPolicy{MaxAttempts: 2}},
+			Run: record(func(context.Context, tool.Input) (json.RawMessage, error) {
+				return nil, errors.New("disk full")
+			})},
+	)
+	return r
+}
+
+// harnessInput runs a session and several calls side by side, as children
+// of one workflow, so the real SessionWorkflow and ToolCallWorkflows talk
+// to each other inside the test environment.
+type harnessInput struct {
+	Session    string
+	Calls      []CallInput
+	Sequential bool
+	// Gap delays each call after the first (virtual time).
+	Gap time.Duration
+}
+
+func harnessWorkflow(ctx workflow.Context, in harnessInput) ([]Result, error) {
+	sctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{WorkflowID: SessionWorkflowID(in.Session)})
+	session := workflow.ExecuteChildWorkflow(sctx, SessionWorkflow, SessionInput{Session: in.Session})
+	if err := session.GetChildWorkflowExecution().Get(ctx, nil); err != nil {
+		return nil, err
+	}
+	futures := make([]workflow.ChildWorkflowFuture, len(in.Calls))
+	results := make([]Result, len(in.Calls))
+	for i, c := range in.Calls {
+		if i > 0 && in.Gap > 0 {
+			_ = workflow.Sleep(ctx, in.Gap)
+		}
+		cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{WorkflowID: CallWorkflowID(c.Call.ID)})
+		futures[i] = workflow.ExecuteChildWorkflow(cctx, ToolCallWorkflow, c)
+		if in.Sequential {
+			if err := futures[i].Get(ctx, &results[i]); err != nil {
+				return nil, err
+			}
+		}
+	}
+	for i, f := range futures {
+		if err := f.Get(ctx, &results[i]); err != nil {
+			return nil, err
+		}
+	}
+	return results, nil
+}
+
+// decision is a person's answer, as the CLI would send it.
+func decision(kind policy.DecisionKind, by string) policy.Decision {
+	return policy.Decision{Kind: kind, DecidedBy: by, Channel: "cli"}
+}
+
+// updateOutcome is what the approver's update call saw.
+type updateOutcome struct {
+	sent     bool
+	rejected error
+	applied  bool
+}
+
+// updateSeq gives every test update its own ID: the environment
+// deduplicates updates by ID, as the server does.
+var updateSeq int
+
+// decideAt sends the decide update to a call at a virtual time.
+func decideAt(env *testsuite.TestWorkflowEnvironment, after time.Duration, callID string, d policy.Decision) *updateOutcome {
+	o := &updateOutcome{}
+	updateSeq++
+	updateID := fmt.Sprintf("decide-%d", updateSeq)
+	env.RegisterDelayedCallback(func() {
+		o.sent = true
+		err := env.UpdateWorkflowByID(CallWorkflowID(callID), UpdateDecide, updateID, &testsuite.TestUpdateCallback{
+			OnAccept:   func() {},
+			OnReject:   func(err error) { o.rejected = err },
+			OnComplete: func(_ any, err error) { o.applied = err == nil },
+		}, DecideRequest{CallID: callID, Decision: d})
+		if err != nil {
+			o.rejected = err
+		}
+	}, after)
+	return o
+}
+
+func call(id, toolName, args string) CallInput {
+	return CallInput{Call: policy.Call{ID: id, Session: "s1", Tool: toolName, Args: json.RawMessage(args), Requester: "agent-1"}}
+}
+
+func newActivities(p policy.ToolPolicy, runs *runLog, hooks *hookLog) *activities.Activities {
+	return &activities.Activities{
+		Policy:     p,
+		Tools:      testTools(runs),
+		Hooks:      []policy.LifecycleHook{hooks},
+		Middleware: []policy.OutputMiddleware{redactor{}},
+	}
+}
+
+func startOptions(callID string) client.StartWorkflowOptions {
+	return client.StartWorkflowOptions{ID: CallWorkflowID(callID)}
+}
+
+// quietLogger drops the test environment's debug output; failures are
+// reported by assertions.
+type quietLogger struct{}
+
+func (quietLogger) Debug(string, ...any) {}
+func (quietLogger) Info(string, ...any)  {}
+func (quietLogger) Warn(string, ...any)  {}
+func (quietLogger) Error(string, ...any) {}

@@ -1,0 +1,139 @@
+package workflows
+
+import (
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/mock"
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/toolgate/toolgate/policy"
+)
+
+// sentDecisions records what the session told each call.
+type sentDecisions struct {
+	mu  sync.Mutex
+	got map[string][]SessionDecision
+}
+
+func (s *sentDecisions) to(callID string) []SessionDecision {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.got[CallWorkflowID(callID)]
+}
+
+// sessionEnv runs SessionWorkflow alone; signals to calls are captured.
+func sessionEnv(t *testing.T) (*testsuite.TestWorkflowEnvironment, *sentDecisions) {
+	var ts testsuite.WorkflowTestSuite
+	ts.SetLogger(quietLogger{})
+	env := ts.NewTestWorkflowEnvironment()
+	env.RegisterWorkflow(SessionWorkflow)
+	sent := &sentDecisions{got: map[string][]SessionDecision{}}
+	env.OnSignalExternalWorkflow(mock.Anything, mock.Anything, "", SignalSessionDecision, mock.Anything).Return(
+		func(_, workflowID, _, _ string, arg any) error {
+			sent.mu.Lock()
+			defer sent.mu.Unlock()
+			sent.got[workflowID] = append(sent.got[workflowID], arg.(SessionDecision))
+			return nil
+		})
+	return env, sent
+}
+
+func signalAt(env *testsuite.TestWorkflowEnvironment, at time.Duration, name string, arg any) {
+	env.RegisterDelayedCallback(func() { env.SignalWorkflow(name, arg) }, at)
+}
+
+func register(callID, tool string) Registration {
+	return Registration{CallID: callID, Tool: tool, StickyKey: tool}
+}
+
+func TestSessionContinuesAsNewWithoutLosingAnything(t *testing.T) {
+	// First run: a sticky decision and three waiting calls, the last two
+	// registering in the same instant the limit is reached.
+	env, sent := sessionEnv(t)
+	signalAt(env, time.Minute, SignalSticky, StickyDecision{Key: "deploy", Tool: "deploy", FromCall: "c0",
+		Decision: policy.Decision{Kind: policy.DeniedAlways, DecidedBy: "alice", Channel: "cli", Reason: "no deploys today"}})
+	signalAt(env, 2*time.Minute, SignalRegister, register("c1", "write"))
+	signalAt(env, 3*time.Minute, SignalRegister, register("c2", "write"))
+	signalAt(env, 3*time.Minute, SignalRegister, register("c3", "shell"))
+	env.ExecuteWorkflow(SessionWorkflow, SessionInput{Session: "s1", ContinueAsNewAfter: 3})
+
+	require.True(t, env.IsWorkflowCompleted())
+	var can *workflow.ContinueAsNewError
+	require.True(t, errors.As(env.GetWorkflowError(), &can), "expected continue-as-new, got %v", env.GetWorkflowError())
+	var next SessionInput
+	require.NoError(t, converter.GetDefaultDataConverter().FromPayloads(can.Input, &next))
+	require.Equal(t, "s1", next.Session)
+	require.Len(t, next.State.Sticky, 1)
+	require.Equal(t, "deploy", next.State.Sticky[0].Key)
+	var waiting []string
+	for _, w := range next.State.Waiting {
+		waiting = append(waiting, w.CallID)
+	}
+	require.Equal(t, []string{"c1", "c2", "c3"}, waiting, "every waiting call, including the one in flight, crosses the boundary")
+	for _, id := range []string{"c1", "c2", "c3"} {
+		require.Equal(t, []SessionDecision{{}}, sent.to(id), "%s was told to ask a person", id)
+	}
+
+	// Second run: a sticky decision arrives after the boundary and reaches
+	// the calls that waited before it.
+	env2, sent2 := sessionEnv(t)
+	next.ContinueAsNewAfter = 0
+	signalAt(env2, time.Minute, SignalSticky, StickyDecision{Key: "write", Tool: "write", FromCall: "c1",
+		Decision: policy.Decision{Kind: policy.ApprovedForSession, DecidedBy: "bob", Channel: "inbox"}})
+	signalAt(env2, 2*time.Minute, SignalRegister, register("c4", "write"))
+	signalAt(env2, 2*time.Minute, SignalRegister, register("c5", "deploy"))
+	var view SessionView
+	env2.RegisterDelayedCallback(func() {
+		v, err := env2.QueryWorkflow(QuerySession)
+		require.NoError(t, err)
+		require.NoError(t, v.Get(&view))
+		env2.UpdateWorkflow(UpdateEnd, "end-1", &testsuite.TestUpdateCallback{
+			OnAccept: func() {}, OnReject: func(err error) { t.Errorf("end refused: %v", err) }, OnComplete: func(any, error) {},
+		}, "carol")
+	}, 3*time.Minute)
+	env2.ExecuteWorkflow(SessionWorkflow, next)
+
+	require.True(t, env2.IsWorkflowCompleted())
+	require.NoError(t, env2.GetWorkflowError())
+	require.Empty(t, sent2.to("c1"), "the deciding call is not told its own decision")
+	c2 := sent2.to("c2")
+	require.Len(t, c2, 1)
+	require.Equal(t, policy.ApprovedForSession, c2[0].Decision.Kind)
+	require.Equal(t, "bob", c2[0].Decision.DecidedBy)
+	require.Equal(t, "session", c2[0].Decision.Channel)
+	c4 := sent2.to("c4")
+	require.Len(t, c4, 1)
+	require.Equal(t, policy.ApprovedForSession, c4[0].Decision.Kind, "a later call gets the sticky decision at once")
+	c5 := sent2.to("c5")
+	require.Len(t, c5, 1)
+	require.Equal(t, policy.DeniedAlways, c5[0].Decision.Kind, "the sticky decision from the first run still holds")
+	require.Equal(t, "no deploys today", c5[0].Decision.Reason)
+
+	require.Len(t, view.Sticky, 2)
+	require.Len(t, view.Waiting, 1)
+	require.Equal(t, "c3", view.Waiting[0].CallID)
+	c3 := sent2.to("c3")
+	require.Len(t, c3, 1, "ending the session denies the call still waiting")
+	require.Equal(t, "the session was ended by carol", c3[0].Decision.Reason)
+}
+
+func TestSessionRevokeOfUnknownStickyIsRefused(t *testing.T) {
+	env, _ := sessionEnv(t)
+	var refused error
+	env.RegisterDelayedCallback(func() {
+		env.UpdateWorkflow(UpdateRevoke, "r1", &testsuite.TestUpdateCallback{
+			OnAccept: func() {}, OnReject: func(err error) { refused = err }, OnComplete: func(any, error) {},
+		}, "write")
+	}, time.Minute)
+	env.ExecuteWorkflow(SessionWorkflow, SessionInput{Session: "s1", IdleTimeout: time.Hour})
+
+	require.NoError(t, env.GetWorkflowError(), "an idle session ends cleanly")
+	require.Error(t, refused)
+	require.Contains(t, refused.Error(), `session s1 has no sticky decision for "write"`)
+}

@@ -1,0 +1,221 @@
+// Package workflows holds toolgate's two workflows: ToolCallWorkflow, one
+// per tool call, and SessionWorkflow, one per agent session, which keeps the
+// sticky decisions. Names shared with clients (task queue, signals, updates,
+// queries, search attributes) are exported here.
+package workflows
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/toolgate/toolgate/policy"
+)
+
+// TaskQueue is the default task queue of toolgate's workers.
+const TaskQueue = "toolgate"
+
+// Workflow type names, as registered with the worker.
+const (
+	ToolCallWorkflowType = "ToolCallWorkflow"
+	SessionWorkflowType  = "SessionWorkflow"
+)
+
+// Message names. Clients use them to talk to the workflows.
+const (
+	// UpdateDecide is the validated way to decide a waiting call; its
+	// argument is a DecideRequest and it returns the applied Decision.
+	UpdateDecide = "decide"
+	// SignalDecide carries the same DecideRequest for integrations that
+	// can only signal (e.g. `temporal workflow signal`). An invalid one is
+	// logged and ignored.
+	SignalDecide = "decide"
+	// QueryCall returns the call's CallState.
+	QueryCall = "call"
+
+	// SignalRegister (call → session) asks whether a sticky decision covers
+	// the call, and otherwise parks it as waiting.
+	SignalRegister = "register"
+	// SignalSticky (call → session) records a sticky decision.
+	SignalSticky = "sticky"
+	// SignalDone (call → session) says a call no longer waits.
+	SignalDone = "done"
+	// SignalSessionDecision (session → call) answers a registration or
+	// hands down a sticky decision taken on another call.
+	SignalSessionDecision = "session-decision"
+	// UpdateRevoke removes a sticky decision; argument: the sticky key
+	// (usually the tool name).
+	UpdateRevoke = "revoke"
+	// UpdateEnd ends the session; argument: who ends it.
+	UpdateEnd = "end"
+	// QuerySession returns the SessionView.
+	QuerySession = "session"
+)
+
+// Error types carried by refused updates (temporal.ApplicationError.Type()).
+const (
+	ErrTypeAlreadyDecided  = "AlreadyDecided"
+	ErrTypeNotWaiting      = "NotWaiting"
+	ErrTypeInvalidDecision = "InvalidDecision"
+	ErrTypeSelfApproval    = "SelfApproval"
+	ErrTypeNoSticky        = "NoStickyDecision"
+	ErrTypeSessionEnded    = "SessionEnded"
+)
+
+// Search attributes on every call, so waiting calls are one visibility
+// query away. The server must have them registered (toolgate dev does).
+var (
+	AttrStatus      = temporal.NewSearchAttributeKeyKeyword("ToolgateStatus")
+	AttrTool        = temporal.NewSearchAttributeKeyKeyword("ToolgateTool")
+	AttrSession     = temporal.NewSearchAttributeKeyKeyword("ToolgateSession")
+	AttrRequestedAt = temporal.NewSearchAttributeKeyTime("ToolgateRequestedAt")
+)
+
+// CallWorkflowID derives a call's workflow ID from its call ID, so a
+// resubmitted call is the same workflow.
+func CallWorkflowID(callID string) string { return "toolgate/call/" + callID }
+
+// SessionWorkflowID derives the session workflow's ID.
+func SessionWorkflowID(session string) string { return "toolgate/session/" + session }
+
+// Status is where a call stands. The first four are final.
+type Status string
+
+const (
+	StatusOK       Status = "ok"
+	StatusDenied   Status = "denied"
+	StatusTimedOut Status = "timed_out"
+	StatusError    Status = "error"
+	// StatusEvaluating: the policy is judging the call, or the session is
+	// being asked for a sticky decision.
+	StatusEvaluating Status = "evaluating"
+	// StatusPending: waiting for a person.
+	StatusPending Status = "pending"
+	// StatusRunning: approved; checks and the tool are running.
+	StatusRunning Status = "running"
+)
+
+// Final reports whether the status is an outcome.
+func (s Status) Final() bool {
+	return s == StatusOK || s == StatusDenied || s == StatusTimedOut || s == StatusError
+}
+
+// DecideRequest is the argument of UpdateDecide and SignalDecide. It names
+// the call it decides, so a decision sent to the wrong workflow is refused.
+type DecideRequest struct {
+	CallID   string          `json:"call_id"`
+	Decision policy.Decision `json:"decision"`
+}
+
+// CallInput starts a ToolCallWorkflow.
+type CallInput struct {
+	Call policy.Call `json:"call"`
+}
+
+// Result is what the agent gets back, whatever happened. Denials, refusals
+// by hooks, unknown tools, tool failures and timeouts are all Results.
+type Result struct {
+	CallID  string `json:"call_id"`
+	Session string `json:"session"`
+	Tool    string `json:"tool"`
+	Status  Status `json:"status"`
+	// Output is the tool's output after middleware (status ok only).
+	Output json.RawMessage `json:"output,omitempty"`
+	// Reason says why the call did not succeed, for the model.
+	Reason string `json:"reason,omitempty"`
+	// Note tells the model what else it should know, e.g. that an approver
+	// edited its arguments.
+	Note string `json:"note,omitempty"`
+	// Decision, DecidedBy, Channel, DecidedAt: who let the call run or
+	// refused it ("policy" when no person was asked).
+	Decision  string    `json:"decision,omitempty"`
+	DecidedBy string    `json:"decided_by,omitempty"`
+	Channel   string    `json:"channel,omitempty"`
+	DecidedAt time.Time `json:"decided_at,omitzero"`
+	Comment   string    `json:"comment,omitempty"`
+	// Args are the arguments the tool ran with; OriginalArgs are the
+	// agent's when an approver edited them.
+	Args         json.RawMessage `json:"args,omitempty"`
+	OriginalArgs json.RawMessage `json:"original_args,omitempty"`
+	// Rule and PolicyVersion say which policy judged the call.
+	Rule          string    `json:"rule,omitempty"`
+	PolicyVersion string    `json:"policy_version,omitempty"`
+	Redactions    int       `json:"redactions,omitempty"`
+	RequestedAt   time.Time `json:"requested_at,omitzero"`
+	FinishedAt    time.Time `json:"finished_at,omitzero"`
+}
+
+// CallState is a call's live state, returned by QueryCall.
+type CallState struct {
+	Call    policy.Call             `json:"call"`
+	Status  Status                  `json:"status"`
+	Request *policy.ApprovalRequest `json:"request,omitempty"`
+	// WaitingSince and Deadline are set while a person is asked.
+	WaitingSince time.Time        `json:"waiting_since,omitzero"`
+	Deadline     time.Time        `json:"deadline,omitzero"`
+	Decision     *policy.Decision `json:"decision,omitempty"`
+	// Result is set once the call is final.
+	Result *Result `json:"result,omitempty"`
+}
+
+// Registration is a call's SignalRegister to its session.
+type Registration struct {
+	CallID    string    `json:"call_id"`
+	Tool      string    `json:"tool"`
+	StickyKey string    `json:"sticky_key"`
+	At        time.Time `json:"at"`
+}
+
+// StickyDecision is a decision that holds for a whole session.
+type StickyDecision struct {
+	Key      string          `json:"key"`
+	Tool     string          `json:"tool"`
+	Decision policy.Decision `json:"decision"`
+	// FromCall is the call on which it was taken.
+	FromCall string `json:"from_call"`
+}
+
+// SessionDecision is the session's answer to a call: Decision is nil when
+// the call was parked and must ask a person.
+type SessionDecision struct {
+	Decision *policy.Decision `json:"decision,omitempty"`
+}
+
+// SessionInput starts (or continues) a SessionWorkflow.
+type SessionInput struct {
+	Session string `json:"session"`
+	// State is carried across continue-as-new.
+	State SessionState `json:"state"`
+	// IdleTimeout ends a session with no waiting calls and no messages for
+	// that long; zero means DefaultSessionIdleTimeout.
+	IdleTimeout time.Duration `json:"idle_timeout,omitempty"`
+	// ContinueAsNewAfter forces continue-as-new after that many handled
+	// messages (tests); zero leaves it to the server's suggestion.
+	ContinueAsNewAfter int `json:"continue_as_new_after,omitempty"`
+}
+
+// DefaultSessionIdleTimeout is how long an idle session keeps its sticky
+// decisions.
+const DefaultSessionIdleTimeout = 7 * 24 * time.Hour
+
+// SessionState is everything a session remembers.
+type SessionState struct {
+	// Sticky and Waiting are slices kept in insertion order, so workflow
+	// code never depends on map order.
+	Sticky  []StickyDecision `json:"sticky,omitempty"`
+	Waiting []Registration   `json:"waiting,omitempty"`
+	Ended   bool             `json:"ended,omitempty"`
+}
+
+// SessionView is the QuerySession answer.
+type SessionView struct {
+	Session string `json:"session"`
+	SessionState
+}
+
+// describeDecision says who decided what, for "already decided" errors.
+func describeDecision(d *policy.Decision) string {
+	return fmt.Sprintf("%s by %s via %s at %s", d.Kind, d.DecidedBy, d.Channel, d.DecidedAt.UTC().Format(time.RFC3339))
+}
