@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"time"
 
+	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/toolgate/toolgate/policy"
@@ -218,4 +219,15 @@ type SessionView struct {
 // describeDecision says who decided what, for "already decided" errors.
 func describeDecision(d *policy.Decision) string {
 	return fmt.Sprintf("%s by %s via %s at %s", d.Kind, d.DecidedBy, d.Channel, d.DecidedAt.UTC().Format(time.RFC3339))
+}
+
+// SearchAttributeTypes lists the search attributes toolgate needs
+// registered in its namespace, with their types.
+func SearchAttributeTypes() map[string]enumspb.IndexedValueType {
+	return map[string]enumspb.IndexedValueType{
+		AttrStatus.GetName():      enumspb.INDEXED_VALUE_TYPE_KEYWORD,
+		AttrTool.GetName():        enumspb.INDEXED_VALUE_TYPE_KEYWORD,
+		AttrSession.GetName():     enumspb.INDEXED_VALUE_TYPE_KEYWORD,
+		AttrRequestedAt.GetName(): enumspb.INDEXED_VALUE_TYPE_DATETIME,
+	}
 }

@@ -1,0 +1,568 @@
+package builtin
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/toolgate/toolgate/policy"
+	"github.com/toolgate/toolgate/tool"
+)
+
+// newWorkspace returns a workspace in a temporary directory, with its
+// resolved root and a sibling directory outside it.
+func newWorkspace(t *testing.T) (ws Workspace, root, outside string) {
+	t.Helper()
+	base, err := filepath.EvalSymlinks(t.TempDir())
+	require.NoError(t, err)
+	root = filepath.Join(base, "ws")
+	outside = filepath.Join(base, "outside")
+	require.NoError(t, os.MkdirAll(root, 0o755))
+	require.NoError(t, os.MkdirAll(outside, 0o755))
+	return Workspace{Root: root}, root, outside
+}
+
+// run runs the named built-in tool with args (a value encoded to JSON).
+func run(t *testing.T, ws Workspace, name, callID string, args any) (json.RawMessage, error) {
+	t.Helper()
+	return runCtx(t, context.Background(), ws, name, callID, args)
+}
+
+func runCtx(t *testing.T, ctx context.Context, ws Workspace, name, callID string, args any) (json.RawMessage, error) {
+	t.Helper()
+	raw, err := json.Marshal(args)
+	require.NoError(t, err)
+	for _, tl := range Tools(ws) {
+		if tl.Name == name {
+			return tl.Run(ctx, tool.Input{CallID: callID, Session: "s1", Args: raw})
+		}
+	}
+	t.Fatalf("no tool %q", name)
+	return nil, nil
+}
+
+// decode unmarshals a tool's output into a T.
+func decode[T any](t *testing.T, out json.RawMessage) T {
+	t.Helper()
+	var v T
+	require.NoError(t, json.Unmarshal(out, &v), "output: %s", out)
+	return v
+}
+
+func requirePermanent(t *testing.T, err error) {
+	t.Helper()
+	var pe *tool.PermanentError
+	require.ErrorAs(t, err, &pe)
+}
+
+func TestResolve(t *testing.T) {
+	ws, root, outside := newWorkspace(t)
+	require.NoError(t, os.MkdirAll(filepath.Join(root, "sub", "deep"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(root, "sub", "f.txt"), []byte("x"), 0o644))
+	require.NoError(t, os.Symlink(outside, filepath.Join(root, "escape")))
+	require.NoError(t, os.Symlink(filepath.Join(outside, "new.txt"), filepath.Join(root, "dangling")))
+	require.NoError(t, os.Symlink("sub", filepath.Join(root, "inside")))
+	require.NoError(t, os.Symlink("sub/later.txt", filepath.Join(root, "dangling-inside")))
+	require.NoError(t, os.Symlink("../../outside", filepath.Join(root, "sub", "up")))
+	require.NoError(t, os.Symlink("loop", filepath.Join(root, "loop")))
+
+	tests := []struct {
+		name    string
+		path    string
+		want    string // relative to root, for allowed paths
+		outside bool
+		errText string // for other errors
+	}{
+		{name: "file", path: "sub/f.txt", want: "sub/f.txt"},
+		{name: "root", path: ".", want: "."},
+		{name: "nested new path", path: "a/b/c/new.txt", want: "a/b/c/new.txt"},
+		{name: "dot dot staying inside", path: "sub/deep/../f.txt", want: "sub/f.txt"},
+		{name: "absolute inside", path: filepath.Join(root, "sub", "f.txt"), want: "sub/f.txt"},
+		{name: "symlink inside", path: "inside/f.txt", want: "sub/f.txt"},
+		{name: "dangling symlink inside", path: "dangling-inside", want: "sub/later.txt"},
+		{name: "dot dot", path: "../outside/x", outside: true},
+		{name: "dot dot deep", path: "sub/../../x", outside: true},
+		{name: "absolute outside", path: "/etc/passwd", outside: true},
+		{name: "absolute sibling with root prefix", path: root + "-other/x", outside: true},
+		{name: "symlink escape", path: "escape", outside: true},
+		{name: "through symlink escape", path: "escape/new/file.txt", outside: true},
+		{name: "dangling symlink escape", path: "dangling", outside: true},
+		{name: "relative symlink escape", path: "sub/up/x", outside: true},
+		{name: "empty", path: "", errText: "path is empty"},
+		{name: "symlink loop", path: "loop", errText: "too many"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := ws.Resolve(tc.path)
+			switch {
+			case tc.outside:
+				require.ErrorIs(t, err, ErrOutsideWorkspace)
+				assert.ErrorContains(t, err, tc.path)
+				assert.ErrorContains(t, err, "outside the workspace")
+			case tc.errText != "":
+				require.ErrorContains(t, err, tc.errText)
+				assert.NotErrorIs(t, err, ErrOutsideWorkspace)
+			default:
+				require.NoError(t, err)
+				assert.Equal(t, filepath.Join(root, filepath.FromSlash(tc.want)), got)
+			}
+		})
+	}
+}
+
+func TestResolveSymlinkedRoot(t *testing.T) {
+	_, root, _ := newWorkspace(t)
+	link := filepath.Join(filepath.Dir(root), "link-to-ws")
+	require.NoError(t, os.Symlink(root, link))
+	ws := Workspace{Root: link}
+
+	got, err := ws.Resolve(filepath.Join(link, "a.txt"))
+	require.NoError(t, err)
+	assert.Equal(t, filepath.Join(root, "a.txt"), got)
+
+	_, err = ws.Resolve("../x")
+	require.ErrorIs(t, err, ErrOutsideWorkspace)
+
+	_, err = Workspace{Root: filepath.Join(root, "missing")}.Resolve("a")
+	require.Error(t, err)
+}
+
+func TestEcho(t *testing.T) {
+	ws, _, _ := newWorkspace(t)
+	args := map[string]any{"a": 1.0, "b": []any{"x", true}, "c": map[string]any{"d": nil}}
+	out, err := run(t, ws, EchoTool, "c1", args)
+	require.NoError(t, err)
+	assert.Equal(t, args, decode[map[string]any](t, out))
+}
+
+func TestWriteThenRead(t *testing.T) {
+	ws, root, _ := newWorkspace(t)
+	content := "hello <world> & ünïcode\n"
+
+	out, err := run(t, ws, WriteFileTool, "w1", map[string]any{"path": "notes/today/a.txt", "content": content})
+	require.NoError(t, err)
+	w := decode[writeOutput](t, out)
+	assert.Equal(t, writeOutput{Path: "notes/today/a.txt", BytesWritten: len(content)}, w)
+
+	out, err = run(t, ws, ReadFileTool, "r1", map[string]any{"path": "notes/today/a.txt"})
+	require.NoError(t, err)
+	assert.NotContains(t, string(out), `\u003c`, "output is not HTML-escaped")
+	r := decode[readOutput](t, out)
+	assert.Equal(t, readOutput{Path: "notes/today/a.txt", Content: content, Size: int64(len(content))}, r)
+
+	// Overwrite replaces atomically and leaves no temporary file behind.
+	_, err = run(t, ws, WriteFileTool, "w2", map[string]any{"path": "notes/today/a.txt", "content": "short"})
+	require.NoError(t, err)
+	b, err := os.ReadFile(filepath.Join(root, "notes", "today", "a.txt"))
+	require.NoError(t, err)
+	assert.Equal(t, "short", string(b))
+	entries, err := os.ReadDir(filepath.Join(root, "notes", "today"))
+	require.NoError(t, err)
+	assert.Len(t, entries, 1)
+}
+
+func TestReadFile(t *testing.T) {
+	ws, root, outside := newWorkspace(t)
+	require.NoError(t, os.WriteFile(filepath.Join(root, "big.txt"), []byte(strings.Repeat("é", 10)), 0o644)) // 20 bytes
+	require.NoError(t, os.WriteFile(filepath.Join(root, "bin"), []byte{0xff, 0x00, 0xfe}, 0o644))
+	require.NoError(t, os.Mkdir(filepath.Join(root, "dir"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(outside, "secret"), []byte("s"), 0o644))
+	require.NoError(t, os.Symlink(filepath.Join(outside, "secret"), filepath.Join(root, "secret-link")))
+
+	t.Run("truncated on a rune boundary", func(t *testing.T) {
+		out, err := run(t, ws, ReadFileTool, "r", map[string]any{"path": "big.txt", "max_bytes": 5})
+		require.NoError(t, err)
+		r := decode[readOutput](t, out)
+		assert.True(t, r.Truncated)
+		assert.Equal(t, "éé", r.Content) // 5 bytes cut to 4: no half rune
+		assert.Equal(t, int64(20), r.Size)
+	})
+	t.Run("binary as base64", func(t *testing.T) {
+		out, err := run(t, ws, ReadFileTool, "r", map[string]any{"path": "bin"})
+		require.NoError(t, err)
+		r := decode[readOutput](t, out)
+		assert.Equal(t, "base64", r.Encoding)
+		assert.Equal(t, "/wD+", r.Content)
+	})
+
+	errs := []struct {
+		name string
+		args map[string]any
+		want string
+	}{
+		{name: "directory", args: map[string]any{"path": "dir"}, want: "is a directory"},
+		{name: "missing", args: map[string]any{"path": "nope.txt"}, want: "no such file"},
+		{name: "outside", args: map[string]any{"path": "../outside/secret"}, want: "outside the workspace"},
+		{name: "symlink outside", args: map[string]any{"path": "secret-link"}, want: "outside the workspace"},
+		{name: "max_bytes too big", args: map[string]any{"path": "big.txt", "max_bytes": MaxReadBytes + 1}, want: "max_bytes"},
+		{name: "unknown field", args: map[string]any{"path": "big.txt", "x": 1}, want: "unknown field"},
+	}
+	for _, tc := range errs {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := run(t, ws, ReadFileTool, "r", tc.args)
+			require.ErrorContains(t, err, tc.want)
+			requirePermanent(t, err)
+			assert.NotContains(t, err.Error(), root, "errors do not show host paths")
+		})
+	}
+}
+
+func TestListDir(t *testing.T) {
+	ws, root, outside := newWorkspace(t)
+	require.NoError(t, os.WriteFile(filepath.Join(root, "b.txt"), []byte("12345"), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(root, "a.txt"), []byte("1"), 0o644))
+	require.NoError(t, os.Mkdir(filepath.Join(root, "c"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(root, "c", "inner"), nil, 0o644))
+	require.NoError(t, os.Symlink("a.txt", filepath.Join(root, "0link")))
+
+	out, err := run(t, ws, ListDirTool, "l", map[string]any{})
+	require.NoError(t, err)
+	l := decode[listOutput](t, out)
+	assert.Equal(t, listOutput{Path: ".", Entries: []listEntry{
+		{Name: "0link", Type: "symlink"},
+		{Name: "a.txt", Type: "file", Size: 1},
+		{Name: "b.txt", Type: "file", Size: 5},
+		{Name: "c", Type: "dir"},
+	}}, l)
+
+	out, err = run(t, ws, ListDirTool, "l", map[string]any{"path": "c"})
+	require.NoError(t, err)
+	assert.Equal(t, listOutput{Path: "c", Entries: []listEntry{{Name: "inner", Type: "file"}}}, decode[listOutput](t, out))
+
+	require.NoError(t, os.Mkdir(filepath.Join(root, "empty"), 0o755))
+	out, err = run(t, ws, ListDirTool, "l", map[string]any{"path": "empty"})
+	require.NoError(t, err)
+	assert.JSONEq(t, `{"path":"empty","entries":[]}`, string(out))
+
+	for _, p := range []string{"..", outside, "a.txt", "missing"} {
+		_, err := run(t, ws, ListDirTool, "l", map[string]any{"path": p})
+		require.Error(t, err, p)
+		requirePermanent(t, err)
+	}
+}
+
+func TestWriteFileAppendIdempotent(t *testing.T) {
+	ws, root, _ := newWorkspace(t)
+	target := filepath.Join(root, "log", "out.txt")
+	appendArgs := map[string]any{"path": "log/out.txt", "content": "line\n", "append": true}
+
+	out, err := run(t, ws, WriteFileTool, "call-1", appendArgs)
+	require.NoError(t, err)
+	assert.Equal(t, writeOutput{Path: "log/out.txt", BytesWritten: 5}, decode[writeOutput](t, out))
+
+	// The same call again (a retry or a replay) does not append twice.
+	out, err = run(t, ws, WriteFileTool, "call-1", appendArgs)
+	require.NoError(t, err)
+	assert.Equal(t, writeOutput{Path: "log/out.txt", BytesWritten: 5, AlreadyApplied: true}, decode[writeOutput](t, out))
+	b, err := os.ReadFile(target)
+	require.NoError(t, err)
+	assert.Equal(t, "line\n", string(b))
+
+	// Another call appends.
+	_, err = run(t, ws, WriteFileTool, "call-2", appendArgs)
+	require.NoError(t, err)
+	b, err = os.ReadFile(target)
+	require.NoError(t, err)
+	assert.Equal(t, "line\nline\n", string(b))
+
+	// The same call ID on another path is another write.
+	_, err = run(t, ws, WriteFileTool, "call-1", map[string]any{"path": "other.txt", "content": "x", "append": true})
+	require.NoError(t, err)
+	b, err = os.ReadFile(filepath.Join(root, "other.txt"))
+	require.NoError(t, err)
+	assert.Equal(t, "x", string(b))
+
+	// An overwrite repeated leaves the same file.
+	for range 2 {
+		_, err = run(t, ws, WriteFileTool, "call-3", map[string]any{"path": "log/out.txt", "content": "fresh"})
+		require.NoError(t, err)
+	}
+	b, err = os.ReadFile(target)
+	require.NoError(t, err)
+	assert.Equal(t, "fresh", string(b))
+}
+
+func TestWriteFileErrors(t *testing.T) {
+	ws, root, outside := newWorkspace(t)
+	require.NoError(t, os.Mkdir(filepath.Join(root, "dir"), 0o755))
+	require.NoError(t, os.Symlink(outside, filepath.Join(root, "escape")))
+	require.NoError(t, os.Symlink(filepath.Join(outside, "new.txt"), filepath.Join(root, "dangling")))
+
+	tests := []struct {
+		name string
+		args map[string]any
+		want string
+	}{
+		{name: "dot dot", args: map[string]any{"path": "../outside/x.txt", "content": "x"}, want: "outside the workspace"},
+		{name: "absolute outside", args: map[string]any{"path": filepath.Join(outside, "x.txt"), "content": "x"}, want: "outside the workspace"},
+		{name: "through symlink", args: map[string]any{"path": "escape/x.txt", "content": "x"}, want: "outside the workspace"},
+		{name: "dangling symlink append", args: map[string]any{"path": "dangling", "content": "x", "append": true}, want: "outside the workspace"},
+		{name: "directory", args: map[string]any{"path": "dir", "content": "x"}, want: "is a directory"},
+		{name: "marker dir", args: map[string]any{"path": MarkerDir + "/abc", "content": "x"}, want: "reserved"},
+		{name: "missing content", args: map[string]any{"path": "a.txt"}, want: "content is required"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := run(t, ws, WriteFileTool, "w", tc.args)
+			require.ErrorContains(t, err, tc.want)
+			requirePermanent(t, err)
+		})
+	}
+	entries, err := os.ReadDir(outside)
+	require.NoError(t, err)
+	assert.Empty(t, entries, "nothing was written outside")
+}
+
+func TestShell(t *testing.T) {
+	ws, root, _ := newWorkspace(t)
+	require.NoError(t, os.WriteFile(filepath.Join(root, "here.txt"), nil, 0o644))
+
+	tests := []struct {
+		name string
+		args map[string]any
+		want shellOutput
+	}{
+		{
+			name: "echo",
+			args: map[string]any{"command": "echo hello"},
+			want: shellOutput{Stdout: "hello\n"},
+		},
+		{
+			name: "runs in the workspace root",
+			args: map[string]any{"command": "ls; echo \"$HOME\" | grep -c ws"},
+			want: shellOutput{Stdout: "here.txt\n1\n"},
+		},
+		{
+			name: "non-zero exit is output",
+			args: map[string]any{"command": "echo oops >&2; exit 3"},
+			want: shellOutput{ExitCode: 3, Stderr: "oops\n"},
+		},
+		{
+			name: "timeout kills the group",
+			args: map[string]any{"command": "echo started; sleep 60; echo never", "timeout_seconds": 1},
+			want: shellOutput{ExitCode: 128 + 9, Stdout: "started\n", TimedOut: true},
+		},
+		{
+			name: "background leftovers do not hold the call",
+			args: map[string]any{"command": "sleep 60 & echo started"},
+			want: shellOutput{Stdout: "started\n"},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			// The test deadline is below the commands' sleeps: a call that
+			// waited for them would fail here instead of passing.
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			out, err := runCtx(t, ctx, ws, ShellTool, "sh", tc.args)
+			require.NoError(t, err)
+			assert.Equal(t, tc.want, decode[shellOutput](t, out))
+		})
+	}
+}
+
+func TestShellKillsLeftovers(t *testing.T) {
+	ws, root, _ := newWorkspace(t)
+	out, err := run(t, ws, ShellTool, "sh", map[string]any{"command": "sleep 60 & echo $! > bg.pid"})
+	require.NoError(t, err)
+	assert.Equal(t, shellOutput{}, decode[shellOutput](t, out))
+	b, err := os.ReadFile(filepath.Join(root, "bg.pid"))
+	require.NoError(t, err)
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		if err != nil {
+			return true // gone and reaped
+		}
+		// After ") " comes the state; Z is dead but not yet reaped.
+		_, rest, _ := strings.Cut(string(stat), ") ")
+		return strings.HasPrefix(rest, "Z")
+	}, 5*time.Second, 10*time.Millisecond, "background process %d still runs", pid)
+}
+
+func TestShellEscapedProcessDoesNotHoldTheCall(t *testing.T) {
+	if _, err := exec.LookPath("setsid"); err != nil {
+		t.Skip("setsid not installed")
+	}
+	ws, root, _ := newWorkspace(t)
+	// The child leaves the process group (setsid), so the group kill misses
+	// it, and keeps stdout open; the call gives up on the pipe after
+	// drainGrace. The shell waits until the child has left the group.
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	cmd := `setsid sh -c 'echo $$ > esc.pid; exec sleep 10' & while [ ! -s esc.pid ]; do :; done; echo started`
+	out, err := runCtx(t, ctx, ws, ShellTool, "sh", map[string]any{"command": cmd})
+	b, rerr := os.ReadFile(filepath.Join(root, "esc.pid"))
+	if pid, perr := strconv.Atoi(strings.TrimSpace(string(b))); rerr == nil && perr == nil {
+		t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) })
+	}
+	require.NoError(t, err)
+	assert.Equal(t, shellOutput{Stdout: "started\n"}, decode[shellOutput](t, out))
+}
+
+func TestShellOutputCap(t *testing.T) {
+	ws, _, _ := newWorkspace(t)
+	out, err := run(t, ws, ShellTool, "sh", map[string]any{"command": "yes abc | head -c 200000; yes err | head -c 10 >&2"})
+	require.NoError(t, err)
+	s := decode[shellOutput](t, out)
+	assert.True(t, s.Truncated)
+	assert.Len(t, s.Stdout, MaxShellOutput)
+	assert.Equal(t, "err\nerr\ner", s.Stderr)
+	assert.Equal(t, 0, s.ExitCode)
+}
+
+func TestShellCancel(t *testing.T) {
+	ws, _, _ := newWorkspace(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		time.Sleep(200 * time.Millisecond)
+		cancel()
+	}()
+	_, err := runCtx(t, ctx, ws, ShellTool, "sh", map[string]any{"command": "sleep 60"})
+	require.ErrorIs(t, err, context.Canceled)
+}
+
+func TestShellErrors(t *testing.T) {
+	ws, _, _ := newWorkspace(t)
+	for _, args := range []map[string]any{
+		{"command": "true", "timeout_seconds": 601},
+		{"command": ""},
+		{"command": "true", "cwd": "/"},
+	} {
+		_, err := run(t, ws, ShellTool, "sh", args)
+		require.Error(t, err, args)
+		requirePermanent(t, err)
+	}
+	_, err := run(t, Workspace{Root: "/does/not/exist"}, ShellTool, "sh", map[string]any{"command": "true"})
+	require.Error(t, err)
+}
+
+func TestSchemas(t *testing.T) {
+	ws, _, _ := newWorkspace(t)
+	reg := tool.NewRegistry()
+	for _, tl := range Tools(ws) {
+		require.NoError(t, reg.Register(tl), tl.Name)
+		assert.NotEmpty(t, tl.Description, tl.Name)
+	}
+	assert.Equal(t, []string{EchoTool, ListDirTool, ReadFileTool, ShellTool, WriteFileTool}, reg.Names())
+	for _, name := range []string{WriteFileTool, ShellTool} {
+		tl, _ := reg.Lookup(name)
+		assert.Equal(t, int32(1), tl.Options.Retry.MaxAttempts, "%s has side effects: no retry", name)
+	}
+	sh, _ := reg.Lookup(ShellTool)
+	assert.Greater(t, sh.Options.Timeout, MaxShellTimeout, "the command timeout fires before the attempt's")
+
+	tests := []struct {
+		tool  string
+		args  string
+		field string // empty: valid
+	}{
+		{tool: EchoTool, args: `{"anything":[1,2]}`},
+		{tool: EchoTool, args: `[1]`, field: "/"},
+		{tool: ReadFileTool, args: `{"path":"a.txt"}`},
+		{tool: ReadFileTool, args: `{"path":"a.txt","max_bytes":10}`},
+		{tool: ReadFileTool, args: `{}`, field: "path"},
+		{tool: ReadFileTool, args: `{"path":"a.txt","extra":1}`, field: "extra"},
+		{tool: ReadFileTool, args: `{"path":"a.txt","max_bytes":0}`, field: "max_bytes"},
+		{tool: ReadFileTool, args: `{"path":""}`, field: "path"},
+		{tool: ListDirTool, args: `{}`},
+		{tool: ListDirTool, args: `{"path":"sub"}`},
+		{tool: ListDirTool, args: `{"recursive":true}`, field: "recursive"},
+		{tool: WriteFileTool, args: `{"path":"a.txt","content":""}`},
+		{tool: WriteFileTool, args: `{"path":"a.txt","content":"x","append":true}`},
+		{tool: WriteFileTool, args: `{"content":"x"}`, field: "path"},
+		{tool: WriteFileTool, args: `{"path":"a.txt"}`, field: "content"},
+		{tool: WriteFileTool, args: `{"path":"a.txt","content":"x","mode":"0777"}`, field: "mode"},
+		{tool: WriteFileTool, args: `{"path":"a.txt","content":"x","append":"yes"}`, field: "append"},
+		{tool: ShellTool, args: `{"command":"ls"}`},
+		{tool: ShellTool, args: `{"command":"ls","timeout_seconds":600}`},
+		{tool: ShellTool, args: `{}`, field: "command"},
+		{tool: ShellTool, args: `{"command":"ls","timeout_seconds":601}`, field: "timeout_seconds"},
+		{tool: ShellTool, args: `{"command":"ls","env":{}}`, field: "env"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.tool+" "+tc.args, func(t *testing.T) {
+			err := reg.Validate(tc.tool, json.RawMessage(tc.args))
+			if tc.field == "" {
+				require.NoError(t, err)
+				return
+			}
+			var ae *tool.ArgumentError
+			require.ErrorAs(t, err, &ae)
+			assert.Contains(t, ae.Problem, tc.field)
+		})
+	}
+}
+
+func TestDefaultPolicy(t *testing.T) {
+	ws, root, outside := newWorkspace(t)
+	require.NoError(t, os.Symlink(outside, filepath.Join(root, "escape")))
+	p := DefaultPolicy(ws)
+	assert.Equal(t, "builtin-default/1", policy.VersionOf(p))
+
+	tests := []struct {
+		name     string
+		tool     string
+		args     string
+		rule     string   // empty: approved without asking
+		contains []string // in the ApprovalRequest message
+		denied   bool
+	}{
+		{name: "echo", tool: EchoTool, args: `{"x":1}`},
+		{name: "read_file", tool: ReadFileTool, args: `{"path":"a.txt"}`},
+		{name: "list_dir", tool: ListDirTool, args: `{}`},
+		{name: "write_file asks", tool: WriteFileTool, args: `{"path":"notes/a.txt","content":"hello"}`,
+			rule: RuleWriteFile, contains: []string{`"notes/a.txt"`, "5 bytes"}},
+		{name: "write_file append asks", tool: WriteFileTool, args: `{"path":"a.txt","content":"hi","append":true}`,
+			rule: RuleWriteFile, contains: []string{`"a.txt"`, "2 bytes", "Append"}},
+		{name: "write_file dot dot", tool: WriteFileTool, args: `{"path":"../x","content":"x"}`, rule: RuleWriteFile, denied: true},
+		{name: "write_file absolute outside", tool: WriteFileTool, args: `{"path":"/etc/passwd","content":"x"}`, rule: RuleWriteFile, denied: true},
+		{name: "write_file symlink escape", tool: WriteFileTool, args: `{"path":"escape/x","content":"x"}`, rule: RuleWriteFile, denied: true},
+		{name: "shell asks", tool: ShellTool, args: `{"command":"rm -rf build"}`,
+			rule: RuleShell, contains: []string{`"rm -rf build"`}},
+		{name: "unknown tool asks", tool: "deploy", args: `{}`,
+			rule: RuleUnknownTool, contains: []string{`"deploy"`, "No rule matched"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			call := policy.Call{ID: "c1", Session: "s1", Tool: tc.tool, Args: json.RawMessage(tc.args)}
+			req, err := p.EvaluateApproval(context.Background(), call)
+			switch {
+			case tc.denied:
+				deny, ok := policy.AsDeny(err)
+				require.True(t, ok, "want a denial, got %v", err)
+				assert.Nil(t, req)
+				assert.Contains(t, deny.Reason, "outside the workspace")
+				assert.Equal(t, tc.rule, deny.Rule)
+			case tc.rule == "":
+				require.NoError(t, err)
+				assert.Nil(t, req)
+			default:
+				require.NoError(t, err)
+				require.NotNil(t, req)
+				assert.Equal(t, tc.rule, req.Rule)
+				for _, s := range tc.contains {
+					assert.Contains(t, req.Message, s)
+				}
+			}
+		})
+	}
+
+	require.NoError(t, p.BeforeCall(context.Background(), policy.Call{Tool: ShellTool}))
+	require.NoError(t, p.AfterCall(context.Background(), policy.Call{Tool: ShellTool}, json.RawMessage(`{}`)))
+	_, err := p.EvaluateApproval(context.Background(), policy.Call{Tool: WriteFileTool, Args: json.RawMessage(`[`)})
+	_, denied := policy.AsDeny(err)
+	assert.True(t, denied, "malformed arguments are refused, got %v", err)
+}

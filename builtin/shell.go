@@ -1,0 +1,208 @@
+package builtin
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/toolgate/toolgate/tool"
+)
+
+// Limits of the shell tool.
+const (
+	// DefaultShellTimeout applies when timeout_seconds is not given.
+	DefaultShellTimeout = 30 * time.Second
+	// MaxShellTimeout is the largest timeout_seconds accepted.
+	MaxShellTimeout = 600 * time.Second
+	// MaxShellOutput caps stdout and stderr, each; the rest is dropped and
+	// the output says "truncated".
+	MaxShellOutput = 64 << 10
+)
+
+// drainGrace is how long the shell tool waits, once the command's process
+// group is gone, for output pipes still held by processes that left the
+// group (setsid, daemons) before giving up on them.
+const drainGrace = 2 * time.Second
+
+// shellOutput is the shell tool's result.
+type shellOutput struct {
+	// ExitCode is the command's exit status, or 128+signal when it was
+	// killed by a signal (as shells report it).
+	ExitCode  int    `json:"exit_code"`
+	Stdout    string `json:"stdout"`
+	Stderr    string `json:"stderr"`
+	Truncated bool   `json:"truncated"`
+	TimedOut  bool   `json:"timed_out"`
+}
+
+// runShell runs the command with /bin/sh -c in the workspace root, in a
+// process group of its own. On timeout or cancellation the whole group is
+// killed; when the shell exits, whatever it left running in the group is
+// killed too, so no call leaves processes behind. The environment is
+// minimal (PATH, HOME=workspace root, PWD): the worker's own variables,
+// which may hold credentials, are not passed on.
+func (w Workspace) runShell(ctx context.Context, in tool.Input) (json.RawMessage, error) {
+	var args struct {
+		Command        string `json:"command"`
+		TimeoutSeconds *int   `json:"timeout_seconds"`
+	}
+	if err := decodeArgs(in.Args, &args); err != nil {
+		return nil, err
+	}
+	if args.Command == "" {
+		return nil, tool.Permanent(errors.New("decode arguments: command is required"))
+	}
+	timeout := DefaultShellTimeout
+	if args.TimeoutSeconds != nil {
+		t := time.Duration(*args.TimeoutSeconds) * time.Second
+		if t < time.Second || t > MaxShellTimeout {
+			return nil, tool.Permanent(fmt.Errorf("timeout_seconds %d is not between 1 and %d", *args.TimeoutSeconds, int(MaxShellTimeout/time.Second)))
+		}
+		timeout = t
+	}
+	root, err := w.root()
+	if err != nil {
+		return nil, tool.Permanent(err)
+	}
+
+	stdoutR, stdoutW, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("shell: create pipe: %w", err)
+	}
+	stderrR, stderrW, err := os.Pipe()
+	if err != nil {
+		stdoutR.Close()
+		stdoutW.Close()
+		return nil, fmt.Errorf("shell: create pipe: %w", err)
+	}
+	closeAll := func(files ...*os.File) {
+		for _, f := range files {
+			_ = f.Close() // a second close only reports os.ErrClosed
+		}
+	}
+	defer closeAll(stdoutR, stderrR)
+
+	// Our own pipes, not cmd.Stdout = writer: Wait then returns when the
+	// shell exits, instead of waiting for every process holding the pipe.
+	cmd := exec.Command("/bin/sh", "-c", args.Command)
+	cmd.Dir = root
+	cmd.Env = shellEnv(root)
+	cmd.Stdout, cmd.Stderr = stdoutW, stderrW
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	err = cmd.Start()
+	closeAll(stdoutW, stderrW) // the child has its copies
+	if err != nil {
+		return nil, fmt.Errorf("shell: start: %w", err)
+	}
+	pgid := cmd.Process.Pid
+	killGroup := func() { _ = syscall.Kill(-pgid, syscall.SIGKILL) }
+
+	var stdout, stderr cappedBuffer
+	var readers sync.WaitGroup
+	readers.Go(func() { _, _ = io.Copy(&stdout, stdoutR) })
+	readers.Go(func() { _, _ = io.Copy(&stderr, stderrR) })
+
+	tctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	var killed atomic.Bool
+	exited := make(chan struct{})
+	watcherDone := make(chan struct{})
+	go func() {
+		defer close(watcherDone)
+		select {
+		case <-tctx.Done():
+			// The shell is not reaped yet, so its pid still names the group.
+			killed.Store(true)
+			killGroup()
+		case <-exited:
+		}
+	}()
+	waitErr := cmd.Wait()
+	close(exited)
+	<-watcherDone
+	// Kill what the command left running in its group. Leftovers keep the
+	// group's id in use, so it cannot name another group here.
+	killGroup()
+
+	drained := make(chan struct{})
+	go func() {
+		readers.Wait()
+		close(drained)
+	}()
+	select {
+	case <-drained:
+	case <-time.After(drainGrace):
+		closeAll(stdoutR, stderrR) // unblocks the readers
+		<-drained
+	}
+
+	if killed.Load() && ctx.Err() != nil {
+		return nil, fmt.Errorf("shell: %w", context.Cause(ctx))
+	}
+	var exitErr *exec.ExitError
+	if waitErr != nil && !errors.As(waitErr, &exitErr) {
+		return nil, fmt.Errorf("shell: wait: %w", waitErr)
+	}
+	out := shellOutput{
+		ExitCode:  exitCode(cmd.ProcessState),
+		Stdout:    stdout.String(),
+		Stderr:    stderr.String(),
+		Truncated: stdout.truncated || stderr.truncated,
+		TimedOut:  killed.Load(),
+	}
+	return marshal(out)
+}
+
+// exitCode reports a process's exit status the way shells do: 128+signal
+// for a process killed by a signal.
+func exitCode(ps *os.ProcessState) int {
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return 128 + int(ws.Signal())
+	}
+	return ps.ExitCode()
+}
+
+// shellEnv is the environment of shell commands.
+func shellEnv(root string) []string {
+	path := os.Getenv("PATH")
+	if path == "" {
+		path = "/usr/local/bin:/usr/bin:/bin"
+	}
+	return []string{"PATH=" + path, "HOME=" + root, "PWD=" + root}
+}
+
+// cappedBuffer keeps the first MaxShellOutput bytes written to it and
+// drops the rest, still accepting them so the writer never blocks.
+type cappedBuffer struct {
+	buf       []byte
+	truncated bool
+}
+
+func (b *cappedBuffer) Write(p []byte) (int, error) {
+	room := MaxShellOutput - len(b.buf)
+	if len(p) > room {
+		b.buf = append(b.buf, p[:room]...)
+		b.truncated = true
+	} else {
+		b.buf = append(b.buf, p...)
+	}
+	return len(p), nil
+}
+
+// String returns the kept output; a UTF-8 sequence cut by the cap is
+// dropped, other invalid bytes become U+FFFD when encoded.
+func (b *cappedBuffer) String() string {
+	s := b.buf
+	if b.truncated {
+		s = trimPartialRune(s)
+	}
+	return string(s)
+}

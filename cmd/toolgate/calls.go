@@ -1,0 +1,257 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	tgclient "github.com/toolgate/toolgate/client"
+	"github.com/toolgate/toolgate/workflows"
+)
+
+// client connects and wraps the Temporal client in toolgate's.
+func (a *app) client() (*tgclient.Client, func(), error) {
+	tc, err := a.conn.dial(a.logger)
+	if err != nil {
+		return nil, nil, err
+	}
+	return tgclient.New(tc, a.conn.taskQueue), tc.Close, nil
+}
+
+func (a *app) callCommand() *cobra.Command {
+	var (
+		session, callID, requester string
+		wait                       time.Duration
+		asJSON                     bool
+	)
+	cmd := &cobra.Command{
+		Use:   "call --session S [--id CALL_ID] [--wait DUR] [--json] TOOL [ARGS_JSON]",
+		Short: "Ask toolgate to run a tool, and wait for the outcome",
+		Long: `Submit a tool call and wait until it is decided and run (or for --wait).
+Exit status: 0 the tool ran and succeeded; 3 denied (by policy, a person, a
+sticky decision or a timeout); 4 the tool or a hook failed; 5 still waiting
+when --wait ran out (the call goes on; see 'toolgate status'); 2 bad usage or
+arguments; 1 anything else.`,
+		Args: rangeArgs(1, "TOOL", "[ARGS_JSON]"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			req := tgclient.CallRequest{CallID: callID, Session: session, Tool: args[0], Requester: requester}
+			if len(args) == 2 {
+				req.Args = json.RawMessage(args[1])
+			}
+			if err := req.Validate(); err != nil {
+				return usageError("%v", err)
+			}
+			c, closeFn, err := a.client()
+			if err != nil {
+				return err
+			}
+			defer closeFn()
+			id, err := c.Submit(cmd.Context(), req)
+			var inputErr *tgclient.InputError
+			if errors.As(err, &inputErr) {
+				return usageError("%v", err)
+			}
+			if err != nil {
+				return err
+			}
+			return a.awaitOutcome(cmd.Context(), c, id, wait, true, asJSON)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&session, "session", "", "the agent session the call belongs to (required)")
+	f.StringVar(&callID, "id", "", "call ID, for idempotency: the same ID is the same call (default: generated)")
+	f.StringVar(&requester, "requester", "cli-agent", "who asks; a requester can never decide its own call")
+	f.DurationVar(&wait, "wait", 0, "how long to wait for the outcome; 0 waits until the call is decided and run")
+	f.BoolVar(&asJSON, "json", false, "print the outcome as JSON")
+	_ = cmd.MarkFlagRequired("session")
+	a.conn.addFlags(cmd)
+	return cmd
+}
+
+func (a *app) statusCommand() *cobra.Command {
+	var (
+		wait   time.Duration
+		asJSON bool
+	)
+	cmd := &cobra.Command{
+		Use:   "status CALL_ID [--wait DUR] [--json]",
+		Short: "Show a call's outcome, or that it still waits",
+		Long:  "Show a call's outcome with the same exit status as 'toolgate call' (5: still waiting).",
+		Args:  exactArgs("CALL_ID"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, closeFn, err := a.client()
+			if err != nil {
+				return err
+			}
+			defer closeFn()
+			return a.awaitOutcome(cmd.Context(), c, args[0], wait, wait > 0, asJSON)
+		},
+	}
+	cmd.Flags().DurationVar(&wait, "wait", 0, "wait up to this long for the outcome (default: do not wait)")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the outcome as JSON")
+	a.conn.addFlags(cmd)
+	return cmd
+}
+
+// awaitOutcome prints the call's Result (waiting up to wait, or without
+// bound when wait is 0 and block is set) or its waiting state, and turns
+// it into the exit status.
+func (a *app) awaitOutcome(ctx context.Context, c *tgclient.Client, callID string, wait time.Duration, block, asJSON bool) error {
+	if block {
+		wctx, cancel := ctx, context.CancelFunc(func() {})
+		if wait > 0 {
+			wctx, cancel = context.WithTimeout(ctx, wait)
+		}
+		r, err := c.Wait(wctx, callID)
+		cancel()
+		if err == nil {
+			return a.printResult(r, asJSON)
+		}
+		if !errors.Is(err, context.DeadlineExceeded) {
+			return a.callError(err)
+		}
+	}
+	st, err := c.Status(ctx, callID)
+	if err != nil {
+		return a.callError(err)
+	}
+	if st.Result != nil {
+		return a.printResult(*st.Result, asJSON)
+	}
+	a.printWaiting(*st.State, asJSON)
+	return &exitError{code: exitStillWaiting, err: errors.New("")}
+}
+
+func (a *app) callError(err error) error {
+	if errors.Is(err, tgclient.ErrUnknownCall) {
+		return &exitError{code: exitFailure, err: err}
+	}
+	return err
+}
+
+// resultJSON is the --json shape: the Result's fields.
+func (a *app) printResult(r workflows.Result, asJSON bool) error {
+	if asJSON {
+		writeJSON(a.stdout, r)
+	} else {
+		printResultText(a.stdout, r)
+	}
+	switch r.Status {
+	case workflows.StatusOK:
+		return nil
+	case workflows.StatusDenied, workflows.StatusTimedOut:
+		return &exitError{code: exitDenied, err: errors.New("")}
+	default:
+		return &exitError{code: exitToolErr, err: errors.New("")}
+	}
+}
+
+func printResultText(w io.Writer, r workflows.Result) {
+	fmt.Fprintf(w, "call %s  session %s  tool %s\nstatus: %s\n", r.CallID, r.Session, r.Tool, r.Status)
+	if r.DecidedBy != "" {
+		fmt.Fprintf(w, "decision: %s by %s via %s\n", r.Decision, r.DecidedBy, r.Channel)
+	}
+	if r.Reason != "" {
+		fmt.Fprintf(w, "reason: %s\n", r.Reason)
+	}
+	if r.Note != "" {
+		fmt.Fprintf(w, "note: %s\n", r.Note)
+	}
+	if len(r.Output) > 0 {
+		fmt.Fprintf(w, "output: %s\n", r.Output)
+	}
+}
+
+// waitingJSON is the --json shape of a call that has no Result yet.
+type waitingJSON struct {
+	CallID   string          `json:"call_id"`
+	Session  string          `json:"session"`
+	Tool     string          `json:"tool"`
+	Status   string          `json:"status"`
+	Args     json.RawMessage `json:"args,omitempty"`
+	Message  string          `json:"message,omitempty"`
+	Deadline time.Time       `json:"deadline,omitzero"`
+}
+
+func (a *app) printWaiting(st workflows.CallState, asJSON bool) {
+	w := waitingJSON{CallID: st.Call.ID, Session: st.Call.Session, Tool: st.Call.Tool, Status: string(st.Status), Args: st.Call.Args, Deadline: st.Deadline}
+	if st.Request != nil {
+		w.Message = st.Request.Message
+	}
+	if asJSON {
+		writeJSON(a.stdout, w)
+		return
+	}
+	fmt.Fprintf(a.stdout, "call %s  session %s  tool %s\nstatus: %s\n", w.CallID, w.Session, w.Tool, w.Status)
+	if st.Status == workflows.StatusPending {
+		fmt.Fprintf(a.stdout, "waiting for a person: %s\ndeadline: %s\napprove: toolgate approve %s --by NAME\n",
+			w.Message, w.Deadline.Local().Format(time.RFC1123), w.CallID)
+	}
+}
+
+func (a *app) pendingCommand() *cobra.Command {
+	var (
+		session, toolName string
+		asJSON            bool
+	)
+	cmd := &cobra.Command{
+		Use:   "pending [--session S] [--json]",
+		Short: "List calls waiting for a person",
+		Args:  exactArgs(),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			c, closeFn, err := a.client()
+			if err != nil {
+				return err
+			}
+			defer closeFn()
+			calls, err := c.Pending(cmd.Context(), tgclient.PendingFilter{Session: session, Tool: toolName})
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				if calls == nil {
+					calls = []tgclient.PendingCall{}
+				}
+				writeJSON(a.stdout, calls)
+				return nil
+			}
+			if len(calls) == 0 {
+				fmt.Fprintln(a.stdout, "no calls are waiting")
+				return nil
+			}
+			tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "CALL_ID\tSESSION\tTOOL\tAGE\tARGS\tMESSAGE")
+			for _, p := range calls {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", p.CallID, p.Session, p.Tool,
+					time.Since(p.RequestedAt).Round(time.Second), abridge(p.Args, 60), abridge(p.Message, 80))
+			}
+			return tw.Flush()
+		},
+	}
+	cmd.Flags().StringVar(&session, "session", "", "only calls of this session")
+	cmd.Flags().StringVar(&toolName, "tool", "", "only calls of this tool")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print as JSON")
+	a.conn.addFlags(cmd)
+	return cmd
+}
+
+func abridge(s string, n int) string {
+	s = strings.Join(strings.Fields(s), " ")
+	if len([]rune(s)) <= n {
+		return s
+	}
+	return string([]rune(s)[:n-1]) + "…"
+}
+
+func writeJSON(w io.Writer, v any) {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}

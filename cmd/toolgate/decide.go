@@ -1,0 +1,105 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	tgclient "github.com/toolgate/toolgate/client"
+	"github.com/toolgate/toolgate/policy"
+)
+
+func (a *app) approveCommand() *cobra.Command {
+	var (
+		by, editedArgs, comment string
+		forSession              bool
+	)
+	cmd := &cobra.Command{
+		Use:   "approve CALL_ID --by NAME [--for-session] [--args EDITED_JSON]",
+		Short: "Approve a waiting call",
+		Long: `Approve a call that waits for a person. --for-session also approves every
+later call of the same tool in the session (and the calls of that tool
+waiting now). --args runs the call with arguments you fixed; the policy
+checks them again. Exit status 0 when the decision was taken; 1 with the
+reason when it was refused (unknown call, already decided, timed out).`,
+		Args: exactArgs("CALL_ID"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			d := policy.Decision{Kind: policy.Approved, DecidedBy: by, Channel: "cli", Comment: comment}
+			switch {
+			case forSession && editedArgs != "":
+				return usageError("--for-session and --args cannot be combined: edited arguments approve one call")
+			case forSession:
+				d.Kind = policy.ApprovedForSession
+			case editedArgs != "":
+				if !json.Valid([]byte(editedArgs)) {
+					return usageError("--args is not valid JSON")
+				}
+				d.Kind, d.EditedArgs = policy.ApprovedWithEdits, json.RawMessage(editedArgs)
+			}
+			return a.decide(cmd, args[0], d)
+		},
+	}
+	cmd.Flags().StringVar(&by, "by", "", "who approves (required; recorded with the decision)")
+	cmd.Flags().BoolVar(&forSession, "for-session", false, "approve this tool for the rest of the session")
+	cmd.Flags().StringVar(&editedArgs, "args", "", "run the call with these arguments instead (JSON object)")
+	cmd.Flags().StringVar(&comment, "comment", "", "a note for the audit trail")
+	_ = cmd.MarkFlagRequired("by")
+	a.conn.addFlags(cmd)
+	return cmd
+}
+
+func (a *app) denyCommand() *cobra.Command {
+	var (
+		by, reason, comment string
+		always              bool
+	)
+	cmd := &cobra.Command{
+		Use:   "deny CALL_ID --by NAME [--reason TEXT] [--always]",
+		Short: "Deny a waiting call",
+		Long: `Deny a call that waits for a person. --reason goes back to the model as the
+call's result. --always also denies every later call of the same tool in
+the session (and the calls of that tool waiting now).`,
+		Args: exactArgs("CALL_ID"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			d := policy.Decision{Kind: policy.Denied, DecidedBy: by, Channel: "cli", Reason: reason, Comment: comment}
+			switch {
+			case always:
+				d.Kind = policy.DeniedAlways
+			case reason != "":
+				d.Kind = policy.DeniedWithReason
+			}
+			return a.decide(cmd, args[0], d)
+		},
+	}
+	cmd.Flags().StringVar(&by, "by", "", "who denies (required; recorded with the decision)")
+	cmd.Flags().StringVar(&reason, "reason", "", "why; the model reads it")
+	cmd.Flags().BoolVar(&always, "always", false, "deny this tool for the rest of the session")
+	cmd.Flags().StringVar(&comment, "comment", "", "a note for the audit trail")
+	_ = cmd.MarkFlagRequired("by")
+	a.conn.addFlags(cmd)
+	return cmd
+}
+
+func (a *app) decide(cmd *cobra.Command, callID string, d policy.Decision) error {
+	if d.DecidedBy == "" {
+		return usageError("--by must name who decides")
+	}
+	c, closeFn, err := a.client()
+	if err != nil {
+		return err
+	}
+	defer closeFn()
+	applied, err := c.Decide(cmd.Context(), callID, d)
+	var refused *tgclient.RefusedError
+	var decided *tgclient.AlreadyDecidedError
+	switch {
+	case errors.As(err, &decided), errors.As(err, &refused), errors.Is(err, tgclient.ErrUnknownCall):
+		return &exitError{code: exitFailure, err: fmt.Errorf("refused: %w", err)}
+	case err != nil:
+		return err
+	}
+	fmt.Fprintf(a.stdout, "call %s: %s by %s\n", callID, applied.Kind, applied.DecidedBy)
+	return nil
+}

@@ -1,0 +1,100 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/spf13/cobra"
+
+	tgclient "github.com/toolgate/toolgate/client"
+)
+
+func (a *app) sessionCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "session",
+		Short: "Show a session's sticky decisions, revoke one, or end the session",
+	}
+	var asJSON bool
+	show := &cobra.Command{
+		Use:   "show SESSION [--json]",
+		Short: "Show sticky decisions and calls waiting in a session",
+		Args:  exactArgs("SESSION"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, closeFn, err := a.client()
+			if err != nil {
+				return err
+			}
+			defer closeFn()
+			view, err := c.Session(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				writeJSON(a.stdout, view)
+				return nil
+			}
+			fmt.Fprintf(a.stdout, "session %s\n", view.Session)
+			if len(view.Sticky) == 0 {
+				fmt.Fprintln(a.stdout, "sticky decisions: none")
+			}
+			for _, s := range view.Sticky {
+				fmt.Fprintf(a.stdout, "sticky: %s  %s by %s via %s (call %s)\n", s.Key, s.Decision.Kind, s.Decision.DecidedBy, s.Decision.Channel, s.FromCall)
+			}
+			for _, w := range view.Waiting {
+				fmt.Fprintf(a.stdout, "waiting: %s  %s\n", w.CallID, w.Tool)
+			}
+			return nil
+		},
+	}
+	show.Flags().BoolVar(&asJSON, "json", false, "print as JSON")
+	revoke := &cobra.Command{
+		Use:   "revoke SESSION TOOL",
+		Short: "Forget a sticky decision: the tool asks again",
+		Args:  exactArgs("SESSION", "TOOL"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, closeFn, err := a.client()
+			if err != nil {
+				return err
+			}
+			defer closeFn()
+			if err := c.Revoke(cmd.Context(), args[0], args[1]); err != nil {
+				return sessionError(err)
+			}
+			fmt.Fprintf(a.stdout, "session %s: sticky decision for %s revoked\n", args[0], args[1])
+			return nil
+		},
+	}
+	var by string
+	end := &cobra.Command{
+		Use:   "end SESSION",
+		Short: "End a session: deny its waiting calls and forget its sticky decisions",
+		Args:  exactArgs("SESSION"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, closeFn, err := a.client()
+			if err != nil {
+				return err
+			}
+			defer closeFn()
+			denied, err := c.EndSession(cmd.Context(), args[0], by)
+			if err != nil {
+				return sessionError(err)
+			}
+			fmt.Fprintf(a.stdout, "session %s ended; %d waiting calls denied\n", args[0], denied)
+			return nil
+		},
+	}
+	end.Flags().StringVar(&by, "by", "cli", "who ends the session (recorded)")
+	for _, sub := range []*cobra.Command{show, revoke, end} {
+		a.conn.addFlags(sub)
+		cmd.AddCommand(sub)
+	}
+	return cmd
+}
+
+func sessionError(err error) error {
+	var refused *tgclient.RefusedError
+	if errors.As(err, &refused) {
+		return &exitError{code: exitFailure, err: fmt.Errorf("refused: %w", err)}
+	}
+	return err
+}

@@ -1,0 +1,196 @@
+package devserver
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"time"
+
+	"go.temporal.io/server/common/cluster"
+	"go.temporal.io/server/common/config"
+	"go.temporal.io/server/common/dynamicconfig"
+	"go.temporal.io/server/common/membership/static"
+	sqliteplugin "go.temporal.io/server/common/persistence/sql/sqlplugin/sqlite"
+	"go.temporal.io/server/common/primitives"
+	"go.temporal.io/server/schema/sqlite"
+)
+
+const (
+	// host is where every service listens: the dev server is local only.
+	host = "127.0.0.1"
+	// clusterName names the single, non-global cluster.
+	clusterName = "active"
+)
+
+// ports are the gRPC ports of the four services. With static hosts there
+// is no ringpop, so no membership ports are needed.
+type ports struct {
+	frontend, history, matching, worker int
+}
+
+func (p ports) frontendAddr() string { return hostPort(p.frontend) }
+
+func hostPort(port int) string { return net.JoinHostPort(host, strconv.Itoa(port)) }
+
+// pickPorts uses frontend if non-zero and free ports for everything else.
+// A port is only reserved until it is closed here, so another process can
+// race for it; on a developer machine that is rare and Start then fails
+// loudly rather than misbehaving.
+func pickPorts(frontend int) (ports, error) {
+	var p ports
+	targets := []*int{&p.history, &p.matching, &p.worker}
+	if frontend != 0 {
+		p.frontend = frontend
+	} else {
+		targets = append(targets, &p.frontend)
+	}
+	for _, t := range targets {
+		port, err := freePort()
+		if err != nil {
+			return p, err
+		}
+		*t = port
+	}
+	return p, nil
+}
+
+// freePort asks the kernel for an unused port on host.
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	if err != nil {
+		return 0, fmt.Errorf("devserver: find a free port: %w", err)
+	}
+	defer func() { _ = l.Close() }()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// staticHosts tells each service where the others are, replacing ringpop:
+// every service runs once, in this process.
+func staticHosts(p ports) map[primitives.ServiceName]static.Hosts {
+	return map[primitives.ServiceName]static.Hosts{
+		primitives.FrontendService: static.SingleLocalHost(hostPort(p.frontend)),
+		primitives.HistoryService:  static.SingleLocalHost(hostPort(p.history)),
+		primitives.MatchingService: static.SingleLocalHost(hostPort(p.matching)),
+		primitives.WorkerService:   static.SingleLocalHost(hostPort(p.worker)),
+	}
+}
+
+// sqlConfig points the SQLite plugin at dbPath.
+//
+// Keys that are not SQLite URI parameters become `_pragma=key=value` in the
+// DSN, so pragmas are given WITHOUT a leading underscore (an underscore
+// would make SQLite silently ignore an unknown pragma).
+//
+//   - journal_mode=wal: readers do not block the writer and a commit is one
+//     append to the -wal file: ~2.5× the throughput of the rollback
+//     journal. After a crash the committed state lives partly in the -wal
+//     file, so temporal.db, -wal and -shm must be copied together.
+//   - synchronous=FULL: fsync the WAL on every commit. NORMAL would already
+//     survive kill -9 (the data reached the OS before the commit returned),
+//     but can lose the last commits on power loss or an OS crash. Temporal
+//     acknowledges a start, signal or completion only after its commit, so
+//     a lost commit would be a lost acknowledged event: pay the fsync.
+func sqlConfig(dbPath string) *config.SQL {
+	return &config.SQL{
+		PluginName:   sqliteplugin.PluginName,
+		DatabaseName: dbPath,
+		ConnectAttributes: map[string]string{
+			"mode":         "rwc",
+			"journal_mode": "wal",
+			"synchronous":  "FULL",
+		},
+	}
+}
+
+// buildConfig is the static server config: SQLite for both the default and
+// the visibility store, one history shard (one process needs no more), a
+// single local cluster, archival off, no metrics or pprof listeners.
+func buildConfig(dbPath string, p ports) *config.Config {
+	rpc := func(port int) config.Service {
+		return config.Service{RPC: config.RPC{GRPCPort: port, BindOnIP: host}}
+	}
+	return &config.Config{
+		Persistence: config.Persistence{
+			DefaultStore:     sqliteplugin.PluginName,
+			VisibilityStore:  sqliteplugin.PluginName,
+			NumHistoryShards: 1,
+			DataStores: map[string]config.DataStore{
+				sqliteplugin.PluginName: {SQL: sqlConfig(dbPath)},
+			},
+		},
+		ClusterMetadata: &cluster.Config{
+			FailoverVersionIncrement: 10,
+			MasterClusterName:        clusterName,
+			CurrentClusterName:       clusterName,
+			ClusterInformation: map[string]cluster.ClusterInformation{
+				clusterName: {Enabled: true, InitialFailoverVersion: 1, RPCAddress: p.frontendAddr()},
+			},
+		},
+		DCRedirectionPolicy: config.DCRedirectionPolicy{Policy: "noop"},
+		Services: map[string]config.Service{
+			string(primitives.FrontendService): rpc(p.frontend),
+			string(primitives.HistoryService):  rpc(p.history),
+			string(primitives.MatchingService): rpc(p.matching),
+			string(primitives.WorkerService):   rpc(p.worker),
+		},
+		Archival: config.Archival{
+			History:    config.HistoryArchival{State: "disabled"},
+			Visibility: config.VisibilityArchival{State: "disabled"},
+		},
+		NamespaceDefaults: config.NamespaceDefaults{
+			Archival: config.ArchivalNamespaceDefaults{
+				History:    config.HistoryArchivalNamespaceDefaults{State: "disabled"},
+				Visibility: config.VisibilityArchivalNamespaceDefaults{State: "disabled"},
+			},
+		},
+		// The internal worker service (system workflows) dials the
+		// frontend through this; the server panics without it.
+		PublicClient: config.PublicClient{HostPort: p.frontendAddr()},
+	}
+}
+
+// dynamicConfig holds the settings that differ from the server defaults.
+// Update and signal-with-start need nothing: both are on by default in 1.32.
+func dynamicConfig() dynamicconfig.StaticClient {
+	return dynamicconfig.StaticClient{
+		// The transfer and timer queues poll persistence at 20 RPS per
+		// shard by default, which adds ~50 ms to every task dispatch; at
+		// 1000 a workflow with one activity takes ~20 ms.
+		dynamicconfig.TransferProcessorMaxPollRPS.Key(): 1000,
+		dynamicconfig.TimerProcessorMaxPollRPS.Key():    1000,
+		// About 1 run in 200 missed a long-poll notification and waited the
+		// full 20 s default for its result; 2 s caps that stall.
+		dynamicconfig.HistoryLongPollExpirationInterval.Key(): 2 * time.Second,
+		// Read search attributes (and the namespace's aliases for them)
+		// from the DB, not the cache, so an attribute added at Start is
+		// usable at once instead of after the cache refresh.
+		dynamicconfig.ForceSearchAttributesCacheRefreshOnRead.Key(): true,
+		// Visibility APIs are limited to 10 RPS per namespace by default,
+		// which a UI or a test polling list queries exceeds (as the CLI dev
+		// server does, raise it).
+		dynamicconfig.FrontendMaxNamespaceVisibilityRPSPerInstance.Key(): 100,
+	}
+}
+
+// preparePersistence creates the schema when the DB file is new, and the
+// namespace if it is missing (a no-op when it exists), before the server
+// starts: a SQLite server has no other way to create its schema.
+func preparePersistence(cfg *config.Config, namespace string) error {
+	sqlCfg := cfg.Persistence.DataStores[sqliteplugin.PluginName].SQL
+	if _, err := os.Stat(sqlCfg.DatabaseName); os.IsNotExist(err) {
+		if err := sqlite.SetupSchema(sqlCfg); err != nil {
+			return fmt.Errorf("devserver: set up schema: %w", err)
+		}
+	} else if err != nil {
+		return fmt.Errorf("devserver: stat database: %w", err)
+	}
+	ns, err := sqlite.NewNamespaceConfig(clusterName, namespace, false, nil)
+	if err != nil {
+		return fmt.Errorf("devserver: namespace config: %w", err)
+	}
+	if err := sqlite.CreateNamespaces(sqlCfg, ns); err != nil {
+		return fmt.Errorf("devserver: create namespace: %w", err)
+	}
+	return nil
+}

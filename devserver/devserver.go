@@ -1,0 +1,158 @@
+package devserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/server/common/log"
+	"go.temporal.io/server/temporal"
+	"go.uber.org/zap"
+)
+
+// dbFileName is the SQLite file inside Options.DataDir.
+const dbFileName = "temporal.db"
+
+// defaultStartTimeout bounds Start when the caller's context has no
+// deadline, so a server that never becomes ready fails instead of hanging.
+const defaultStartTimeout = time.Minute
+
+// Options configure Start. Zero values are sane defaults.
+type Options struct {
+	// DataDir is the directory for temporal.db; it is created if missing.
+	// Required.
+	DataDir string
+	// Port is the frontend gRPC port on 127.0.0.1; 0 picks a free port.
+	Port int
+	// Namespace is the namespace ensured on every start; default "default".
+	Namespace string
+	// SearchAttributes are registered (custom, in the namespace) on every
+	// start if absent.
+	SearchAttributes map[string]enumspb.IndexedValueType
+	// Logger receives the server's logs; nil discards them. The server is
+	// noisy: pass a logger at Warn level unless debugging.
+	Logger *zap.Logger
+}
+
+// Server is a running embedded Temporal server. Stop it with Stop.
+type Server struct {
+	srv          temporal.Server
+	frontendAddr string
+	namespace    string
+	logger       *zap.Logger
+
+	stopOnce sync.Once
+	stopErr  error
+}
+
+// Start starts the server, creates the schema if the DB is new, ensures the
+// namespace and the search attributes, and returns when the frontend
+// answers for the namespace.
+func Start(ctx context.Context, o Options) (*Server, error) {
+	o, err := withDefaults(o)
+	if err != nil {
+		return nil, err
+	}
+	if _, hasDeadline := ctx.Deadline(); !hasDeadline {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, defaultStartTimeout)
+		defer cancel()
+	}
+
+	began := time.Now()
+	ports, err := pickPorts(o.Port)
+	if err != nil {
+		return nil, err
+	}
+	cfg := buildConfig(filepath.Join(o.DataDir, dbFileName), ports)
+	if err := preparePersistence(cfg, o.Namespace); err != nil {
+		return nil, err
+	}
+
+	serverLogger := log.NewZapLogger(o.Logger.Named("temporal"))
+	srv, err := temporal.NewServer(
+		temporal.ForServices(temporal.DefaultServices),
+		temporal.WithConfig(cfg),
+		temporal.WithStaticHosts(staticHosts(ports)),
+		temporal.WithDynamicConfigClient(dynamicConfig()),
+		temporal.WithLogger(serverLogger),
+	)
+	if err != nil {
+		return nil, fmt.Errorf("devserver: create server: %w", err)
+	}
+	if err := srv.Start(); err != nil {
+		return nil, fmt.Errorf("devserver: start server: %w", err)
+	}
+
+	s := &Server{srv: srv, frontendAddr: ports.frontendAddr(), namespace: o.Namespace, logger: o.Logger}
+	if err := s.awaitReady(ctx, o.SearchAttributes, log.NewSdkLogger(serverLogger)); err != nil {
+		// Do not leak a half-started server: its ports and goroutines.
+		_ = s.Stop()
+		return nil, err
+	}
+	o.Logger.Debug("devserver started",
+		zap.String("frontend", s.frontendAddr),
+		zap.String("dataDir", o.DataDir),
+		zap.Duration("took", time.Since(began)))
+	return s, nil
+}
+
+// withDefaults validates o and fills in defaults, creating DataDir.
+func withDefaults(o Options) (Options, error) {
+	if o.DataDir == "" {
+		return o, errors.New("devserver: Options.DataDir is required")
+	}
+	if err := os.MkdirAll(o.DataDir, 0o755); err != nil {
+		return o, fmt.Errorf("devserver: create data dir: %w", err)
+	}
+	if o.Namespace == "" {
+		o.Namespace = "default"
+	}
+	if o.Logger == nil {
+		o.Logger = zap.NewNop()
+	}
+	return o, nil
+}
+
+// awaitReady dials the frontend until it serves the namespace, then
+// ensures the search attributes. The client is only used for setup.
+func (s *Server) awaitReady(ctx context.Context, attrs map[string]enumspb.IndexedValueType, clientLogger *log.SdkLogger) error {
+	c, err := dialWhenReady(ctx, client.Options{
+		HostPort:  s.frontendAddr,
+		Namespace: s.namespace,
+		Logger:    clientLogger,
+	})
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	return ensureSearchAttributes(ctx, c, s.namespace, attrs)
+}
+
+// FrontendAddress is the "127.0.0.1:PORT" address clients dial.
+func (s *Server) FrontendAddress() string { return s.frontendAddr }
+
+// Namespace is the namespace the server was started with.
+func (s *Server) Namespace() string { return s.namespace }
+
+// Stop stops all services and releases their ports. It is safe to call
+// more than once; later calls return the first call's result.
+//
+// The SQLite plugin keeps its connection in a process-wide pool that it
+// never closes (a TODO in the server), so the file stays open until the
+// process exits; every commit is already durable (see sqlConfig), and a
+// later Start on the same DataDir in this process reuses the connection.
+func (s *Server) Stop() error {
+	s.stopOnce.Do(func() {
+		began := time.Now()
+		s.stopErr = s.srv.Stop()
+		s.logger.Debug("devserver stopped", zap.Duration("took", time.Since(began)), zap.Error(s.stopErr))
+	})
+	return s.stopErr
+}

@@ -1,0 +1,105 @@
+package policy
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+type fixed struct {
+	Base
+	req     *ApprovalRequest
+	err     error
+	hookErr error
+	version string
+}
+
+func (f fixed) EvaluateApproval(context.Context, Call) (*ApprovalRequest, error) { return f.req, f.err }
+func (f fixed) BeforeCall(context.Context, Call) error                           { return f.hookErr }
+func (f fixed) AfterCall(context.Context, Call, json.RawMessage) error           { return f.hookErr }
+func (f fixed) Version() string                                                  { return f.version }
+
+func TestChain(t *testing.T) {
+	ask1 := &ApprovalRequest{Message: "first"}
+	ask2 := &ApprovalRequest{Message: "second"}
+	tests := []struct {
+		name     string
+		policies []ToolPolicy
+		wantAsk  *ApprovalRequest
+		wantDeny string
+	}{
+		{"all approve", []ToolPolicy{fixed{}, fixed{}}, nil, ""},
+		{"first request wins", []ToolPolicy{fixed{}, fixed{req: ask1}, fixed{req: ask2}}, ask1, ""},
+		{"a later refusal beats an earlier request", []ToolPolicy{fixed{req: ask1}, fixed{err: Deny("protected path")}}, nil, "protected path"},
+		{"first refusal wins", []ToolPolicy{fixed{err: Deny("a")}, fixed{err: Deny("b")}}, nil, "a"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			req, err := Chain(tt.policies...).EvaluateApproval(context.Background(), Call{Tool: "x"})
+			if tt.wantDeny != "" {
+				d, ok := AsDeny(err)
+				require.True(t, ok, "want a refusal, got %v", err)
+				assert.Equal(t, tt.wantDeny, d.Reason)
+				return
+			}
+			require.NoError(t, err)
+			assert.Equal(t, tt.wantAsk, req)
+		})
+	}
+}
+
+func TestChainHooksStopAtFirstError(t *testing.T) {
+	c := Chain(fixed{}, fixed{hookErr: errors.New("quota reached")}, fixed{hookErr: errors.New("never seen")})
+	assert.EqualError(t, c.BeforeCall(context.Background(), Call{}), "quota reached")
+	assert.EqualError(t, c.AfterCall(context.Background(), Call{}, nil), "quota reached")
+	assert.NoError(t, Chain(fixed{}, Base{}).BeforeCall(context.Background(), Call{}))
+}
+
+func TestChainVersionJoinsVersionedPolicies(t *testing.T) {
+	assert.Equal(t, "rules/ab12+guards/3", VersionOf(Chain(fixed{version: "rules/ab12"}, Base{}, fixed{version: "guards/3"})))
+	assert.Equal(t, "", VersionOf(Base{}))
+}
+
+func TestDecisionValidate(t *testing.T) {
+	tests := []struct {
+		name    string
+		d       Decision
+		wantErr string
+	}{
+		{"approved", Decision{Kind: Approved, DecidedBy: "alice"}, ""},
+		{"no kind", Decision{DecidedBy: "alice"}, "kind is missing"},
+		{"no approver", Decision{Kind: Denied}, "no approver identity"},
+		{"reason required", Decision{Kind: DeniedWithReason, DecidedBy: "alice"}, "needs a reason"},
+		{"edits required", Decision{Kind: ApprovedWithEdits, DecidedBy: "alice"}, "needs edited arguments"},
+		{"edits must be JSON", Decision{Kind: ApprovedWithEdits, DecidedBy: "alice", EditedArgs: json.RawMessage(`{bad`)}, "not valid JSON"},
+		{"edits only with edits", Decision{Kind: Approved, DecidedBy: "alice", EditedArgs: json.RawMessage(`{}`)}, "only allowed with approved_with_edits"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.d.Validate()
+			if tt.wantErr == "" {
+				assert.NoError(t, err)
+			} else {
+				assert.ErrorContains(t, err, tt.wantErr)
+			}
+		})
+	}
+}
+
+func TestDecisionKindJSONRoundTrip(t *testing.T) {
+	for k := Approved; k <= ApprovedWithEdits; k++ {
+		b, err := json.Marshal(Decision{Kind: k})
+		require.NoError(t, err)
+		var back Decision
+		require.NoError(t, json.Unmarshal(b, &back))
+		assert.Equal(t, k, back.Kind)
+	}
+	var d Decision
+	assert.ErrorContains(t, json.Unmarshal([]byte(`{"kind":"maybe"}`), &d), `unknown decision "maybe"`)
+	assert.True(t, ApprovedForSession.Sticky() && DeniedAlways.Sticky() && !Approved.Sticky())
+	assert.True(t, ApprovedWithEdits.Approves() && !DeniedWithReason.Approves())
+}

@@ -1,0 +1,62 @@
+package tool
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func noop(context.Context, Input) (json.RawMessage, error) { return nil, nil }
+
+func TestValidate(t *testing.T) {
+	r := NewRegistry()
+	r.MustRegister(
+		Tool{Name: "send_money", Run: noop, Schema: json.RawMessage(`{"type":"object","required":["amount","to"],
+			"additionalProperties":false,"properties":{"amount":{"type":"number","maximum":1000},"to":{"type":"string"}}}`)},
+		Tool{Name: "free", Run: noop},
+	)
+	tests := []struct {
+		tool, args, wantErr string
+	}{
+		{"send_money", `{"amount":10,"to":"bob"}`, ""},
+		{"send_money", `{"amount":5000,"to":"bob"}`, "at /amount"},
+		{"send_money", `{"to":"bob"}`, "amount"},
+		{"send_money", `{"amount":1,"to":"bob","memo":"x"}`, "memo"},
+		{"send_money", `{"amount":"ten","to":"bob"}`, "/amount"},
+		{"send_money", `{"amount":`, "not valid JSON"},
+		{"free", ``, ""},
+		{"nope", `{}`, `unknown tool "nope" (known tools: free, send_money)`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.tool+" "+tt.args, func(t *testing.T) {
+			err := r.Validate(tt.tool, json.RawMessage(tt.args))
+			if tt.wantErr == "" {
+				assert.NoError(t, err)
+				return
+			}
+			assert.ErrorContains(t, err, tt.wantErr)
+		})
+	}
+	assert.ErrorIs(t, r.Validate("nope", nil), ErrUnknownTool)
+	var argErr *ArgumentError
+	assert.True(t, errors.As(r.Validate("send_money", json.RawMessage(`{}`)), &argErr))
+}
+
+func TestRegister(t *testing.T) {
+	r := NewRegistry()
+	require.NoError(t, r.Register(Tool{Name: "a", Run: noop}))
+	assert.ErrorContains(t, r.Register(Tool{Name: "a", Run: noop}), "already registered")
+	assert.ErrorContains(t, r.Register(Tool{Name: "b", Run: noop, Schema: json.RawMessage(`{"type":"nonsense"}`)}), "does not compile")
+	assert.ErrorContains(t, r.Register(Tool{Name: "c"}), "required")
+
+	got, ok := r.Lookup("a")
+	require.True(t, ok)
+	assert.Equal(t, time.Minute, got.Options.Timeout, "defaults are applied")
+	assert.Equal(t, int32(3), got.Options.Retry.MaxAttempts)
+	assert.Equal(t, []string{"a"}, r.Names())
+}
