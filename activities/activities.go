@@ -63,6 +63,9 @@ type Evaluation struct {
 	// Problem is set when the call cannot run at all: unknown tool,
 	// arguments that fail the schema, a failing policy.
 	Problem string `json:"problem,omitempty"`
+	// InvalidRequest: the problem is the call's (unknown tool, bad
+	// arguments), not the policy's.
+	InvalidRequest bool `json:"invalid_request,omitempty"`
 	// Denied is set when the policy refused; Reason says why.
 	Denied bool   `json:"denied,omitempty"`
 	Reason string `json:"reason,omitempty"`
@@ -85,7 +88,7 @@ func (a *Activities) Evaluate(ctx context.Context, call policy.Call) (Evaluation
 		Notify:        a.Notifier != nil,
 	}
 	if err := a.Tools.Validate(call.Tool, call.Args); err != nil {
-		ev.Problem = err.Error()
+		ev.Problem, ev.InvalidRequest = err.Error(), true
 		return ev, nil
 	}
 	t, _ := a.Tools.Lookup(call.Tool)

@@ -141,12 +141,25 @@ func (c *Client) Wait(ctx context.Context, callID string) (workflows.Result, err
 	var r workflows.Result
 	err := c.tc.GetWorkflow(ctx, workflows.CallWorkflowID(callID), "").Get(ctx, &r)
 	if err != nil {
-		if ctx.Err() != nil {
-			return r, ctx.Err()
+		if waitEnded(ctx, err) {
+			return r, context.DeadlineExceeded
 		}
 		return r, c.mapNotFound(ctx, callID, fmt.Errorf("wait for call %s: %w", callID, err))
 	}
 	return r, nil
+}
+
+// waitEnded reports whether a long poll ended because the caller's
+// deadline came: the SDK ends the poll a little before the deadline, with
+// a cancellation rather than ctx's error.
+func waitEnded(ctx context.Context, err error) bool {
+	if ctx.Err() != nil {
+		return true
+	}
+	var canceled *serviceerror.Canceled
+	var deadline *serviceerror.DeadlineExceeded
+	_, hasDeadline := ctx.Deadline()
+	return hasDeadline && (errors.As(err, &canceled) || errors.As(err, &deadline))
 }
 
 // Call submits and waits: the one-line API for agents.

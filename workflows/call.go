@@ -145,7 +145,9 @@ func (c *callRun) run(ctx workflow.Context) (Result, error) {
 	}
 	switch {
 	case c.eval.Problem != "":
-		return c.finish(ctx, StatusError, c.eval.Problem, nil), nil
+		r := c.finish(ctx, StatusError, c.eval.Problem, nil)
+		r.InvalidRequest = c.eval.InvalidRequest
+		return r, nil
 	case c.eval.Denied:
 		d := policy.Decision{Kind: policy.DeniedWithReason, Reason: c.eval.Reason, DecidedBy: "policy", Channel: "policy"}
 		c.apply(ctx, d)

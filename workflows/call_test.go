@@ -95,6 +95,7 @@ func (s *CallSuite) TestUnknownToolIsAnErrorResultBeforeAnyoneIsAsked() {
 	s.Equal(StatusError, r.Status)
 	s.Contains(r.Reason, `unknown tool "rm_rf"`)
 	s.Contains(r.Reason, "echo", "the reason lists the known tools")
+	s.True(r.InvalidRequest)
 	s.Empty(r.DecidedBy)
 	s.Zero(s.runs.total())
 }
@@ -104,6 +105,7 @@ func (s *CallSuite) TestSchemaInvalidArgumentsNameTheField() {
 
 	s.Equal(StatusError, r.Status)
 	s.Contains(r.Reason, "/path")
+	s.True(r.InvalidRequest)
 	s.Contains(r.Reason, "string")
 	s.Zero(s.runs.total())
 }

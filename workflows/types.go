@@ -126,6 +126,9 @@ type Result struct {
 	Output json.RawMessage `json:"output,omitempty"`
 	// Reason says why the call did not succeed, for the model.
 	Reason string `json:"reason,omitempty"`
+	// InvalidRequest marks an error Result for a call that could never run:
+	// an unknown tool, or arguments its schema refuses.
+	InvalidRequest bool `json:"invalid_request,omitempty"`
 	// Note tells the model what else it should know, e.g. that an approver
 	// edited its arguments.
 	Note string `json:"note,omitempty"`

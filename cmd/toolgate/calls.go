@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -35,6 +36,7 @@ func (a *app) callCommand() *cobra.Command {
 		Use:   "call --session S [--id CALL_ID] [--wait DUR] [--json] TOOL [ARGS_JSON]",
 		Short: "Ask toolgate to run a tool, and wait for the outcome",
 		Long: `Submit a tool call and wait until it is decided and run (or for --wait).
+ARGS_JSON is a JSON object, or @FILE to read it from a file (- for stdin).
 Exit status: 0 the tool ran and succeeded; 3 denied (by policy, a person, a
 sticky decision or a timeout); 4 the tool or a hook failed; 5 still waiting
 when --wait ran out (the call goes on; see 'toolgate status'); 2 bad usage or
@@ -43,7 +45,11 @@ arguments; 1 anything else.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			req := tgclient.CallRequest{CallID: callID, Session: session, Tool: args[0], Requester: requester}
 			if len(args) == 2 {
-				req.Args = json.RawMessage(args[1])
+				raw, err := readArgs(args[1])
+				if err != nil {
+					return usageError("%v", err)
+				}
+				req.Args = raw
 			}
 			if err := req.Validate(); err != nil {
 				return usageError("%v", err)
@@ -136,7 +142,8 @@ func (a *app) callError(err error) error {
 	return err
 }
 
-// resultJSON is the --json shape: the Result's fields.
+// printResult prints the Result (--json: its fields as they are) and
+// turns its status into the exit status.
 func (a *app) printResult(r workflows.Result, asJSON bool) error {
 	if asJSON {
 		writeJSON(a.stdout, r)
@@ -148,6 +155,11 @@ func (a *app) printResult(r workflows.Result, asJSON bool) error {
 		return nil
 	case workflows.StatusDenied, workflows.StatusTimedOut:
 		return &exitError{code: exitDenied, err: errors.New("")}
+	case workflows.StatusError:
+		if r.InvalidRequest {
+			return &exitError{code: exitUsage, err: errors.New("")}
+		}
+		return &exitError{code: exitToolErr, err: errors.New("")}
 	default:
 		return &exitError{code: exitToolErr, err: errors.New("")}
 	}
@@ -254,4 +266,24 @@ func writeJSON(w io.Writer, v any) {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	_ = enc.Encode(v)
+}
+
+// readArgs takes the arguments inline, or from @FILE (@- for stdin) when
+// they are too large for a command line.
+func readArgs(arg string) (json.RawMessage, error) {
+	name, fromFile := strings.CutPrefix(arg, "@")
+	if !fromFile {
+		return json.RawMessage(arg), nil
+	}
+	var b []byte
+	var err error
+	if name == "-" {
+		b, err = io.ReadAll(io.LimitReader(os.Stdin, tgclient.MaxArgsBytes+1))
+	} else {
+		b, err = os.ReadFile(name)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read arguments: %w", err)
+	}
+	return json.RawMessage(b), nil
 }

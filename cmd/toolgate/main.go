@@ -127,7 +127,12 @@ verbs from a second terminal.`,
 
 // isFlagError recognises cobra's own usage errors, which it does not type.
 func isFlagError(err error) bool {
-	return strings.HasPrefix(err.Error(), "unknown command") || strings.HasPrefix(err.Error(), "unknown shorthand flag")
+	for _, prefix := range []string{"unknown command", "unknown shorthand flag", "required flag"} {
+		if strings.HasPrefix(err.Error(), prefix) {
+			return true
+		}
+	}
+	return false
 }
 
 // exactArgs is cobra.ExactArgs with a usage exit status and the names of

@@ -1,0 +1,226 @@
+// Package integration runs the real toolgate binary against its embedded
+// Temporal server: CLI verbs with their exit statuses, kill -9 and restart,
+// several workers on one task queue. The test binary does not link the
+// server; TestMain builds cmd/toolgate once.
+package integration
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/client"
+
+	tgclient "github.com/toolgate/toolgate/client"
+	"github.com/toolgate/toolgate/workflows"
+)
+
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "toolgate-bin")
+	if err != nil {
+		panic(err)
+	}
+	binary = filepath.Join(dir, "toolgate")
+	build := exec.Command("go", "build", "-o", binary, "github.com/toolgate/toolgate/cmd/toolgate")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "build toolgate:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	_ = os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// proc is a running toolgate process.
+type proc struct {
+	t      *testing.T
+	cmd    *exec.Cmd
+	out    *syncBuffer
+	exited chan struct{}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// start runs the binary with args and waits until its output contains
+// ready.
+func start(t *testing.T, ready string, args ...string) *proc {
+	t.Helper()
+	p := &proc{t: t, cmd: exec.Command(binary, args...), out: &syncBuffer{}, exited: make(chan struct{})}
+	pr, pw := io.Pipe()
+	p.cmd.Stdout, p.cmd.Stderr = pw, pw
+	p.cmd.Env = append(os.Environ(), "TEMPORAL_ADDRESS=", "TEMPORAL_NAMESPACE=")
+	require.NoError(t, p.cmd.Start())
+	seen := make(chan struct{})
+	go func() {
+		sc := bufio.NewScanner(pr)
+		once := sync.Once{}
+		for sc.Scan() {
+			fmt.Fprintln(p.out, sc.Text())
+			if strings.Contains(sc.Text(), ready) {
+				once.Do(func() { close(seen) })
+			}
+		}
+	}()
+	go func() {
+		_ = p.cmd.Wait()
+		_ = pw.Close()
+		close(p.exited)
+	}()
+	t.Cleanup(p.kill)
+	select {
+	case <-seen:
+	case <-p.exited:
+		t.Fatalf("toolgate %v exited before it was ready:\n%s", args, p.out)
+	case <-time.After(90 * time.Second):
+		t.Fatalf("toolgate %v not ready after 90s:\n%s", args, p.out)
+	}
+	return p
+}
+
+// kill sends SIGKILL: nothing is flushed, nothing is stopped cleanly.
+func (p *proc) kill() {
+	_ = p.cmd.Process.Signal(syscall.SIGKILL)
+	<-p.exited
+}
+
+// stop sends SIGTERM and waits for a clean exit.
+func (p *proc) stop() {
+	p.t.Helper()
+	require.NoError(p.t, p.cmd.Process.Signal(syscall.SIGTERM))
+	select {
+	case <-p.exited:
+	case <-time.After(30 * time.Second):
+		p.t.Fatalf("toolgate did not stop on SIGTERM:\n%s", p.out)
+	}
+	require.Equal(p.t, 0, p.cmd.ProcessState.ExitCode(), "clean exit on SIGTERM:\n%s", p.out)
+}
+
+// devEnv is one `toolgate dev` and the means to talk to it.
+type devEnv struct {
+	t         *testing.T
+	dataDir   string
+	workspace string
+	port      int
+	httpAddr  string
+	dev       *proc
+}
+
+func freePort(t *testing.T) int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+func newDev(t *testing.T) *devEnv {
+	d := &devEnv{t: t, dataDir: t.TempDir(), port: freePort(t), httpAddr: "127.0.0.1:" + strconv.Itoa(freePort(t))}
+	d.workspace = filepath.Join(d.dataDir, "workspace")
+	d.startDev()
+	return d
+}
+
+func (d *devEnv) startDev() {
+	d.dev = start(d.t, "toolgate dev is running", "dev", "--data-dir", d.dataDir,
+		"--temporal-port", strconv.Itoa(d.port), "--http", d.httpAddr)
+}
+
+// in returns the environment reporting to a subtest's t.
+func (d *devEnv) in(t *testing.T) *devEnv {
+	c := *d
+	c.t = t
+	return &c
+}
+
+func (d *devEnv) address() string { return "127.0.0.1:" + strconv.Itoa(d.port) }
+
+// result is one CLI invocation.
+type result struct {
+	stdout, stderr string
+	code           int
+}
+
+// cli runs a client verb against the dev server.
+func (d *devEnv) cli(args ...string) result {
+	d.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binary, args...)
+	cmd.Env = append(os.Environ(), "TEMPORAL_ADDRESS="+d.address(), "TEMPORAL_NAMESPACE=default")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	r := result{stdout: stdout.String(), stderr: stderr.String()}
+	if err != nil {
+		exitErr, ok := err.(*exec.ExitError)
+		require.True(d.t, ok, "run toolgate %v: %v", args, err)
+		r.code = exitErr.ExitCode()
+	}
+	return r
+}
+
+// callJSON runs `toolgate call --json` and decodes the outcome.
+func (d *devEnv) callJSON(wantCode int, args ...string) map[string]any {
+	d.t.Helper()
+	r := d.cli(append([]string{"call", "--json"}, args...)...)
+	require.Equal(d.t, wantCode, r.code, "toolgate call %v\nstdout: %s\nstderr: %s", args, r.stdout, r.stderr)
+	var out map[string]any
+	require.NoError(d.t, json.Unmarshal([]byte(r.stdout), &out), "stdout: %s", r.stdout)
+	return out
+}
+
+// client is a Go client for checks the CLI does not print.
+func (d *devEnv) client() *tgclient.Client {
+	d.t.Helper()
+	tc, err := client.Dial(client.Options{HostPort: d.address(), Namespace: "default", Logger: quietLogger{}})
+	require.NoError(d.t, err)
+	d.t.Cleanup(tc.Close)
+	return tgclient.New(tc, workflows.TaskQueue)
+}
+
+// waitPending waits until the call waits for a person.
+func (d *devEnv) waitPending(c *tgclient.Client, callID string) {
+	d.t.Helper()
+	require.Eventually(d.t, func() bool {
+		st, err := c.Status(context.Background(), callID)
+		return err == nil && st.State != nil && st.State.Status == workflows.StatusPending
+	}, 30*time.Second, 20*time.Millisecond, "call %s never waited for a person", callID)
+}
+
+type quietLogger struct{}
+
+func (quietLogger) Debug(string, ...any) {}
+func (quietLogger) Info(string, ...any)  {}
+func (quietLogger) Warn(string, ...any)  {}
+func (quietLogger) Error(string, ...any) {}
