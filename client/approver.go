@@ -4,104 +4,154 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
 	commonpb "go.temporal.io/api/common/v1"
+	workflowpb "go.temporal.io/api/workflow/v1"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/temporal"
 
 	"github.com/toolgate/toolgate/policy"
 	"github.com/toolgate/toolgate/workflows"
 )
 
-// PendingCall is a call waiting for a person, as listed from visibility.
-type PendingCall struct {
+// CallSummary is one call as visibility lists it: no workflow is queried.
+// Message, Args, Rule, Groups and Deadline are set for calls that waited
+// for a person.
+type CallSummary struct {
 	CallID      string    `json:"call_id"`
 	Session     string    `json:"session"`
 	Tool        string    `json:"tool"`
-	Args        string    `json:"args"` // abridged
-	Message     string    `json:"message"`
+	Status      string    `json:"status"`
+	Requester   string    `json:"requester,omitempty"`
+	DecidedBy   string    `json:"decided_by,omitempty"`
+	Channel     string    `json:"channel,omitempty"`
+	Args        string    `json:"args,omitempty"` // abridged
+	Message     string    `json:"message,omitempty"`
 	Rule        string    `json:"rule,omitempty"`
 	Groups      []string  `json:"groups,omitempty"`
 	RequestedAt time.Time `json:"requested_at"`
 	Deadline    time.Time `json:"deadline,omitzero"`
+	ClosedAt    time.Time `json:"closed_at,omitzero"`
 }
 
-// PendingFilter narrows Pending; empty fields match everything.
-type PendingFilter struct {
-	Session string
-	Tool    string
+// PendingCall is a call waiting for a person.
+type PendingCall = CallSummary
+
+// ListFilter narrows List and Pending; empty fields match everything.
+type ListFilter struct {
+	Session   string
+	Tool      string
+	Requester string
+	// Status is a workflows.Status; "decided" means every final status.
+	Status string
+	// Limit caps the number of calls; zero means 500.
+	Limit int
 }
 
 // Pending lists the calls waiting for a person, oldest first, with one
-// visibility query (no call is queried).
-func (c *Client) Pending(ctx context.Context, f PendingFilter) ([]PendingCall, error) {
-	q := fmt.Sprintf("%s = '%s' AND ExecutionStatus = 'Running'", workflows.AttrStatus.GetName(), workflows.StatusPending)
-	if f.Session != "" {
-		q += fmt.Sprintf(" AND %s = '%s'", workflows.AttrSession.GetName(), quote(f.Session))
+// visibility query.
+func (c *Client) Pending(ctx context.Context, f ListFilter) ([]CallSummary, error) {
+	f.Status = string(workflows.StatusPending)
+	calls, err := c.List(ctx, f)
+	// Visibility returns newest first; approvers work oldest first.
+	slices.Reverse(calls)
+	return calls, err
+}
+
+// List lists calls, newest first, with one visibility query.
+func (c *Client) List(ctx context.Context, f ListFilter) ([]CallSummary, error) {
+	conds := []string{"WorkflowType = '" + workflows.ToolCallWorkflowType + "'"}
+	eq := func(key temporal.SearchAttributeKey, v string) {
+		if v != "" {
+			conds = append(conds, fmt.Sprintf("%s = '%s'", key.GetName(), quote(v)))
+		}
 	}
-	if f.Tool != "" {
-		q += fmt.Sprintf(" AND %s = '%s'", workflows.AttrTool.GetName(), quote(f.Tool))
+	eq(workflows.AttrSession, f.Session)
+	eq(workflows.AttrTool, f.Tool)
+	eq(workflows.AttrRequester, f.Requester)
+	switch f.Status {
+	case "":
+	case "decided":
+		conds = append(conds, "ExecutionStatus = 'Completed'")
+	case string(workflows.StatusPending):
+		conds = append(conds, "ExecutionStatus = 'Running'")
+		eq(workflows.AttrStatus, f.Status)
+	default:
+		eq(workflows.AttrStatus, f.Status)
 	}
-	var out []PendingCall
+	limit := f.Limit
+	if limit <= 0 {
+		limit = 500
+	}
+	q := strings.Join(conds, " AND ")
+	var out []CallSummary
 	var token []byte
-	for {
-		resp, err := c.tc.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: q, NextPageToken: token})
+	for len(out) < limit {
+		resp, err := c.tc.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: q, NextPageToken: token, PageSize: int32(min(limit, 1000))})
 		if err != nil {
-			return nil, fmt.Errorf("list pending calls: %w", err)
+			return nil, fmt.Errorf("list calls: %w", err)
 		}
 		for _, e := range resp.GetExecutions() {
-			p, err := pendingFrom(e.GetExecution().GetWorkflowId(), e.GetSearchAttributes(), e.GetMemo())
+			s, err := summaryFrom(e)
 			if err != nil {
 				return nil, err
 			}
-			out = append(out, p)
+			out = append(out, s)
 		}
 		if token = resp.GetNextPageToken(); len(token) == 0 {
 			break
 		}
 	}
-	// Visibility returns newest first; approvers work oldest first.
-	for i, j := 0, len(out)-1; i < j; i, j = i+1, j-1 {
-		out[i], out[j] = out[j], out[i]
+	if len(out) > limit {
+		out = out[:limit]
 	}
 	return out, nil
 }
 
 func quote(s string) string { return strings.ReplaceAll(s, "'", "\\'") }
 
-func pendingFrom(workflowID string, raw *commonpb.SearchAttributes, memo *commonpb.Memo) (PendingCall, error) {
-	sa, err := searchAttributes(raw)
+func summaryFrom(e *workflowpb.WorkflowExecutionInfo) (CallSummary, error) {
+	sa, err := searchAttributes(e.GetSearchAttributes())
 	if err != nil {
-		return PendingCall{}, err
+		return CallSummary{}, err
 	}
-	p := PendingCall{
-		CallID:      strings.TrimPrefix(workflowID, workflows.CallWorkflowID("")),
+	s := CallSummary{
+		CallID:      strings.TrimPrefix(e.GetExecution().GetWorkflowId(), workflows.CallWorkflowID("")),
 		Session:     sa.session,
 		Tool:        sa.tool,
+		Status:      sa.status,
+		Requester:   sa.requester,
+		DecidedBy:   sa.decidedBy,
+		Channel:     sa.channel,
 		RequestedAt: sa.requestedAt,
 	}
+	if e.GetCloseTime() != nil {
+		s.ClosedAt = e.GetCloseTime().AsTime()
+	}
 	dc := converter.GetDefaultDataConverter()
-	fields := memo.GetFields()
+	fields := e.GetMemo().GetFields()
 	decode := func(key string, into any) {
 		if v, ok := fields[key]; ok {
 			_ = dc.FromPayload(v, into)
 		}
 	}
-	decode(workflows.MemoMessage, &p.Message)
-	decode(workflows.MemoArgs, &p.Args)
-	decode(workflows.MemoRule, &p.Rule)
-	decode(workflows.MemoGroups, &p.Groups)
-	decode(workflows.MemoDeadline, &p.Deadline)
-	return p, nil
+	decode(workflows.MemoMessage, &s.Message)
+	decode(workflows.MemoArgs, &s.Args)
+	decode(workflows.MemoRule, &s.Rule)
+	decode(workflows.MemoGroups, &s.Groups)
+	decode(workflows.MemoDeadline, &s.Deadline)
+	return s, nil
 }
 
 type callAttributes struct {
-	session, tool, status string
-	requestedAt           time.Time
+	session, tool, status, requester, decidedBy, channel string
+	requestedAt                                          time.Time
 }
 
 func searchAttributes(raw *commonpb.SearchAttributes) (callAttributes, error) {
@@ -111,6 +161,9 @@ func searchAttributes(raw *commonpb.SearchAttributes) (callAttributes, error) {
 		workflows.AttrSession.GetName():     &a.session,
 		workflows.AttrTool.GetName():        &a.tool,
 		workflows.AttrStatus.GetName():      &a.status,
+		workflows.AttrRequester.GetName():   &a.requester,
+		workflows.AttrDecidedBy.GetName():   &a.decidedBy,
+		workflows.AttrChannel.GetName():     &a.channel,
 		workflows.AttrRequestedAt.GetName(): &a.requestedAt,
 	} {
 		if v, ok := raw.GetIndexedFields()[name]; ok {

@@ -107,6 +107,7 @@ func (c *Client) Submit(ctx context.Context, req CallRequest) (string, error) {
 			workflows.AttrTool.ValueSet(req.Tool),
 			workflows.AttrSession.ValueSet(req.Session),
 			workflows.AttrRequestedAt.ValueSet(time.Now().UTC()),
+			workflows.AttrRequester.ValueSet(req.Requester),
 		),
 	}
 	_, err := c.tc.ExecuteWorkflow(ctx, opts, workflows.ToolCallWorkflow, in)

@@ -194,7 +194,7 @@ func (c *callRun) askForDecision(ctx workflow.Context, req policy.ApprovalReques
 		return err
 	}
 	timeout := req.EffectiveTimeout()
-	if _, err := workflow.AwaitWithTimeout(ctx, timeout, func() bool { return c.registered }); err != nil {
+	if _, err := awaitWithTimeout(ctx, timeout, func() bool { return c.registered }); err != nil {
 		return err
 	}
 	if c.state.Decision != nil { // sticky decision: nobody is asked
@@ -230,7 +230,7 @@ func (c *callRun) waitForPerson(ctx workflow.Context, req policy.ApprovalRequest
 		// Not awaited: a slow channel must not delay a decision.
 		workflow.ExecuteActivity(actx, a.Notify, activities.Waiting{Call: c.state.Call, Request: req, Deadline: c.state.Deadline})
 	}
-	decided, _ := workflow.AwaitWithTimeout(ctx, timeout, func() bool { return c.state.Decision != nil })
+	decided, _ := awaitWithTimeout(ctx, timeout, func() bool { return c.state.Decision != nil })
 	if decided {
 		return
 	}
@@ -379,7 +379,7 @@ func (c *callRun) finish(ctx workflow.Context, status Status, reason string, out
 	}
 	c.state.Status = status
 	c.state.Result = &r
-	c.upsertStatus(ctx, status)
+	c.upsertStatus(ctx, status, AttrDecidedBy.ValueSet(r.DecidedBy), AttrChannel.ValueSet(r.Channel))
 	return r
 }
 
@@ -394,8 +394,8 @@ func denialReason(d *policy.Decision) string {
 	return "denied by " + d.DecidedBy
 }
 
-func (c *callRun) upsertStatus(ctx workflow.Context, s Status) {
-	if err := workflow.UpsertTypedSearchAttributes(ctx, AttrStatus.ValueSet(string(s))); err != nil {
+func (c *callRun) upsertStatus(ctx workflow.Context, s Status, more ...temporal.SearchAttributeUpdate) {
+	if err := workflow.UpsertTypedSearchAttributes(ctx, append(more, AttrStatus.ValueSet(string(s)))...); err != nil {
 		workflow.GetLogger(ctx).Warn("Could not update the status search attribute", "callID", c.state.Call.ID, "error", err)
 	}
 }
@@ -448,4 +448,18 @@ func rootCause(err error) string {
 		return "timed out (" + timeoutErr.TimeoutType().String() + ")"
 	}
 	return err.Error()
+}
+
+// awaitWithTimeout is workflow.AwaitWithTimeout with a timer that is
+// cancelled when the condition is met. (SDK v1.50 leaves that timer pending
+// unless an SDK flag is set, so every wait would leave a timer behind to
+// wake the workflow later for nothing.)
+func awaitWithTimeout(ctx workflow.Context, d time.Duration, condition func() bool) (bool, error) {
+	tctx, cancel := workflow.WithCancel(ctx)
+	defer cancel()
+	timer := workflow.NewTimer(tctx, d)
+	if err := workflow.Await(ctx, func() bool { return condition() || timer.IsReady() }); err != nil {
+		return false, err
+	}
+	return condition(), nil
 }

@@ -53,14 +53,19 @@ func (s *sessionRun) run(ctx workflow.Context) error {
 		idle = DefaultSessionIdleTimeout
 	}
 	logger := workflow.GetLogger(ctx)
+	hasWork := func() bool {
+		return register.Len() > 0 || sticky.Len() > 0 || done.Len() > 0 || s.state.Ended
+	}
 	for {
-		gotWork, err := workflow.AwaitWithTimeout(ctx, idle, func() bool {
-			return register.Len() > 0 || sticky.Len() > 0 || done.Len() > 0 || s.state.Ended
-		})
-		if err != nil {
+		// The idle clock runs only while no call waits: a waiting call ends
+		// by its own deadline and says so.
+		if len(s.state.Waiting) > 0 {
+			if err := workflow.Await(ctx, hasWork); err != nil {
+				return err
+			}
+		} else if gotWork, err := awaitWithTimeout(ctx, idle, hasWork); err != nil {
 			return err
-		}
-		if !gotWork && len(s.state.Waiting) == 0 {
+		} else if !gotWork {
 			logger.Info("Session idle, ending", "session", s.in.Session)
 			return nil
 		}

@@ -72,6 +72,11 @@ var (
 	AttrTool        = temporal.NewSearchAttributeKeyKeyword("ToolgateTool")
 	AttrSession     = temporal.NewSearchAttributeKeyKeyword("ToolgateSession")
 	AttrRequestedAt = temporal.NewSearchAttributeKeyTime("ToolgateRequestedAt")
+	AttrRequester   = temporal.NewSearchAttributeKeyKeyword("ToolgateRequester")
+	// AttrDecidedBy and AttrChannel are set when a call ends, for the audit
+	// view.
+	AttrDecidedBy = temporal.NewSearchAttributeKeyKeyword("ToolgateDecidedBy")
+	AttrChannel   = temporal.NewSearchAttributeKeyKeyword("ToolgateChannel")
 )
 
 // CallWorkflowID derives a call's workflow ID from its call ID, so a
@@ -232,5 +237,8 @@ func SearchAttributeTypes() map[string]enumspb.IndexedValueType {
 		AttrTool.GetName():        enumspb.INDEXED_VALUE_TYPE_KEYWORD,
 		AttrSession.GetName():     enumspb.INDEXED_VALUE_TYPE_KEYWORD,
 		AttrRequestedAt.GetName(): enumspb.INDEXED_VALUE_TYPE_DATETIME,
+		AttrRequester.GetName():   enumspb.INDEXED_VALUE_TYPE_KEYWORD,
+		AttrDecidedBy.GetName():   enumspb.INDEXED_VALUE_TYPE_KEYWORD,
+		AttrChannel.GetName():     enumspb.INDEXED_VALUE_TYPE_KEYWORD,
 	}
 }

@@ -223,7 +223,7 @@ func (a *app) pendingCommand() *cobra.Command {
 				return err
 			}
 			defer closeFn()
-			calls, err := c.Pending(cmd.Context(), tgclient.PendingFilter{Session: session, Tool: toolName})
+			calls, err := c.Pending(cmd.Context(), tgclient.ListFilter{Session: session, Tool: toolName})
 			if err != nil {
 				return err
 			}

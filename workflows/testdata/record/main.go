@@ -1,0 +1,490 @@
+// Command record re-records the workflow histories that
+// workflows/replay_test.go replays. It starts an embedded Temporal server in
+// a temporary directory, a toolgate worker with a small policy of its own,
+// drives each scenario through the client package and writes every
+// workflow's full history as JSON into workflows/testdata/.
+//
+// Run it from the module root after a deliberate change to the workflows
+// (a change that needs new histories is also a change that breaks running
+// workflows: version it with workflow.GetVersion first):
+//
+//	go run ./workflows/testdata/record
+//
+// It lives under testdata/ so that `go test ./...` never links the server
+// into anything but this program.
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"time"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	historypb "go.temporal.io/api/history/v1"
+	"go.temporal.io/api/temporalproto"
+	sdkclient "go.temporal.io/sdk/client"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
+
+	toolgate "github.com/toolgate/toolgate/client"
+	"github.com/toolgate/toolgate/devserver"
+	"github.com/toolgate/toolgate/logging"
+	"github.com/toolgate/toolgate/policy"
+	"github.com/toolgate/toolgate/tool"
+	"github.com/toolgate/toolgate/worker"
+	"github.com/toolgate/toolgate/workflows"
+)
+
+const (
+	// identity is the client and worker identity written into histories,
+	// so re-recording does not leak the host name or churn on the PID.
+	identity = "toolgate-record"
+	// slowTimeout is how long a "slow" call waits for a person.
+	slowTimeout = 2 * time.Second
+	// waitTimeout bounds every wait for a condition.
+	waitTimeout = 30 * time.Second
+	// pollInterval is how often a condition is checked.
+	pollInterval = 50 * time.Millisecond
+	// approver decides the calls that ask a person.
+	approver = "alice"
+)
+
+func main() {
+	out := flag.String("out", filepath.Join("workflows", "testdata"), "directory the histories are written to")
+	level := flag.String("log-level", "info", "log level: debug, info, warn or error")
+	flag.Parse()
+
+	logger, err := logging.New(*level, false)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "record:", err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	err = run(ctx, logger, *out)
+	stop()
+	if err != nil {
+		logger.Error("Recording failed", zap.Error(err))
+		_ = logger.Sync()
+		os.Exit(1)
+	}
+}
+
+// run records every scenario into outDir. It stops the worker and the
+// server before it returns, also on failure.
+func run(ctx context.Context, logger *zap.Logger, outDir string) (err error) {
+	began := time.Now()
+	if fi, err := os.Stat(outDir); err != nil || !fi.IsDir() {
+		return fmt.Errorf("output directory %q does not exist: run from the module root or pass -out", outDir)
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+
+	dataDir, err := os.MkdirTemp("", "toolgate-record-*")
+	if err != nil {
+		return fmt.Errorf("create data dir: %w", err)
+	}
+	defer func() { _ = os.RemoveAll(dataDir) }()
+
+	srv, err := devserver.Start(ctx, devserver.Options{
+		DataDir:          dataDir,
+		SearchAttributes: workflows.SearchAttributeTypes(),
+		// The server is noisy; its errors are still worth seeing.
+		Logger: logger.Named("temporal").WithOptions(zap.IncreaseLevel(zapcore.ErrorLevel)),
+	})
+	if err != nil {
+		return fmt.Errorf("start embedded Temporal: %w", err)
+	}
+	defer func() {
+		if stopErr := srv.Stop(); stopErr != nil {
+			err = errors.Join(err, fmt.Errorf("stop embedded Temporal: %w", stopErr))
+		}
+	}()
+
+	tc, err := sdkclient.Dial(sdkclient.Options{
+		HostPort:  srv.FrontendAddress(),
+		Namespace: srv.Namespace(),
+		Identity:  identity,
+		Logger:    logging.NewTemporal(logger.Named("sdk").WithOptions(zap.IncreaseLevel(zapcore.WarnLevel))),
+	})
+	if err != nil {
+		return fmt.Errorf("connect to embedded Temporal: %w", err)
+	}
+	defer tc.Close()
+
+	tools, err := recorderTools()
+	if err != nil {
+		return err
+	}
+	w, err := worker.New(tc, worker.Options{Policy: recorderPolicy{}, Tools: tools})
+	if err != nil {
+		return err
+	}
+	if err := w.Start(); err != nil {
+		return fmt.Errorf("start worker: %w", err)
+	}
+	defer w.Stop()
+	logger.Info("Recording", zap.String("temporal", srv.FrontendAddress()), zap.String("out", outDir))
+
+	r := &recorder{tc: tc, tg: toolgate.New(tc, ""), logger: logger}
+	scenarios := []struct {
+		name string
+		run  func(context.Context) error
+	}{
+		{"auto-approve", r.autoApprove},
+		{"ask-approve", r.askApprove},
+		{"sticky-fan-out", r.stickyFanOut},
+		{"timeout", r.timeout},
+		{"session-continue-as-new", r.sessionContinueAsNew},
+	}
+	for _, s := range scenarios {
+		t0 := time.Now()
+		if err := s.run(ctx); err != nil {
+			return fmt.Errorf("scenario %s: %w", s.name, err)
+		}
+		logger.Info("Scenario recorded", zap.String("scenario", s.name), zap.Duration("took", time.Since(t0)))
+	}
+	// Written only once every scenario passed, so a failed run never
+	// leaves a mix of old and new recordings.
+	for _, h := range r.histories {
+		path := filepath.Join(outDir, h.name+".json")
+		if err := os.WriteFile(path, h.data, 0o644); err != nil {
+			return err
+		}
+		logger.Info("Wrote history", zap.String("file", path))
+	}
+	logger.Info("All histories recorded", zap.Int("files", len(r.histories)), zap.Duration("took", time.Since(began)))
+	return nil
+}
+
+// recorder drives scenarios and collects their histories.
+type recorder struct {
+	tc        sdkclient.Client
+	tg        *toolgate.Client
+	logger    *zap.Logger
+	histories []recorded
+}
+
+// recorded is one history, encoded, to be written to <name>.json.
+type recorded struct {
+	name string
+	data []byte
+}
+
+// autoApprove: a call the policy approves without asking anyone.
+func (r *recorder) autoApprove(ctx context.Context) error {
+	id, err := r.tg.Submit(ctx, toolgate.CallRequest{CallID: "auto-1", Session: "replay-auto", Tool: "echo", Args: []byte(`{"text":"hello"}`), Requester: "agent"})
+	if err != nil {
+		return err
+	}
+	if err := r.expectResult(ctx, id, workflows.StatusOK, policy.Approved, "policy"); err != nil {
+		return err
+	}
+	return r.writeHistory(ctx, "auto-approve", workflows.CallWorkflowID(id), "")
+}
+
+// askApprove: a call that asks a person, who approves it.
+func (r *recorder) askApprove(ctx context.Context) error {
+	id, err := r.tg.Submit(ctx, toolgate.CallRequest{CallID: "ask-1", Session: "replay-ask", Tool: "write", Args: []byte(`{"path":"notes.txt","content":"hi"}`), Requester: "agent"})
+	if err != nil {
+		return err
+	}
+	if err := r.waitPending(ctx, id); err != nil {
+		return err
+	}
+	if err := r.decide(ctx, id, policy.Approved); err != nil {
+		return err
+	}
+	if err := r.expectResult(ctx, id, workflows.StatusOK, policy.Approved, "cli"); err != nil {
+		return err
+	}
+	return r.writeHistory(ctx, "ask-approve", workflows.CallWorkflowID(id), "")
+}
+
+// stickyFanOut: three calls of one tool wait at once; approving one for the
+// session resolves the other two through the session workflow.
+func (r *recorder) stickyFanOut(ctx context.Context) error {
+	const session = "replay-sticky"
+	ids := []string{"sticky-1", "sticky-2", "sticky-3"}
+	// One at a time, so every recording has the same shape: the first
+	// call creates the session (signal-with-start), the others signal it.
+	for _, id := range ids {
+		args := fmt.Sprintf(`{"path":%q,"content":"x"}`, id+".txt")
+		if _, err := r.tg.Submit(ctx, toolgate.CallRequest{CallID: id, Session: session, Tool: "write", Args: []byte(args), Requester: "agent"}); err != nil {
+			return err
+		}
+		if err := r.waitPending(ctx, id); err != nil {
+			return err
+		}
+	}
+	if err := r.decide(ctx, ids[0], policy.ApprovedForSession); err != nil {
+		return err
+	}
+	if err := r.expectResult(ctx, ids[0], workflows.StatusOK, policy.ApprovedForSession, "cli"); err != nil {
+		return err
+	}
+	for _, id := range ids[1:] {
+		if err := r.expectResult(ctx, id, workflows.StatusOK, policy.ApprovedForSession, "session"); err != nil {
+			return err
+		}
+	}
+	if err := r.endSession(ctx, session, ""); err != nil {
+		return err
+	}
+	if err := r.writeHistory(ctx, "sticky-fan-out-call", workflows.CallWorkflowID(ids[1]), ""); err != nil {
+		return err
+	}
+	return r.writeHistory(ctx, "sticky-fan-out-session", workflows.SessionWorkflowID(session), "")
+}
+
+// timeout: nobody answers a "slow" call, which is denied on timeout.
+func (r *recorder) timeout(ctx context.Context) error {
+	id, err := r.tg.Submit(ctx, toolgate.CallRequest{CallID: "timeout-1", Session: "replay-timeout", Tool: "slow", Args: []byte(`{}`), Requester: "agent"})
+	if err != nil {
+		return err
+	}
+	res, err := r.tg.Wait(ctx, id)
+	if err != nil {
+		return err
+	}
+	if res.Status != workflows.StatusTimedOut {
+		return fmt.Errorf("call %s: status %s (%s), want %s", id, res.Status, res.Reason, workflows.StatusTimedOut)
+	}
+	if took := res.FinishedAt.Sub(res.RequestedAt); took < slowTimeout {
+		return fmt.Errorf("call %s timed out after %s, before its %s timeout", id, took, slowTimeout)
+	}
+	return r.writeHistory(ctx, "timeout", workflows.CallWorkflowID(id), "")
+}
+
+// sessionContinueAsNew: a session started with a low continue-as-new limit.
+// Call 1 registers and is decided (two messages); call 2's registration is
+// the third, so the first run continues as new with call 2 still waiting;
+// call 2 is decided in the second run, which then ends.
+func (r *recorder) sessionContinueAsNew(ctx context.Context) error {
+	const session = "replay-can"
+	sessionID := workflows.SessionWorkflowID(session)
+	run, err := r.tc.ExecuteWorkflow(ctx, sdkclient.StartWorkflowOptions{ID: sessionID, TaskQueue: workflows.TaskQueue},
+		workflows.SessionWorkflowType, workflows.SessionInput{Session: session, ContinueAsNewAfter: 3})
+	if err != nil {
+		return fmt.Errorf("start session %s: %w", session, err)
+	}
+	firstRun := run.GetRunID()
+
+	for _, id := range []string{"can-1", "can-2"} {
+		args := fmt.Sprintf(`{"path":%q,"content":"x"}`, id+".txt")
+		if _, err := r.tg.Submit(ctx, toolgate.CallRequest{CallID: id, Session: session, Tool: "write", Args: []byte(args), Requester: "agent"}); err != nil {
+			return err
+		}
+		if err := r.waitPending(ctx, id); err != nil {
+			return err
+		}
+		if id == "can-1" {
+			if err := r.decide(ctx, id, policy.Approved); err != nil {
+				return err
+			}
+			if err := r.expectResult(ctx, id, workflows.StatusOK, policy.Approved, "cli"); err != nil {
+				return err
+			}
+		}
+	}
+
+	// can-2 is parked; its registration made the first run continue as new.
+	var secondRun string
+	err = eventually(ctx, "the first session run continued as new", func(ctx context.Context) (bool, error) {
+		desc, err := r.tc.DescribeWorkflowExecution(ctx, sessionID, firstRun)
+		if err != nil {
+			return false, err
+		}
+		if desc.GetWorkflowExecutionInfo().GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_CONTINUED_AS_NEW {
+			return false, nil
+		}
+		latest, err := r.tc.DescribeWorkflowExecution(ctx, sessionID, "")
+		if err != nil {
+			return false, err
+		}
+		secondRun = latest.GetWorkflowExecutionInfo().GetExecution().GetRunId()
+		return secondRun != firstRun, nil
+	})
+	if err != nil {
+		return err
+	}
+	view, err := r.tg.Session(ctx, session)
+	if err != nil {
+		return err
+	}
+	if len(view.Waiting) != 1 || view.Waiting[0].CallID != "can-2" {
+		return fmt.Errorf("second session run waits for %+v, want only can-2", view.Waiting)
+	}
+	if err := r.decide(ctx, "can-2", policy.Approved); err != nil {
+		return err
+	}
+	if err := r.expectResult(ctx, "can-2", workflows.StatusOK, policy.Approved, "cli"); err != nil {
+		return err
+	}
+	if err := r.endSession(ctx, session, secondRun); err != nil {
+		return err
+	}
+	if err := r.writeHistory(ctx, "session-continue-as-new", sessionID, firstRun); err != nil {
+		return err
+	}
+	return r.writeHistory(ctx, "session-continue-as-new-next-run", sessionID, secondRun)
+}
+
+// waitPending waits until the call waits for a person.
+func (r *recorder) waitPending(ctx context.Context, callID string) error {
+	return eventually(ctx, "call "+callID+" is pending", func(ctx context.Context) (bool, error) {
+		st, err := r.tg.Status(ctx, callID)
+		if err != nil {
+			return false, err
+		}
+		if st.Result != nil {
+			return false, fmt.Errorf("call %s finished (%s: %s) instead of waiting", callID, st.Result.Status, st.Result.Reason)
+		}
+		return st.State.Status == workflows.StatusPending, nil
+	})
+}
+
+func (r *recorder) decide(ctx context.Context, callID string, kind policy.DecisionKind) error {
+	if _, err := r.tg.Decide(ctx, callID, policy.Decision{Kind: kind, DecidedBy: approver, Channel: "cli"}); err != nil {
+		return fmt.Errorf("decide %s: %w", callID, err)
+	}
+	return nil
+}
+
+// expectResult waits for the call's Result and checks how it ended.
+func (r *recorder) expectResult(ctx context.Context, callID string, status workflows.Status, kind policy.DecisionKind, channel string) error {
+	res, err := r.tg.Wait(ctx, callID)
+	if err != nil {
+		return err
+	}
+	if res.Status != status || res.Decision != kind.String() || res.Channel != channel {
+		return fmt.Errorf("call %s ended %s/%s via %q (%s), want %s/%s via %q",
+			callID, res.Status, res.Decision, res.Channel, res.Reason, status, kind, channel)
+	}
+	return nil
+}
+
+// endSession ends the session and waits until its workflow completed.
+func (r *recorder) endSession(ctx context.Context, session, runID string) error {
+	denied, err := r.tg.EndSession(ctx, session, approver)
+	if err != nil {
+		return fmt.Errorf("end session %s: %w", session, err)
+	}
+	if denied != 0 {
+		return fmt.Errorf("ending session %s denied %d waiting calls, want none", session, denied)
+	}
+	if err := r.tc.GetWorkflow(ctx, workflows.SessionWorkflowID(session), runID).Get(ctx, nil); err != nil {
+		return fmt.Errorf("session %s: %w", session, err)
+	}
+	return nil
+}
+
+// writeHistory fetches a closed run's full history and keeps it for
+// <name>.json, in the JSON form that client.HistoryFromJSON and the
+// replayer read.
+func (r *recorder) writeHistory(ctx context.Context, name, workflowID, runID string) error {
+	hist := &historypb.History{}
+	it := r.tc.GetWorkflowHistory(ctx, workflowID, runID, false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	for it.HasNext() {
+		ev, err := it.Next()
+		if err != nil {
+			return fmt.Errorf("history of %s: %w", workflowID, err)
+		}
+		hist.Events = append(hist.Events, ev)
+	}
+	if n := len(hist.Events); n == 0 || !closing(hist.Events[n-1].GetEventType()) {
+		return fmt.Errorf("history of %s does not end with the run closing", workflowID)
+	}
+	// temporalproto, not google's protojson: the same JSON, but with stable
+	// whitespace, so a re-recording diffs only where the history changed.
+	data, err := temporalproto.CustomJSONMarshalOptions{Indent: "  "}.Marshal(hist)
+	if err != nil {
+		return fmt.Errorf("encode history of %s: %w", workflowID, err)
+	}
+	data = append(data, '\n')
+	back, err := sdkclient.HistoryFromJSON(bytes.NewReader(data), sdkclient.HistoryJSONOptions{})
+	if err != nil || len(back.GetEvents()) != len(hist.Events) {
+		return fmt.Errorf("history of %s does not read back (%d events): %v", workflowID, len(back.GetEvents()), err)
+	}
+	r.histories = append(r.histories, recorded{name: name, data: data})
+	r.logger.Info("Fetched history", zap.String("name", name), zap.String("workflowID", workflowID),
+		zap.Int("events", len(hist.Events)), zap.Stringer("last", hist.Events[len(hist.Events)-1].GetEventType()))
+	return nil
+}
+
+func closing(t enumspb.EventType) bool {
+	switch t {
+	case enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_COMPLETED, enumspb.EVENT_TYPE_WORKFLOW_EXECUTION_CONTINUED_AS_NEW:
+		return true
+	}
+	return false
+}
+
+// eventually checks cond every pollInterval until it holds, fails, or
+// waitTimeout passes.
+func eventually(ctx context.Context, what string, cond func(context.Context) (bool, error)) error {
+	ctx, cancel := context.WithTimeout(ctx, waitTimeout)
+	defer cancel()
+	tick := time.NewTicker(pollInterval)
+	defer tick.Stop()
+	for {
+		ok, err := cond(ctx)
+		if err != nil {
+			return fmt.Errorf("waiting until %s: %w", what, err)
+		}
+		if ok {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting until %s: %w", what, ctx.Err())
+		case <-tick.C:
+		}
+	}
+}
+
+// recorderPolicy is the recorder's own policy, so a change to the built-in
+// policy never changes the recorded histories: "echo" runs without asking,
+// "write" asks a person with the default timeout, "slow" asks with a short
+// timeout and the default deny on timeout.
+type recorderPolicy struct{ policy.Base }
+
+var _ policy.ToolPolicy = recorderPolicy{}
+
+// EvaluateApproval asks a person for "write" and "slow".
+func (recorderPolicy) EvaluateApproval(_ context.Context, call policy.Call) (*policy.ApprovalRequest, error) {
+	switch call.Tool {
+	case "write":
+		return &policy.ApprovalRequest{Message: "Write a file?", Rule: "ask-write"}, nil
+	case "slow":
+		return &policy.ApprovalRequest{Message: "Run the slow tool?", Rule: "ask-slow", Timeout: slowTimeout}, nil
+	}
+	return nil, nil
+}
+
+// Version names the policy in every Result.
+func (recorderPolicy) Version() string { return "record/1" }
+
+func recorderTools() (*tool.Registry, error) {
+	reg := tool.NewRegistry()
+	for _, t := range []tool.Tool{
+		{Name: "echo", Run: func(_ context.Context, in tool.Input) (json.RawMessage, error) { return in.Args, nil }},
+		{Name: "write", Run: func(context.Context, tool.Input) (json.RawMessage, error) {
+			return json.RawMessage(`{"written":true}`), nil
+		}},
+		{Name: "slow", Run: func(context.Context, tool.Input) (json.RawMessage, error) {
+			return json.RawMessage(`{"done":true}`), nil
+		}},
+	} {
+		if err := reg.Register(t); err != nil {
+			return nil, err
+		}
+	}
+	return reg, nil
+}
