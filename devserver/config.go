@@ -34,35 +34,40 @@ func (p ports) frontendAddr() string { return hostPort(p.frontend) }
 func hostPort(port int) string { return net.JoinHostPort(host, strconv.Itoa(port)) }
 
 // pickPorts uses frontend if non-zero and free ports for everything else.
-// A port is only reserved until it is closed here, so another process can
-// race for it; on a developer machine that is rare and Start then fails
-// loudly rather than misbehaving.
+// The chosen ports are held until all are picked, so they are distinct,
+// then released for the server to bind. Another process could take one in
+// between; the server would then log a Fatal, as for a taken frontend port.
 func pickPorts(frontend int) (ports, error) {
 	var p ports
 	targets := []*int{&p.history, &p.matching, &p.worker}
 	if frontend != 0 {
+		if err := checkPortFree(frontend); err != nil {
+			return p, err
+		}
 		p.frontend = frontend
 	} else {
 		targets = append(targets, &p.frontend)
 	}
 	for _, t := range targets {
-		port, err := freePort()
+		l, err := net.Listen("tcp", hostPort(0))
 		if err != nil {
-			return p, err
+			return p, fmt.Errorf("devserver: find a free port: %w", err)
 		}
-		*t = port
+		defer func() { _ = l.Close() }()
+		*t = l.Addr().(*net.TCPAddr).Port
 	}
 	return p, nil
 }
 
-// freePort asks the kernel for an unused port on host.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+// checkPortFree fails early when port is taken: the server itself would
+// log a Fatal, which exits the whole process (or, with a discarding
+// logger, is ignored and the service runs without a listener).
+func checkPortFree(port int) error {
+	l, err := net.Listen("tcp", hostPort(port))
 	if err != nil {
-		return 0, fmt.Errorf("devserver: find a free port: %w", err)
+		return fmt.Errorf("devserver: frontend port %d is not free: %w", port, err)
 	}
-	defer func() { _ = l.Close() }()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return l.Close()
 }
 
 // staticHosts tells each service where the others are, replacing ringpop:
@@ -145,7 +150,7 @@ func buildConfig(dbPath string, p ports) *config.Config {
 			},
 		},
 		// The internal worker service (system workflows) dials the
-		// frontend through this; the server panics without it.
+		// frontend through this (temporaltest notes a panic without it).
 		PublicClient: config.PublicClient{HostPort: p.frontendAddr()},
 	}
 }
@@ -170,6 +175,17 @@ func dynamicConfig() dynamicconfig.StaticClient {
 		// which a UI or a test polling list queries exceeds (as the CLI dev
 		// server does, raise it).
 		dynamicconfig.FrontendMaxNamespaceVisibilityRPSPerInstance.Key(): 100,
+		// Server.Stop never stops these system workers (upstream "TODO:
+		// Nothing is gracefully stopping these workers"): each stopped
+		// server would leak ~100 goroutines polling a dead frontend and
+		// logging warnings, and after a restart on the same port they would
+		// take tasks with clients of the stopped server. None matters here:
+		// without the worker, history applies parent close policies inline
+		// (the worker only offloads large fan-outs), and the scanners only
+		// garbage-collect idle task queues and orphaned history branches.
+		dynamicconfig.EnableParentClosePolicyWorker.Key(): false,
+		dynamicconfig.TaskQueueScannerEnabled.Key():       false,
+		dynamicconfig.HistoryScannerEnabled.Key():         false,
 	}
 }
 

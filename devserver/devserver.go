@@ -46,6 +46,7 @@ type Server struct {
 	frontendAddr string
 	namespace    string
 	logger       *zap.Logger
+	logGate      *logGate
 
 	stopOnce sync.Once
 	stopErr  error
@@ -75,7 +76,8 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 		return nil, err
 	}
 
-	serverLogger := log.NewZapLogger(o.Logger.Named("temporal"))
+	gate := newLogGate()
+	serverLogger := log.NewZapLogger(gate.wrap(o.Logger.Named("temporal")))
 	srv, err := temporal.NewServer(
 		temporal.ForServices(temporal.DefaultServices),
 		temporal.WithConfig(cfg),
@@ -86,13 +88,12 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("devserver: create server: %w", err)
 	}
-	if err := srv.Start(); err != nil {
-		return nil, fmt.Errorf("devserver: start server: %w", err)
-	}
-
-	s := &Server{srv: srv, frontendAddr: ports.frontendAddr(), namespace: o.Namespace, logger: o.Logger}
-	if err := s.awaitReady(ctx, o.SearchAttributes, log.NewSdkLogger(serverLogger)); err != nil {
-		// Do not leak a half-started server: its ports and goroutines.
+	s := &Server{srv: srv, frontendAddr: ports.frontendAddr(), namespace: o.Namespace, logger: o.Logger, logGate: gate}
+	if err := s.startAndAwait(ctx, o.SearchAttributes, log.NewSdkLogger(serverLogger)); err != nil {
+		// Do not leak a half-started server (ports, goroutines). Stopping
+		// services that are still starting logs spurious errors; the cause
+		// was logged already and is in err, so stop silently.
+		gate.stopped()
 		_ = s.Stop()
 		return nil, err
 	}
@@ -103,12 +104,13 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 	return s, nil
 }
 
-// withDefaults validates o and fills in defaults, creating DataDir.
+// withDefaults validates o and fills in defaults, creating DataDir
+// (owner-only: workflow histories hold tool inputs and outputs).
 func withDefaults(o Options) (Options, error) {
 	if o.DataDir == "" {
 		return o, errors.New("devserver: Options.DataDir is required")
 	}
-	if err := os.MkdirAll(o.DataDir, 0o755); err != nil {
+	if err := os.MkdirAll(o.DataDir, 0o700); err != nil {
 		return o, fmt.Errorf("devserver: create data dir: %w", err)
 	}
 	if o.Namespace == "" {
@@ -120,9 +122,13 @@ func withDefaults(o Options) (Options, error) {
 	return o, nil
 }
 
-// awaitReady dials the frontend until it serves the namespace, then
-// ensures the search attributes. The client is only used for setup.
-func (s *Server) awaitReady(ctx context.Context, attrs map[string]enumspb.IndexedValueType, clientLogger *log.SdkLogger) error {
+// startAndAwait starts the services, dials the frontend until it serves the
+// namespace, then ensures the search attributes. The client is only used
+// for this setup.
+func (s *Server) startAndAwait(ctx context.Context, attrs map[string]enumspb.IndexedValueType, clientLogger *log.SdkLogger) error {
+	if err := s.srv.Start(); err != nil {
+		return fmt.Errorf("devserver: start server: %w", err)
+	}
 	c, err := dialWhenReady(ctx, client.Options{
 		HostPort:  s.frontendAddr,
 		Namespace: s.namespace,
@@ -151,7 +157,9 @@ func (s *Server) Namespace() string { return s.namespace }
 func (s *Server) Stop() error {
 	s.stopOnce.Do(func() {
 		began := time.Now()
+		s.logGate.stopping()
 		s.stopErr = s.srv.Stop()
+		s.logGate.stopped()
 		s.logger.Debug("devserver stopped", zap.Duration("took", time.Since(began)), zap.Error(s.stopErr))
 	})
 	return s.stopErr
