@@ -209,3 +209,32 @@ func NewCallID() string {
 	_, _ = rand.Read(b[:])
 	return "call-" + hex.EncodeToString(b[:])
 }
+
+// Waiting is the JSON shape of a call that has no Result yet, as the CLI
+// and the HTTP API print it.
+type Waiting struct {
+	CallID    string           `json:"call_id"`
+	Session   string           `json:"session"`
+	Tool      string           `json:"tool"`
+	Requester string           `json:"requester,omitempty"`
+	Status    workflows.Status `json:"status"`
+	Args      json.RawMessage  `json:"args,omitempty"`
+	Message   string           `json:"message,omitempty"`
+	Rule      string           `json:"rule,omitempty"`
+	Groups    []string         `json:"groups,omitempty"`
+	// WaitingSince and Deadline are set while a person is asked.
+	WaitingSince time.Time `json:"waiting_since,omitzero"`
+	Deadline     time.Time `json:"deadline,omitzero"`
+}
+
+// WaitingView turns a call's live state into its Waiting shape.
+func WaitingView(st workflows.CallState) Waiting {
+	w := Waiting{
+		CallID: st.Call.ID, Session: st.Call.Session, Tool: st.Call.Tool, Requester: st.Call.Requester,
+		Status: st.Status, Args: st.Call.Args, WaitingSince: st.WaitingSince, Deadline: st.Deadline,
+	}
+	if st.Request != nil {
+		w.Message, w.Rule, w.Groups = st.Request.Message, st.Request.Rule, st.Request.Groups
+	}
+	return w
+}

@@ -78,11 +78,13 @@ func (c *Client) mapNotFound(ctx context.Context, callID string, err error) erro
 	if desc.GetWorkflowExecutionInfo().GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
 		return err
 	}
-	return c.alreadyDecided(ctx, callID)
+	return c.AlreadyDecided(ctx, callID)
 }
 
-// alreadyDecided builds the refusal for a finished call from its Result.
-func (c *Client) alreadyDecided(ctx context.Context, callID string) error {
+// AlreadyDecided builds the refusal for a decision on a finished call, from
+// its Result: by whom, via what and when it was decided, or when it timed
+// out.
+func (c *Client) AlreadyDecided(ctx context.Context, callID string) error {
 	var r workflows.Result
 	if err := c.tc.GetWorkflow(ctx, workflows.CallWorkflowID(callID), "").Get(ctx, &r); err != nil {
 		return &AlreadyDecidedError{CallID: callID, Message: fmt.Sprintf("call %s is finished and cannot be decided", callID)}

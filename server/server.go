@@ -1,20 +1,33 @@
-// Package server is toolgate's HTTP listener: health and readiness now;
-// the approver API and web inbox mount here.
+// Package server is toolgate's HTTP listener: health, the JSON API under
+// /v1 for agents and approvers, and the web inbox.
 package server
 
 import (
 	"context"
-	"encoding/json"
+	_ "embed"
 	"net/http"
 	"time"
 
-	"go.temporal.io/sdk/client"
 	"go.uber.org/zap"
+
+	tgclient "github.com/toolgate/toolgate/client"
 )
 
-// New returns the HTTP handler. tc is used to check that Temporal is
-// reachable.
-func New(tc client.Client, logger *zap.Logger) http.Handler {
+// Config configures the HTTP handler.
+type Config struct {
+	// Calls talks to Temporal. Required.
+	Calls *tgclient.Client
+	// Tokens authenticates API requests and inbox sign-ins. Required.
+	Tokens *Tokens
+	// Logger; nil means no logs.
+	Logger *zap.Logger
+}
+
+// New returns the HTTP handler.
+func New(cfg Config) http.Handler {
+	if cfg.Logger == nil {
+		cfg.Logger = zap.NewNop()
+	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
@@ -22,18 +35,21 @@ func New(tc client.Client, logger *zap.Logger) http.Handler {
 	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 3*time.Second)
 		defer cancel()
-		if _, err := tc.CheckHealth(ctx, &client.CheckHealthRequest{}); err != nil {
-			logger.Warn("Temporal not reachable", zap.Error(err))
+		if _, err := cfg.Calls.Temporal().CheckHealth(ctx, nil); err != nil {
+			cfg.Logger.Warn("Temporal not reachable", zap.Error(err))
 			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unavailable", "error": "temporal is not reachable"})
 			return
 		}
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 	})
+	(&api{calls: cfg.Calls, tokens: cfg.Tokens, logger: cfg.Logger}).routes(mux)
 	return mux
 }
 
-func writeJSON(w http.ResponseWriter, status int, v any) {
+//go:embed openapi.json
+var openAPI []byte
+
+func serveOpenAPI(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v)
+	_, _ = w.Write(openAPI)
 }

@@ -365,7 +365,7 @@ func toolActivityOptions(ev activities.Evaluation) workflow.ActivityOptions {
 func (c *callRun) finish(ctx workflow.Context, status Status, reason string, output json.RawMessage) Result {
 	call := c.state.Call
 	r := Result{
-		CallID: call.ID, Session: call.Session, Tool: call.Tool,
+		CallID: call.ID, Session: call.Session, Tool: call.Tool, Requester: call.Requester,
 		Status: status, Output: output, Reason: reason, Note: c.note,
 		Args: call.Args, OriginalArgs: c.originalArgs,
 		Rule: c.eval.Rule, PolicyVersion: c.eval.PolicyVersion,

@@ -123,10 +123,11 @@ type CallInput struct {
 // Result is what the agent gets back, whatever happened. Denials, refusals
 // by hooks, unknown tools, tool failures and timeouts are all Results.
 type Result struct {
-	CallID  string `json:"call_id"`
-	Session string `json:"session"`
-	Tool    string `json:"tool"`
-	Status  Status `json:"status"`
+	CallID    string `json:"call_id"`
+	Session   string `json:"session"`
+	Tool      string `json:"tool"`
+	Requester string `json:"requester,omitempty"`
+	Status    Status `json:"status"`
 	// Output is the tool's output after middleware (status ok only).
 	Output json.RawMessage `json:"output,omitempty"`
 	// Reason says why the call did not succeed, for the model.
@@ -154,6 +155,11 @@ type Result struct {
 	Redactions    int       `json:"redactions,omitempty"`
 	RequestedAt   time.Time `json:"requested_at,omitzero"`
 	FinishedAt    time.Time `json:"finished_at,omitzero"`
+}
+
+// Call returns the identity of the call the Result answers.
+func (r Result) Call() policy.Call {
+	return policy.Call{ID: r.CallID, Session: r.Session, Tool: r.Tool, Args: r.Args, Requester: r.Requester}
 }
 
 // CallState is a call's live state, returned by QueryCall.

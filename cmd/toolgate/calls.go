@@ -181,28 +181,14 @@ func printResultText(w io.Writer, r workflows.Result) {
 	}
 }
 
-// waitingJSON is the --json shape of a call that has no Result yet.
-type waitingJSON struct {
-	CallID   string          `json:"call_id"`
-	Session  string          `json:"session"`
-	Tool     string          `json:"tool"`
-	Status   string          `json:"status"`
-	Args     json.RawMessage `json:"args,omitempty"`
-	Message  string          `json:"message,omitempty"`
-	Deadline time.Time       `json:"deadline,omitzero"`
-}
-
 func (a *app) printWaiting(st workflows.CallState, asJSON bool) {
-	w := waitingJSON{CallID: st.Call.ID, Session: st.Call.Session, Tool: st.Call.Tool, Status: string(st.Status), Args: st.Call.Args, Deadline: st.Deadline}
-	if st.Request != nil {
-		w.Message = st.Request.Message
-	}
+	w := tgclient.WaitingView(st)
 	if asJSON {
 		writeJSON(a.stdout, w)
 		return
 	}
 	fmt.Fprintf(a.stdout, "call %s  session %s  tool %s\nstatus: %s\n", w.CallID, w.Session, w.Tool, w.Status)
-	if st.Status == workflows.StatusPending {
+	if w.Status == workflows.StatusPending {
 		fmt.Fprintf(a.stdout, "waiting for a person: %s\ndeadline: %s\napprove: toolgate approve %s --by NAME\n",
 			w.Message, w.Deadline.Local().Format(time.RFC1123), w.CallID)
 	}

@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/toolgate/toolgate/logging"
+	"github.com/toolgate/toolgate/server"
 )
 
 // Exit statuses, as documented in the README.
@@ -85,6 +86,7 @@ type app struct {
 	logJSON        bool
 	conn           connection
 	logger         *zap.Logger
+	tokens         *server.Tokens
 }
 
 func (a *app) rootCommand() *cobra.Command {
@@ -121,6 +123,7 @@ verbs from a second terminal.`,
 		a.approveCommand(),
 		a.denyCommand(),
 		a.sessionCommand(),
+		a.tokenCommand(),
 	)
 	return root
 }

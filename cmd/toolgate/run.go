@@ -18,6 +18,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/toolgate/toolgate/builtin"
+	tgclient "github.com/toolgate/toolgate/client"
 	"github.com/toolgate/toolgate/devserver"
 	"github.com/toolgate/toolgate/server"
 	"github.com/toolgate/toolgate/tool"
@@ -27,8 +28,8 @@ import (
 
 func (a *app) devCommand() *cobra.Command {
 	var (
-		dataDir, httpAddr, workspace string
-		port                         int
+		dataDir, httpAddr, workspace, tokensFile string
+		port                                     int
 	)
 	cmd := &cobra.Command{
 		Use:   "dev",
@@ -60,6 +61,10 @@ stock 'temporal' CLI and the Temporal Web UI.`,
 			}
 			defer func() { _ = srv.Stop() }()
 			a.conn = connection{address: srv.FrontendAddress(), namespace: srv.Namespace(), taskQueue: workflows.TaskQueue}
+			tokenNote, err := a.devTokens(dataDir, tokensFile)
+			if err != nil {
+				return err
+			}
 			if workspace == "" {
 				workspace = filepath.Join(dataDir, "workspace")
 			}
@@ -68,11 +73,11 @@ stock 'temporal' CLI and the Temporal Web UI.`,
   Temporal   %s  namespace %s  data %s
   worker     task queue %s; tools: %s
   workspace  %s
-  HTTP       %s  (/healthz, /readyz)
-Try in another terminal:
+  HTTP       %s  (API under /v1, inbox at /)
+%sTry in another terminal:
   toolgate call --session demo echo '{"hello":"world"}'
 Stop with Ctrl-C.
-`, srv.FrontendAddress(), srv.Namespace(), filepath.Join(dataDir, "temporal.db"), workflows.TaskQueue, strings.Join(tools, ", "), ws, httpURL)
+`, srv.FrontendAddress(), srv.Namespace(), filepath.Join(dataDir, "temporal.db"), workflows.TaskQueue, strings.Join(tools, ", "), ws, httpURL, tokenNote)
 			})
 		},
 	}
@@ -81,7 +86,28 @@ Stop with Ctrl-C.
 	f.IntVar(&port, "temporal-port", 7233, "Temporal gRPC port on 127.0.0.1 (0 picks a free one)")
 	f.StringVar(&httpAddr, "http", "127.0.0.1:7700", "HTTP listen address (empty disables it)")
 	f.StringVar(&workspace, "workspace", "", "directory the built-in tools are confined to (default <data-dir>/workspace)")
+	f.StringVar(&tokensFile, "tokens", os.Getenv("TOOLGATE_TOKENS_FILE"), "API tokens file (default: generate an agent and an approver token in <data-dir>/tokens.json)")
 	return cmd
+}
+
+// devTokens loads the tokens file, or the dev tokens (created on first
+// start), and says how to use them.
+func (a *app) devTokens(dataDir, tokensFile string) (string, error) {
+	if tokensFile != "" {
+		t, err := server.LoadTokens(tokensFile)
+		a.tokens = t
+		return fmt.Sprintf("  tokens     from %s\n", tokensFile), err
+	}
+	dt, t, created, err := server.LoadOrCreateDevTokens(dataDir)
+	if err != nil {
+		return "", err
+	}
+	a.tokens = t
+	path := filepath.Join(dataDir, "tokens.json")
+	if !created {
+		return fmt.Sprintf("  tokens     in %s (agent and approver)\n", path), nil
+	}
+	return fmt.Sprintf("  tokens     created in %s:\n    agent     %s\n    approver  %s  (sign in to the inbox with it)\n", path, dt.Agent, dt.Approver), nil
 }
 
 func (a *app) workerCommand() *cobra.Command {
@@ -105,12 +131,20 @@ Start as many as the load needs on one task queue; they share the calls.`,
 }
 
 func (a *app) serveCommand() *cobra.Command {
-	var httpAddr string
+	var httpAddr, tokensFile string
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run toolgate's HTTP listener against an existing Temporal cluster",
 		Args:  exactArgs(),
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if tokensFile == "" {
+				return usageError("serve needs --tokens FILE (or TOOLGATE_TOKENS_FILE): see 'toolgate token new'")
+			}
+			t, err := server.LoadTokens(tokensFile)
+			if err != nil {
+				return err
+			}
+			a.tokens = t
 			return a.runProcesses(cmd.Context(), false, "", httpAddr, func(_ []string, _, httpURL string) {
 				a.logger.Info("HTTP listener running", zap.String("url", httpURL), zap.String("temporal", a.conn.address))
 			})
@@ -118,6 +152,7 @@ func (a *app) serveCommand() *cobra.Command {
 	}
 	a.conn.addFlags(cmd)
 	cmd.Flags().StringVar(&httpAddr, "http", "127.0.0.1:7700", "HTTP listen address")
+	cmd.Flags().StringVar(&tokensFile, "tokens", os.Getenv("TOOLGATE_TOKENS_FILE"), "API tokens file (env TOOLGATE_TOKENS_FILE)")
 	return cmd
 }
 
@@ -162,7 +197,8 @@ func (a *app) runProcesses(ctx context.Context, withWorker bool, workspace, http
 			return fmt.Errorf("HTTP listener: %w", err)
 		}
 		httpURL = "http://" + ln.Addr().String()
-		hs := &http.Server{Handler: server.New(tc, a.logger.Named("http")), ReadHeaderTimeout: 10 * time.Second}
+		handler := server.New(server.Config{Calls: tgclient.New(tc, a.conn.taskQueue), Tokens: a.tokens, Logger: a.logger.Named("http")})
+		hs := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
 		go func() {
 			if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				a.logger.Error("HTTP listener stopped", zap.Error(err))

@@ -1,0 +1,47 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/toolgate/toolgate/server"
+)
+
+func (a *app) tokenCommand() *cobra.Command {
+	cmd := &cobra.Command{Use: "token", Short: "Make API tokens"}
+	var (
+		name, role string
+		groups     []string
+	)
+	newCmd := &cobra.Command{
+		Use:   "new --name NAME --role agent|approver|admin [--groups g1,g2]",
+		Short: "Print a new token and the entry to add to the tokens file",
+		Long: `Print a new random token, and the tokens-file entry that holds only its
+SHA-256 hash. Give the token to its owner; keep the entry in the file that
+'toolgate serve --tokens' (or 'dev --tokens') reads.`,
+		Args: exactArgs(),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			entry := server.TokenEntry{Name: name, Role: server.Role(role), Groups: groups}
+			token := server.NewToken("tg_")
+			entry.SHA256 = server.HashToken(token)
+			if _, err := server.NewTokens([]server.TokenEntry{entry}); err != nil {
+				return usageError("%v", err)
+			}
+			fmt.Fprintf(a.stdout, "token: %s\n\nadd to the tokens file:\ntokens:\n  - name: %s\n    role: %s\n", token, entry.Name, entry.Role)
+			if len(groups) > 0 {
+				fmt.Fprintf(a.stdout, "    groups: [%s]\n", strings.Join(groups, ", "))
+			}
+			fmt.Fprintf(a.stdout, "    sha256: %s\n", entry.SHA256)
+			return nil
+		},
+	}
+	newCmd.Flags().StringVar(&name, "name", "", "who holds the token; recorded as the requester or approver")
+	newCmd.Flags().StringVar(&role, "role", "", "agent, approver or admin")
+	newCmd.Flags().StringSliceVar(&groups, "groups", nil, "approver groups (\"*\" for all)")
+	_ = newCmd.MarkFlagRequired("name")
+	_ = newCmd.MarkFlagRequired("role")
+	cmd.AddCommand(newCmd)
+	return cmd
+}

@@ -1,0 +1,295 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+
+	tgclient "github.com/toolgate/toolgate/client"
+	"github.com/toolgate/toolgate/policy"
+)
+
+// Limits of the API.
+const (
+	// MaxBodyBytes caps request bodies; call arguments are capped lower by
+	// the client (512 KiB).
+	MaxBodyBytes = 1 << 20
+	// MaxWait caps ?wait= long polls.
+	MaxWait = 5 * time.Minute
+	// MaxBulk caps one bulk decision.
+	MaxBulk = 100
+)
+
+// api serves /v1.
+type api struct {
+	calls  *tgclient.Client
+	tokens *Tokens
+	logger *zap.Logger
+}
+
+// route is one API endpoint and the roles that may call it.
+type route struct {
+	method, pattern string
+	handle          func(http.ResponseWriter, *http.Request, Principal)
+	roles           []Role
+}
+
+func (a *api) table() []route {
+	agents := []Role{RoleAgent, RoleAdmin}
+	approvers := []Role{RoleApprover, RoleAdmin}
+	everyone := []Role{RoleAgent, RoleApprover, RoleAdmin}
+	return []route{
+		{"POST", "/v1/calls", a.submit, agents},
+		{"GET", "/v1/calls", a.listCalls, everyone},
+		{"GET", "/v1/calls/{call_id}", a.getCall, everyone},
+		{"GET", "/v1/pending", a.pending, approvers},
+		{"POST", "/v1/calls/{call_id}/decision", a.decideOne, approvers},
+		{"POST", "/v1/decisions", a.decideBulk, approvers},
+		{"GET", "/v1/sessions/{session}", a.session, approvers},
+		{"DELETE", "/v1/sessions/{session}/sticky/{tool}", a.revoke, approvers},
+		{"POST", "/v1/sessions/{session}/end", a.endSession, approvers},
+	}
+}
+
+func (a *api) routes(mux *http.ServeMux) {
+	mux.HandleFunc("GET /v1/openapi.json", serveOpenAPI)
+	for _, r := range a.table() {
+		mux.Handle(r.method+" "+r.pattern, a.auth(r.handle, r.roles...))
+	}
+}
+
+// auth resolves the bearer token and checks its role.
+func (a *api) auth(h func(http.ResponseWriter, *http.Request, Principal), roles ...Role) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		p, known := a.tokens.Lookup(strings.TrimSpace(token))
+		if !ok || !known {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="toolgate"`)
+			writeError(w, errUnauthorized)
+			return
+		}
+		if !roleIn(p.Role, roles) {
+			writeError(w, &apiError{http.StatusForbidden, "forbidden", fmt.Sprintf("%s holds a token with role %s; this needs role %s", p.Name, p.Role, joinRoles(roles))})
+			return
+		}
+		h(w, r, p)
+	})
+}
+
+func joinRoles(roles []Role) string {
+	names := make([]string, len(roles))
+	for i, r := range roles {
+		names[i] = string(r)
+	}
+	return strings.Join(names, " or ")
+}
+
+func roleIn(r Role, roles []Role) bool {
+	for _, x := range roles {
+		if r == x {
+			return true
+		}
+	}
+	return false
+}
+
+// submitRequest is the body of POST /v1/calls.
+type submitRequest struct {
+	Session string          `json:"session"`
+	Tool    string          `json:"tool"`
+	Args    json.RawMessage `json:"args"`
+	CallID  string          `json:"call_id"`
+}
+
+func (a *api) submit(w http.ResponseWriter, r *http.Request, p Principal) {
+	var req submitRequest
+	if err := decodeBody(w, r, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	wait, err := waitParam(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	id, err := a.calls.Submit(r.Context(), tgclient.CallRequest{CallID: req.CallID, Session: req.Session, Tool: req.Tool, Args: req.Args, Requester: p.Name})
+	if err != nil {
+		writeError(w, a.mapError(err))
+		return
+	}
+	a.respondCall(w, r, p, id, wait)
+}
+
+func (a *api) getCall(w http.ResponseWriter, r *http.Request, p Principal) {
+	wait, err := waitParam(r)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	a.respondCall(w, r, p, r.PathValue("call_id"), wait)
+}
+
+// respondCall answers with the Result (200) when the call is final within
+// wait, else with the waiting call (202).
+func (a *api) respondCall(w http.ResponseWriter, r *http.Request, p Principal, callID string, wait time.Duration) {
+	ctx := r.Context()
+	if wait > 0 {
+		wctx, cancel := context.WithTimeout(ctx, wait)
+		res, err := a.calls.Wait(wctx, callID)
+		cancel()
+		if err == nil {
+			if !mayRead(p, res.Call()) {
+				writeError(w, notFound(callID))
+				return
+			}
+			writeJSON(w, http.StatusOK, res)
+			return
+		}
+		if !errors.Is(err, context.DeadlineExceeded) {
+			writeError(w, a.mapError(err))
+			return
+		}
+	}
+	st, err := a.calls.Status(ctx, callID)
+	if err != nil {
+		writeError(w, a.mapError(err))
+		return
+	}
+	if st.Result != nil {
+		if !mayRead(p, st.Result.Call()) {
+			writeError(w, notFound(callID))
+			return
+		}
+		writeJSON(w, http.StatusOK, st.Result)
+		return
+	}
+	if !mayRead(p, st.State.Call) {
+		writeError(w, notFound(callID))
+		return
+	}
+	writeJSON(w, http.StatusAccepted, tgclient.WaitingView(*st.State))
+}
+
+// mayRead: agents read only the calls they submitted.
+func mayRead(p Principal, c policy.Call) bool {
+	return p.Role != RoleAgent || c.Requester == p.Name
+}
+
+func (a *api) listCalls(w http.ResponseWriter, r *http.Request, p Principal) {
+	q := r.URL.Query()
+	f := tgclient.ListFilter{Session: q.Get("session"), Tool: q.Get("tool"), Status: q.Get("status")}
+	if p.Role == RoleAgent {
+		f.Requester = p.Name
+	} else {
+		f.Requester = q.Get("requester")
+	}
+	calls, err := a.calls.List(r.Context(), f)
+	if err != nil {
+		writeError(w, a.mapError(err))
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"calls": nonNil(calls)})
+}
+
+func (a *api) pending(w http.ResponseWriter, r *http.Request, p Principal) {
+	q := r.URL.Query()
+	minAge, err := durationParam(q.Get("min_age"), "min_age")
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	calls, err := a.calls.Pending(r.Context(), tgclient.ListFilter{Session: q.Get("session"), Tool: q.Get("tool")})
+	if err != nil {
+		writeError(w, a.mapError(err))
+		return
+	}
+	out := calls[:0]
+	for _, c := range calls {
+		if time.Since(c.RequestedAt) >= minAge && p.mayDecide(c.Groups) {
+			out = append(out, c)
+		}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"calls": nonNil(out)})
+}
+
+func nonNil[T any](s []T) []T {
+	if s == nil {
+		return []T{}
+	}
+	return s
+}
+
+func (a *api) session(w http.ResponseWriter, r *http.Request, _ Principal) {
+	view, err := a.calls.Session(r.Context(), r.PathValue("session"))
+	if err != nil {
+		writeError(w, a.mapError(err))
+		return
+	}
+	writeJSON(w, http.StatusOK, view)
+}
+
+func (a *api) revoke(w http.ResponseWriter, r *http.Request, p Principal) {
+	session, key := r.PathValue("session"), r.PathValue("tool")
+	if err := a.calls.Revoke(r.Context(), session, key); err != nil {
+		writeError(w, a.mapError(err))
+		return
+	}
+	a.logger.Info("Sticky decision revoked", zap.String("session", session), zap.String("tool", key), zap.String("approver", p.Name))
+	writeJSON(w, http.StatusOK, map[string]any{"session": session, "revoked": key})
+}
+
+func (a *api) endSession(w http.ResponseWriter, r *http.Request, p Principal) {
+	session := r.PathValue("session")
+	denied, err := a.calls.EndSession(r.Context(), session, p.Name)
+	if err != nil {
+		writeError(w, a.mapError(err))
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"session": session, "ended": true, "denied_calls": denied})
+}
+
+func waitParam(r *http.Request) (time.Duration, error) {
+	d, err := durationParam(r.URL.Query().Get("wait"), "wait")
+	if err == nil && d > MaxWait {
+		return 0, badRequest("wait", fmt.Sprintf("is at most %s", MaxWait))
+	}
+	return d, err
+}
+
+func durationParam(v, name string) (time.Duration, error) {
+	if v == "" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d < 0 {
+		return 0, badRequest(name, "must be a duration such as 30s")
+	}
+	return d, nil
+}
+
+// decodeBody reads a JSON body strictly: size-capped, unknown fields refused.
+func decodeBody(w http.ResponseWriter, r *http.Request, into any) error {
+	r.Body = http.MaxBytesReader(w, r.Body, MaxBodyBytes)
+	dec := json.NewDecoder(r.Body)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(into); err != nil {
+		var tooLarge *http.MaxBytesError
+		var typeErr *json.UnmarshalTypeError
+		switch {
+		case errors.As(err, &tooLarge):
+			return &apiError{http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("request body is over the %d-byte limit", MaxBodyBytes)}
+		case errors.As(err, &typeErr):
+			return badRequest(typeErr.Field, "must be a JSON "+typeErr.Type.Kind().String())
+		case strings.HasPrefix(err.Error(), "json: unknown field"):
+			return badRequest(strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`), "is not a known field")
+		}
+		return &apiError{http.StatusBadRequest, "malformed_json", "request body is not valid JSON: " + err.Error()}
+	}
+	return nil
+}

@@ -1,0 +1,166 @@
+package server
+
+import (
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// Role is what a token may do.
+type Role string
+
+const (
+	// RoleAgent submits calls and reads the calls it submitted.
+	RoleAgent Role = "agent"
+	// RoleApprover lists and decides waiting calls (limited to its groups
+	// when a rule names groups) and manages sessions.
+	RoleApprover Role = "approver"
+	// RoleAdmin may do everything.
+	RoleAdmin Role = "admin"
+)
+
+// Principal is who a request comes from: the token's name, never a name
+// taken from the request body.
+type Principal struct {
+	Name   string
+	Role   Role
+	Groups []string
+}
+
+// mayDecide reports whether p may decide a call asked of groups.
+func (p Principal) mayDecide(groups []string) bool {
+	if p.Role == RoleAdmin || len(groups) == 0 {
+		return p.Role != RoleAgent
+	}
+	return p.Role == RoleApprover && slices.ContainsFunc(p.Groups, func(g string) bool { return g == "*" || slices.Contains(groups, g) })
+}
+
+// Tokens maps bearer tokens, by their SHA-256 hash, to principals. Tokens
+// themselves are never stored.
+type Tokens struct {
+	byHash map[string]Principal
+}
+
+// TokenEntry is one token in a tokens file.
+type TokenEntry struct {
+	Name string `yaml:"name"`
+	Role Role   `yaml:"role"`
+	// Groups are the approver groups of an approver; "*" is every group.
+	Groups []string `yaml:"groups,omitempty"`
+	// SHA256 is the hex SHA-256 of the token (`toolgate token new` prints it).
+	SHA256 string `yaml:"sha256"`
+}
+
+// HashToken returns the hex SHA-256 of a token, as stored in a tokens file.
+func HashToken(token string) string {
+	sum := sha256.Sum256([]byte(token))
+	return hex.EncodeToString(sum[:])
+}
+
+// NewToken returns a random token.
+func NewToken(prefix string) string {
+	var b [24]byte
+	_, _ = rand.Read(b[:])
+	return prefix + hex.EncodeToString(b[:])
+}
+
+// NewTokens builds a token set from entries, checking each.
+func NewTokens(entries []TokenEntry) (*Tokens, error) {
+	t := &Tokens{byHash: map[string]Principal{}}
+	for i, e := range entries {
+		switch {
+		case e.Name == "":
+			return nil, fmt.Errorf("token %d: name is required", i+1)
+		case e.Role != RoleAgent && e.Role != RoleApprover && e.Role != RoleAdmin:
+			return nil, fmt.Errorf("token %q: role %q is not agent, approver or admin", e.Name, e.Role)
+		case len(e.SHA256) != 64:
+			return nil, fmt.Errorf("token %q: sha256 must be 64 hex characters (see 'toolgate token new')", e.Name)
+		}
+		h := strings.ToLower(e.SHA256)
+		if _, dup := t.byHash[h]; dup {
+			return nil, fmt.Errorf("token %q: the same token is listed twice", e.Name)
+		}
+		t.byHash[h] = Principal{Name: e.Name, Role: e.Role, Groups: e.Groups}
+	}
+	return t, nil
+}
+
+// LoadTokens reads a tokens file: `tokens: [{name, role, groups, sha256}]`.
+func LoadTokens(path string) (*Tokens, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read tokens file: %w", err)
+	}
+	var file struct {
+		Tokens []TokenEntry `yaml:"tokens"`
+	}
+	dec := yaml.NewDecoder(strings.NewReader(string(data)))
+	dec.KnownFields(true)
+	if err := dec.Decode(&file); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	t, err := NewTokens(file.Tokens)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return t, nil
+}
+
+// Lookup returns the principal of a bearer token.
+func (t *Tokens) Lookup(token string) (Principal, bool) {
+	if t == nil || token == "" {
+		return Principal{}, false
+	}
+	p, ok := t.byHash[HashToken(token)]
+	return p, ok
+}
+
+// DevTokens are the two tokens `toolgate dev` creates on first start.
+type DevTokens struct {
+	Agent    string `json:"agent"`
+	Approver string `json:"approver"`
+}
+
+// Names of the dev tokens' principals.
+const (
+	DevAgentName    = "dev-agent"
+	DevApproverName = "dev-approver"
+)
+
+// LoadOrCreateDevTokens reads dataDir/tokens.json, creating it (mode 0600)
+// with fresh tokens when absent, so a restart keeps them.
+func LoadOrCreateDevTokens(dataDir string) (DevTokens, *Tokens, bool, error) {
+	path := filepath.Join(dataDir, "tokens.json")
+	var dt DevTokens
+	created := false
+	data, err := os.ReadFile(path)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		dt = DevTokens{Agent: NewToken("tga_"), Approver: NewToken("tgp_")}
+		data, _ = json.MarshalIndent(dt, "", "  ")
+		if err := os.WriteFile(path, append(data, '\n'), 0o600); err != nil {
+			return dt, nil, false, fmt.Errorf("write %s: %w", path, err)
+		}
+		created = true
+	case err != nil:
+		return dt, nil, false, fmt.Errorf("read %s: %w", path, err)
+	default:
+		if err := json.Unmarshal(data, &dt); err != nil || dt.Agent == "" || dt.Approver == "" {
+			return dt, nil, false, fmt.Errorf("%s: want {\"agent\": \"...\", \"approver\": \"...\"}", path)
+		}
+	}
+	tokens, err := NewTokens([]TokenEntry{
+		{Name: DevAgentName, Role: RoleAgent, SHA256: HashToken(dt.Agent)},
+		{Name: DevApproverName, Role: RoleApprover, Groups: []string{"*"}, SHA256: HashToken(dt.Approver)},
+	})
+	return dt, tokens, created, err
+}

@@ -1,0 +1,194 @@
+package server
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+
+	"go.uber.org/zap"
+
+	tgclient "github.com/toolgate/toolgate/client"
+	"github.com/toolgate/toolgate/policy"
+	"github.com/toolgate/toolgate/workflows"
+)
+
+// decisionRequest is the body of POST /v1/calls/{call_id}/decision and one
+// item of POST /v1/decisions.
+type decisionRequest struct {
+	CallID   string          `json:"call_id,omitempty"`
+	Decision string          `json:"decision"`
+	Reason   string          `json:"reason,omitempty"`
+	Args     json.RawMessage `json:"args,omitempty"`
+	Comment  string          `json:"comment,omitempty"`
+}
+
+// toDecision maps the API's four words onto the six decisions: a reason
+// turns deny into denied_with_reason, args turn approve into
+// approved_with_edits.
+func (d decisionRequest) toDecision(p Principal, channel string) (policy.Decision, error) {
+	out := policy.Decision{DecidedBy: p.Name, Channel: channel, Reason: d.Reason, Comment: d.Comment}
+	switch d.Decision {
+	case "approve":
+		out.Kind = policy.Approved
+		if len(d.Args) > 0 {
+			out.Kind, out.EditedArgs = policy.ApprovedWithEdits, d.Args
+		}
+	case "approve_for_session":
+		out.Kind = policy.ApprovedForSession
+	case "deny":
+		out.Kind = policy.Denied
+		if d.Reason != "" {
+			out.Kind = policy.DeniedWithReason
+		}
+	case "deny_always":
+		out.Kind = policy.DeniedAlways
+	default:
+		return out, badRequest("decision", `must be "approve", "approve_for_session", "deny" or "deny_always"`)
+	}
+	if len(d.Args) > 0 && out.Kind != policy.ApprovedWithEdits {
+		return out, badRequest("args", `edited arguments go with "approve" only`)
+	}
+	if len(d.Args) > 0 {
+		var obj map[string]json.RawMessage
+		if err := json.Unmarshal(d.Args, &obj); err != nil {
+			return out, badRequest("args", "must be a JSON object")
+		}
+	}
+	return out, nil
+}
+
+func (a *api) decideOne(w http.ResponseWriter, r *http.Request, p Principal) {
+	var req decisionRequest
+	if err := decodeBody(w, r, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	callID := r.PathValue("call_id")
+	if req.CallID != "" && req.CallID != callID {
+		writeError(w, badRequest("call_id", fmt.Sprintf("names %q but the URL names %q", req.CallID, callID)))
+		return
+	}
+	applied, err := Decide(r.Context(), a.calls, p, callID, req, "api")
+	if err != nil {
+		writeError(w, a.mapError(err))
+		return
+	}
+	a.logger.Info("Decision", zap.String("callID", callID), zap.Stringer("decision", applied.Kind), zap.String("approver", p.Name), zap.String("channel", "api"))
+	writeJSON(w, http.StatusOK, map[string]any{"call_id": callID, "decision": applied})
+}
+
+// Decide checks that p may decide the call, then applies the decision
+// through the call's validated update. Every channel (API, inbox, Slack,
+// email) decides through here.
+func Decide(ctx context.Context, calls *tgclient.Client, p Principal, callID string, req decisionRequest, channel string) (policy.Decision, error) {
+	d, err := req.toDecision(p, channel)
+	if err != nil {
+		return d, err
+	}
+	if err := authorize(ctx, calls, p, callID); err != nil {
+		return d, err
+	}
+	return calls.Decide(ctx, callID, d)
+}
+
+// authorize checks the approver's groups against the call's request. A
+// finished or unknown call is left to Decide, which says why it is refused.
+func authorize(ctx context.Context, calls *tgclient.Client, p Principal, callID string) error {
+	st, err := calls.Status(ctx, callID)
+	if err != nil || st.State == nil || st.State.Request == nil {
+		return nil
+	}
+	if !p.mayDecide(st.State.Request.Groups) {
+		return &apiError{http.StatusForbidden, "forbidden", fmt.Sprintf("%s may not decide call %s: it is asked of %v", p.Name, callID, st.State.Request.Groups)}
+	}
+	return nil
+}
+
+type bulkRequest struct {
+	Decisions []decisionRequest `json:"decisions"`
+}
+
+// bulkRefusal names one call of a bulk request that cannot be decided.
+type bulkRefusal struct {
+	CallID  string `json:"call_id"`
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// decideBulk applies every decision or none: all are checked first (known,
+// waiting, valid, allowed); one refusal refuses the request. A decision
+// taken elsewhere between the check and the apply is the one race left; it
+// is reported per call.
+func (a *api) decideBulk(w http.ResponseWriter, r *http.Request, p Principal) {
+	var req bulkRequest
+	if err := decodeBody(w, r, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	if len(req.Decisions) == 0 || len(req.Decisions) > MaxBulk {
+		writeError(w, badRequest("decisions", fmt.Sprintf("must name 1 to %d calls", MaxBulk)))
+		return
+	}
+	ctx := r.Context()
+	var refusals []bulkRefusal
+	seen := map[string]bool{}
+	for _, d := range req.Decisions {
+		if err := a.checkDecidable(ctx, p, d, seen); err != nil {
+			e := asAPIError(a.mapError(err))
+			refusals = append(refusals, bulkRefusal{CallID: d.CallID, Code: e.code, Message: e.message})
+		}
+	}
+	if len(refusals) > 0 {
+		writeJSON(w, http.StatusConflict, map[string]any{"error": map[string]any{
+			"code": "bulk_refused", "message": fmt.Sprintf("%d of %d decisions refused; none was applied", len(refusals), len(req.Decisions)),
+			"refused": refusals,
+		}})
+		return
+	}
+	applied := make([]map[string]any, 0, len(req.Decisions))
+	for _, d := range req.Decisions {
+		dec, err := Decide(ctx, a.calls, p, d.CallID, d, "api")
+		if err != nil {
+			e := asAPIError(a.mapError(err))
+			applied = append(applied, map[string]any{"call_id": d.CallID, "error": map[string]string{"code": e.code, "message": e.message}})
+			continue
+		}
+		applied = append(applied, map[string]any{"call_id": d.CallID, "decision": dec})
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"decisions": applied})
+}
+
+func (a *api) checkDecidable(ctx context.Context, p Principal, d decisionRequest, seen map[string]bool) error {
+	if d.CallID == "" {
+		return badRequest("call_id", "is required for every decision")
+	}
+	if seen[d.CallID] {
+		return badRequest("call_id", "names the same call twice")
+	}
+	seen[d.CallID] = true
+	dec, err := d.toDecision(p, "api")
+	if err != nil {
+		return err
+	}
+	if err := dec.Validate(); err != nil {
+		return &tgclient.RefusedError{Type: workflows.ErrTypeInvalidDecision, Message: "invalid decision: " + err.Error()}
+	}
+	st, err := a.calls.Status(ctx, d.CallID)
+	if err != nil {
+		return err
+	}
+	if st.Result != nil {
+		return a.calls.AlreadyDecided(ctx, d.CallID)
+	}
+	if st.State.Status != workflows.StatusPending {
+		return &tgclient.RefusedError{Type: workflows.ErrTypeNotWaiting, Message: fmt.Sprintf("call %s is not waiting for a decision (status %s)", d.CallID, st.State.Status)}
+	}
+	if st.State.Call.Requester == p.Name {
+		return &tgclient.RefusedError{Type: workflows.ErrTypeSelfApproval, Message: p.Name + " requested call " + d.CallID + " and cannot decide it"}
+	}
+	if !p.mayDecide(st.State.Request.Groups) {
+		return &apiError{http.StatusForbidden, "forbidden", fmt.Sprintf("%s may not decide call %s: it is asked of %v", p.Name, d.CallID, st.State.Request.Groups)}
+	}
+	return nil
+}

@@ -1,0 +1,161 @@
+package server
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/toolgate/toolgate/policy"
+)
+
+func TestOpenAPIDocumentsEveryRoute(t *testing.T) {
+	var doc struct {
+		Paths map[string]map[string]any `json:"paths"`
+	}
+	require.NoError(t, json.Unmarshal(openAPI, &doc))
+	for _, r := range (&api{}).table() {
+		ops, ok := doc.Paths[r.pattern]
+		require.True(t, ok, "openapi.json lacks %s", r.pattern)
+		assert.Contains(t, ops, strings.ToLower(r.method), "openapi.json lacks %s %s", r.method, r.pattern)
+	}
+}
+
+func TestEveryAPIRouteNeedsAToken(t *testing.T) {
+	h := New(Config{Tokens: mustTokens(t)})
+	for _, r := range (&api{}).table() {
+		path := strings.NewReplacer("{call_id}", "c1", "{session}", "s1", "{tool}", "shell").Replace(r.pattern)
+		for _, auth := range []string{"", "Bearer wrong-token", "Basic abc"} {
+			req := httptest.NewRequest(r.method, path, strings.NewReader(`{}`))
+			if auth != "" {
+				req.Header.Set("Authorization", auth)
+			}
+			rec := httptest.NewRecorder()
+			h.ServeHTTP(rec, req)
+			assert.Equal(t, http.StatusUnauthorized, rec.Code, "%s %s with %q", r.method, path, auth)
+			assert.Contains(t, rec.Body.String(), `"code":"unauthorized"`)
+		}
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest("GET", "/v1/openapi.json", nil))
+	assert.Equal(t, http.StatusOK, rec.Code, "the API document needs no token")
+}
+
+func TestRolesAreCheckedBeforeAnythingElse(t *testing.T) {
+	h := New(Config{Tokens: mustTokens(t)})
+	cases := []struct {
+		token, method, path string
+	}{
+		{"agent-token", "POST", "/v1/calls/c1/decision"},
+		{"agent-token", "POST", "/v1/decisions"},
+		{"agent-token", "GET", "/v1/pending"},
+		{"agent-token", "POST", "/v1/sessions/s1/end"},
+		{"approver-token", "POST", "/v1/calls"},
+	}
+	for _, c := range cases {
+		req := httptest.NewRequest(c.method, c.path, strings.NewReader(`{"decision":"approve"}`))
+		req.Header.Set("Authorization", "Bearer "+c.token)
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		assert.Equal(t, http.StatusForbidden, rec.Code, "%s %s with %s", c.method, c.path, c.token)
+		assert.Contains(t, rec.Body.String(), "needs role")
+	}
+}
+
+func mustTokens(t *testing.T) *Tokens {
+	tokens, err := NewTokens([]TokenEntry{
+		{Name: "agent-1", Role: RoleAgent, SHA256: HashToken("agent-token")},
+		{Name: "alice", Role: RoleApprover, Groups: []string{"ops"}, SHA256: HashToken("approver-token")},
+	})
+	require.NoError(t, err)
+	return tokens
+}
+
+func TestTokensFile(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "tokens.yaml")
+	require.NoError(t, os.WriteFile(good, []byte("tokens:\n  - name: alice\n    role: approver\n    groups: [ops]\n    sha256: "+HashToken("s3cret")+"\n"), 0o600))
+	tokens, err := LoadTokens(good)
+	require.NoError(t, err)
+	p, ok := tokens.Lookup("s3cret")
+	require.True(t, ok)
+	assert.Equal(t, Principal{Name: "alice", Role: RoleApprover, Groups: []string{"ops"}}, p)
+	_, ok = tokens.Lookup("S3CRET")
+	assert.False(t, ok)
+
+	for name, body := range map[string]string{
+		"unknown field": "tokens:\n  - name: a\n    role: agent\n    token: plain\n",
+		"bad role":      "tokens:\n  - name: a\n    role: root\n    sha256: " + HashToken("x") + "\n",
+		"bad hash":      "tokens:\n  - name: a\n    role: agent\n    sha256: abc\n",
+	} {
+		path := filepath.Join(dir, strings.ReplaceAll(name, " ", "-"))
+		require.NoError(t, os.WriteFile(path, []byte(body), 0o600))
+		_, err := LoadTokens(path)
+		assert.Error(t, err, name)
+	}
+}
+
+func TestDevTokensAreKeptAcrossRestarts(t *testing.T) {
+	dir := t.TempDir()
+	first, tokens, created, err := LoadOrCreateDevTokens(dir)
+	require.NoError(t, err)
+	assert.True(t, created)
+	info, err := os.Stat(filepath.Join(dir, "tokens.json"))
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o600), info.Mode().Perm())
+	p, ok := tokens.Lookup(first.Approver)
+	require.True(t, ok)
+	assert.Equal(t, RoleApprover, p.Role)
+
+	again, _, created, err := LoadOrCreateDevTokens(dir)
+	require.NoError(t, err)
+	assert.False(t, created)
+	assert.Equal(t, first, again)
+}
+
+func TestDecisionRequestMapping(t *testing.T) {
+	alice := Principal{Name: "alice", Role: RoleApprover}
+	cases := []struct {
+		req     decisionRequest
+		want    policy.DecisionKind
+		wantErr string
+	}{
+		{decisionRequest{Decision: "approve"}, policy.Approved, ""},
+		{decisionRequest{Decision: "approve", Args: json.RawMessage(`{"path":"b"}`)}, policy.ApprovedWithEdits, ""},
+		{decisionRequest{Decision: "approve_for_session"}, policy.ApprovedForSession, ""},
+		{decisionRequest{Decision: "deny"}, policy.Denied, ""},
+		{decisionRequest{Decision: "deny", Reason: "no"}, policy.DeniedWithReason, ""},
+		{decisionRequest{Decision: "deny_always"}, policy.DeniedAlways, ""},
+		{decisionRequest{Decision: "yes"}, 0, "decision must be"},
+		{decisionRequest{Decision: "deny", Args: json.RawMessage(`{}`)}, 0, "args edited arguments go with"},
+		{decisionRequest{Decision: "approve", Args: json.RawMessage(`[1]`)}, 0, "args must be a JSON object"},
+	}
+	for _, c := range cases {
+		d, err := c.req.toDecision(alice, "api")
+		if c.wantErr != "" {
+			assert.ErrorContains(t, err, c.wantErr)
+			continue
+		}
+		require.NoError(t, err)
+		assert.Equal(t, c.want, d.Kind)
+		assert.Equal(t, "alice", d.DecidedBy, "the decider comes from the token")
+	}
+}
+
+func TestMayDecide(t *testing.T) {
+	ops := Principal{Name: "a", Role: RoleApprover, Groups: []string{"ops"}}
+	all := Principal{Name: "b", Role: RoleApprover, Groups: []string{"*"}}
+	agent := Principal{Name: "c", Role: RoleAgent}
+	assert.True(t, ops.mayDecide(nil))
+	assert.True(t, ops.mayDecide([]string{"finance", "ops"}))
+	assert.False(t, ops.mayDecide([]string{"finance"}))
+	assert.True(t, all.mayDecide([]string{"finance"}))
+	assert.False(t, agent.mayDecide(nil))
+	assert.True(t, Principal{Role: RoleAdmin}.mayDecide([]string{"x"}))
+}
