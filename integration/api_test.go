@@ -121,7 +121,7 @@ func submitWaiting(t *testing.T, agent apiClient, session, callID string) {
 }
 
 func TestAPI(t *testing.T) {
-	_, as := newAPIDev(t)
+	d, as := newAPIDev(t)
 	agent, alice, bob, root := as("agent-1"), as("alice"), as("bob"), as("root")
 
 	t.Run("submit and long-poll", func(t *testing.T) {
@@ -255,6 +255,35 @@ func TestAPI(t *testing.T) {
 		r = agent.do("GET", "/v1/calls/s2?wait=30s", nil)
 		assert.Equal(t, "denied", r.body["status"])
 		assert.Equal(t, "the session was ended by bob", r.body["reason"])
+	})
+
+	t.Run("the CLI's approver verbs over the API, without Temporal", func(t *testing.T) {
+		d := d.in(t)
+		submitWaiting(t, agent, "a8", "cli1")
+		// A dead Temporal address proves these verbs never touch Temporal.
+		viaAPI := func(token string, args ...string) result {
+			return d.cliWith([]string{"TEMPORAL_ADDRESS=127.0.0.1:1", "TOOLGATE_API=" + agent.base, "TOOLGATE_TOKEN=" + token}, args...)
+		}
+		r := viaAPI("token-bob", "pending", "--json", "--session", "a8")
+		require.Equal(t, 0, r.code, r.stderr)
+		assert.Contains(t, r.stdout, `"cli1"`)
+		r = viaAPI("token-agent-1", "approve", "cli1")
+		assert.Equal(t, 1, r.code)
+		assert.Contains(t, r.stderr, "needs role approver or admin")
+		r = viaAPI("token-bob", "approve", "cli1", "--for-session")
+		require.Equal(t, 0, r.code, r.stderr)
+		assert.Contains(t, r.stdout, "approved_for_session by bob")
+		r = viaAPI("token-alice", "deny", "cli1", "--reason", "late")
+		assert.Equal(t, 1, r.code)
+		assert.Contains(t, r.stderr, "already decided: approved_for_session by bob via api")
+		r = viaAPI("token-bob", "session", "show", "a8", "--json")
+		require.Equal(t, 0, r.code, r.stderr)
+		assert.Contains(t, r.stdout, `"from_call": "cli1"`)
+		r = viaAPI("token-bob", "session", "revoke", "a8", "shell")
+		assert.Equal(t, 0, r.code, r.stderr)
+		r = viaAPI("token-bob", "approve", "ghost")
+		assert.Equal(t, 1, r.code)
+		assert.Contains(t, r.stderr, `unknown call "ghost"`)
 	})
 
 	t.Run("bad submissions", func(t *testing.T) {

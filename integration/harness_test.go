@@ -176,10 +176,16 @@ type result struct {
 // cli runs a client verb against the dev server.
 func (d *devEnv) cli(args ...string) result {
 	d.t.Helper()
+	return d.cliWith(nil, args...)
+}
+
+// cliWith runs a client verb with extra environment variables.
+func (d *devEnv) cliWith(env []string, args ...string) result {
+	d.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, binary, args...)
-	cmd.Env = append(os.Environ(), "TEMPORAL_ADDRESS="+d.address(), "TEMPORAL_NAMESPACE=default")
+	cmd.Env = append(append(os.Environ(), "TEMPORAL_ADDRESS="+d.address(), "TEMPORAL_NAMESPACE=default"), env...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()

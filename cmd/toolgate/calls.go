@@ -204,7 +204,7 @@ func (a *app) pendingCommand() *cobra.Command {
 		Short: "List calls waiting for a person",
 		Args:  exactArgs(),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, closeFn, err := a.client()
+			c, closeFn, err := a.approver()
 			if err != nil {
 				return err
 			}
@@ -237,6 +237,7 @@ func (a *app) pendingCommand() *cobra.Command {
 	cmd.Flags().StringVar(&toolName, "tool", "", "only calls of this tool")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print as JSON")
 	a.conn.addFlags(cmd)
+	a.api.add(cmd)
 	return cmd
 }
 

@@ -41,12 +41,12 @@ reason when it was refused (unknown call, already decided, timed out).`,
 			return a.decide(cmd, args[0], d)
 		},
 	}
-	cmd.Flags().StringVar(&by, "by", "", "who approves (required; recorded with the decision)")
+	cmd.Flags().StringVar(&by, "by", "", "who approves, recorded with the decision (required unless --api: then the token names you)")
 	cmd.Flags().BoolVar(&forSession, "for-session", false, "approve this tool for the rest of the session")
 	cmd.Flags().StringVar(&editedArgs, "args", "", "run the call with these arguments instead (JSON object)")
 	cmd.Flags().StringVar(&comment, "comment", "", "a note for the audit trail")
-	_ = cmd.MarkFlagRequired("by")
 	a.conn.addFlags(cmd)
+	a.api.add(cmd)
 	return cmd
 }
 
@@ -73,20 +73,20 @@ the session (and the calls of that tool waiting now).`,
 			return a.decide(cmd, args[0], d)
 		},
 	}
-	cmd.Flags().StringVar(&by, "by", "", "who denies (required; recorded with the decision)")
+	cmd.Flags().StringVar(&by, "by", "", "who denies, recorded with the decision (required unless --api: then the token names you)")
 	cmd.Flags().StringVar(&reason, "reason", "", "why; the model reads it")
 	cmd.Flags().BoolVar(&always, "always", false, "deny this tool for the rest of the session")
 	cmd.Flags().StringVar(&comment, "comment", "", "a note for the audit trail")
-	_ = cmd.MarkFlagRequired("by")
 	a.conn.addFlags(cmd)
+	a.api.add(cmd)
 	return cmd
 }
 
 func (a *app) decide(cmd *cobra.Command, callID string, d policy.Decision) error {
-	if d.DecidedBy == "" {
-		return usageError("--by must name who decides")
+	if d.DecidedBy == "" && a.api.url == "" {
+		return usageError("--by must name who decides (with --api the token names you)")
 	}
-	c, closeFn, err := a.client()
+	c, closeFn, err := a.approver()
 	if err != nil {
 		return err
 	}

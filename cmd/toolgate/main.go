@@ -87,6 +87,7 @@ type app struct {
 	conn           connection
 	logger         *zap.Logger
 	tokens         *server.Tokens
+	api            apiFlags
 }
 
 func (a *app) rootCommand() *cobra.Command {

@@ -20,7 +20,7 @@ func (a *app) sessionCommand() *cobra.Command {
 		Short: "Show sticky decisions and calls waiting in a session",
 		Args:  exactArgs("SESSION"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, closeFn, err := a.client()
+			c, closeFn, err := a.approver()
 			if err != nil {
 				return err
 			}
@@ -52,7 +52,7 @@ func (a *app) sessionCommand() *cobra.Command {
 		Short: "Forget a sticky decision: the tool asks again",
 		Args:  exactArgs("SESSION", "TOOL"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, closeFn, err := a.client()
+			c, closeFn, err := a.approver()
 			if err != nil {
 				return err
 			}
@@ -70,7 +70,7 @@ func (a *app) sessionCommand() *cobra.Command {
 		Short: "End a session: deny its waiting calls and forget its sticky decisions",
 		Args:  exactArgs("SESSION"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c, closeFn, err := a.client()
+			c, closeFn, err := a.approver()
 			if err != nil {
 				return err
 			}
@@ -86,6 +86,7 @@ func (a *app) sessionCommand() *cobra.Command {
 	end.Flags().StringVar(&by, "by", "cli", "who ends the session (recorded)")
 	for _, sub := range []*cobra.Command{show, revoke, end} {
 		a.conn.addFlags(sub)
+		a.api.add(sub)
 		cmd.AddCommand(sub)
 	}
 	return cmd

@@ -1,0 +1,150 @@
+// Package apiclient is a Go client for toolgate's HTTP API, for approvers
+// (and their tools) that have a token but no access to Temporal. Its
+// methods mirror the approver half of package client and return the same
+// error types, so callers handle both alike.
+package apiclient
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+
+	tgclient "github.com/toolgate/toolgate/client"
+	"github.com/toolgate/toolgate/policy"
+	"github.com/toolgate/toolgate/workflows"
+)
+
+// Client calls one toolgate API with one bearer token.
+type Client struct {
+	base  string
+	token string
+	http  *http.Client
+}
+
+// New returns a client for the API at base (e.g. http://127.0.0.1:7700).
+func New(base, token string) *Client {
+	return &Client{base: strings.TrimRight(base, "/"), token: token, http: http.DefaultClient}
+}
+
+// apiError is the API's error body.
+type apiError struct {
+	Error struct {
+		Code    string `json:"code"`
+		Message string `json:"message"`
+	} `json:"error"`
+}
+
+// do sends a request and decodes a 2xx answer into out; other answers
+// become the client package's error types.
+func (c *Client) do(ctx context.Context, method, path string, body, out any) error {
+	var rd io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return err
+		}
+		rd = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
+	if err != nil {
+		return fmt.Errorf("toolgate API: %w", err)
+	}
+	req.Header.Set("Authorization", "Bearer "+c.token)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return fmt.Errorf("toolgate API at %s: %w", c.base, err)
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	if err != nil {
+		return fmt.Errorf("toolgate API: read answer: %w", err)
+	}
+	if resp.StatusCode/100 == 2 {
+		if out == nil {
+			return nil
+		}
+		return json.Unmarshal(data, out)
+	}
+	var e apiError
+	if json.Unmarshal(data, &e) != nil || e.Error.Code == "" {
+		return fmt.Errorf("toolgate API: %s: %s", resp.Status, strings.TrimSpace(string(data)))
+	}
+	switch e.Error.Code {
+	case "unknown_call":
+		return fmt.Errorf("%w: %s", tgclient.ErrUnknownCall, e.Error.Message)
+	case "already_decided":
+		return &tgclient.AlreadyDecidedError{Message: e.Error.Message}
+	case "unauthorized":
+		return errors.New("toolgate API: " + e.Error.Message)
+	}
+	return &tgclient.RefusedError{Type: e.Error.Code, Message: e.Error.Message}
+}
+
+// Pending lists the calls waiting for a person that the token may decide.
+func (c *Client) Pending(ctx context.Context, f tgclient.ListFilter) ([]tgclient.CallSummary, error) {
+	q := url.Values{}
+	if f.Session != "" {
+		q.Set("session", f.Session)
+	}
+	if f.Tool != "" {
+		q.Set("tool", f.Tool)
+	}
+	var out struct {
+		Calls []tgclient.CallSummary `json:"calls"`
+	}
+	err := c.do(ctx, http.MethodGet, "/v1/pending?"+q.Encode(), nil, &out)
+	return out.Calls, err
+}
+
+// Decide applies a decision. The API records the token's name as the
+// decider; d.DecidedBy is not sent.
+func (c *Client) Decide(ctx context.Context, callID string, d policy.Decision) (policy.Decision, error) {
+	body := map[string]any{"reason": d.Reason, "comment": d.Comment}
+	switch d.Kind {
+	case policy.Approved:
+		body["decision"] = "approve"
+	case policy.ApprovedWithEdits:
+		body["decision"], body["args"] = "approve", d.EditedArgs
+	case policy.ApprovedForSession:
+		body["decision"] = "approve_for_session"
+	case policy.Denied, policy.DeniedWithReason:
+		body["decision"] = "deny"
+	case policy.DeniedAlways:
+		body["decision"] = "deny_always"
+	default:
+		return d, fmt.Errorf("decision %s cannot be sent", d.Kind)
+	}
+	var out struct {
+		Decision policy.Decision `json:"decision"`
+	}
+	err := c.do(ctx, http.MethodPost, "/v1/calls/"+url.PathEscape(callID)+"/decision", body, &out)
+	return out.Decision, err
+}
+
+// Session returns a session's sticky decisions and waiting calls.
+func (c *Client) Session(ctx context.Context, session string) (workflows.SessionView, error) {
+	var v workflows.SessionView
+	err := c.do(ctx, http.MethodGet, "/v1/sessions/"+url.PathEscape(session), nil, &v)
+	return v, err
+}
+
+// Revoke removes a sticky decision.
+func (c *Client) Revoke(ctx context.Context, session, key string) error {
+	return c.do(ctx, http.MethodDelete, "/v1/sessions/"+url.PathEscape(session)+"/sticky/"+url.PathEscape(key), nil, nil)
+}
+
+// EndSession ends a session; by is ignored: the token names who ends it.
+func (c *Client) EndSession(ctx context.Context, session, _ string) (int, error) {
+	var out struct {
+		Denied int `json:"denied_calls"`
+	}
+	err := c.do(ctx, http.MethodPost, "/v1/sessions/"+url.PathEscape(session)+"/end", nil, &out)
+	return out.Denied, err
+}

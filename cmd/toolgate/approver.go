@@ -1,0 +1,48 @@
+package main
+
+import (
+	"context"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/toolgate/toolgate/apiclient"
+	tgclient "github.com/toolgate/toolgate/client"
+	"github.com/toolgate/toolgate/policy"
+	"github.com/toolgate/toolgate/workflows"
+)
+
+// approverAPI is what the approver verbs need. Package client provides it
+// over Temporal, package apiclient over the HTTP API (--api), so approvers
+// need no Temporal access.
+type approverAPI interface {
+	Pending(ctx context.Context, f tgclient.ListFilter) ([]tgclient.CallSummary, error)
+	Decide(ctx context.Context, callID string, d policy.Decision) (policy.Decision, error)
+	Session(ctx context.Context, session string) (workflows.SessionView, error)
+	Revoke(ctx context.Context, session, key string) error
+	EndSession(ctx context.Context, session, by string) (int, error)
+}
+
+var (
+	_ approverAPI = (*tgclient.Client)(nil)
+	_ approverAPI = (*apiclient.Client)(nil)
+)
+
+// apiFlags are --api and --token of the approver verbs.
+type apiFlags struct{ url, token string }
+
+func (f *apiFlags) add(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&f.url, "api", os.Getenv("TOOLGATE_API"), "use toolgate's HTTP API at this URL instead of Temporal (env TOOLGATE_API)")
+	cmd.Flags().StringVar(&f.token, "token", os.Getenv("TOOLGATE_TOKEN"), "bearer token for --api (env TOOLGATE_TOKEN)")
+}
+
+// approver returns the API the approver verbs use.
+func (a *app) approver() (approverAPI, func(), error) {
+	if a.api.url == "" {
+		return a.client()
+	}
+	if a.api.token == "" {
+		return nil, nil, usageError("--api needs --token (or TOOLGATE_TOKEN)")
+	}
+	return apiclient.New(a.api.url, a.api.token), func() {}, nil
+}
