@@ -12,6 +12,7 @@ import (
 	"fmt"
 	"time"
 
+	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
@@ -74,14 +75,41 @@ type Evaluation struct {
 	Ask           *policy.ApprovalRequest `json:"ask,omitempty"`
 	ToolOptions   tool.Options            `json:"tool_options"`
 	PolicyVersion string                  `json:"policy_version,omitempty"`
+	// Sticky is a sticky decision of the session that already covers the
+	// call, found by a query; the call then skips registering with the
+	// session. Nil means unknown: the call registers, and the session
+	// answers.
+	Sticky *policy.Decision `json:"sticky,omitempty"`
 	// HasHandler and Notify tell the workflow which optional steps exist,
 	// so it schedules no activity that would do nothing.
 	HasHandler bool `json:"has_handler,omitempty"`
 	Notify     bool `json:"notify,omitempty"`
 }
 
-// Evaluate checks the tool and its arguments, then asks the policy.
-func (a *Activities) Evaluate(ctx context.Context, call policy.Call) (Evaluation, error) {
+// EvaluateInput is the argument of Evaluate.
+type EvaluateInput struct {
+	Call policy.Call `json:"call"`
+	// Session names the session workflow and its query for sticky
+	// decisions; empty skips the lookup.
+	Session StickyLookup `json:"session"`
+}
+
+// StickyLookup names a query that returns the sticky decision (or null)
+// for a key.
+type StickyLookup struct {
+	WorkflowID string `json:"workflow_id,omitempty"`
+	Query      string `json:"query,omitempty"`
+}
+
+// stickyLookupTimeout bounds the query: without an answer the call asks
+// its session the slow, certain way.
+const stickyLookupTimeout = 2 * time.Second
+
+// Evaluate checks the tool and its arguments, then asks the policy. When
+// the policy would ask a person, it also looks up the session's sticky
+// decisions, so a call covered by one costs no round trip to the session.
+func (a *Activities) Evaluate(ctx context.Context, in EvaluateInput) (Evaluation, error) {
+	call := in.Call
 	ev := Evaluation{
 		PolicyVersion: policy.VersionOf(a.Policy),
 		HasHandler:    a.Handler != nil,
@@ -105,8 +133,33 @@ func (a *Activities) Evaluate(ctx context.Context, call policy.Call) (Evaluation
 	if req != nil {
 		ev.Ask = req
 		ev.Rule = req.Rule
+		ev.Sticky = a.lookupSticky(ctx, in.Session, req.StickyKeyFor(call.Tool))
 	}
 	return ev, nil
+}
+
+// lookupSticky asks the running session for a sticky decision. Any failure
+// (no session yet, an ended one, a slow worker) means "unknown".
+func (a *Activities) lookupSticky(ctx context.Context, l StickyLookup, key string) *policy.Decision {
+	if a.Client == nil || l.WorkflowID == "" {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, stickyLookupTimeout)
+	defer cancel()
+	resp, err := a.Client.QueryWorkflowWithOptions(ctx, &client.QueryWorkflowWithOptionsRequest{
+		WorkflowID:           l.WorkflowID,
+		QueryType:            l.Query,
+		Args:                 []any{key},
+		QueryRejectCondition: enumspb.QUERY_REJECT_CONDITION_NOT_OPEN,
+	})
+	if err != nil || resp.QueryRejected != nil {
+		return nil
+	}
+	var d *policy.Decision
+	if err := resp.QueryResult.Get(&d); err != nil {
+		return nil
+	}
+	return d
 }
 
 // AskHandlerInput is the argument of AskHandler.

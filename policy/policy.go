@@ -53,6 +53,15 @@ type ApprovalRequest struct {
 	Rule string `json:"rule,omitempty"`
 }
 
+// StickyKeyFor returns the key sticky decisions for this request are
+// stored under: StickyKey, or the tool's name.
+func (r ApprovalRequest) StickyKeyFor(tool string) string {
+	if r.StickyKey == "" {
+		return tool
+	}
+	return r.StickyKey
+}
+
 // EffectiveTimeout returns Timeout or its default.
 func (r ApprovalRequest) EffectiveTimeout() time.Duration {
 	if r.Timeout <= 0 {

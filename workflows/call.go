@@ -40,7 +40,9 @@ func ToolCallWorkflow(ctx workflow.Context, in CallInput) (Result, error) {
 	if err := c.registerHandlers(ctx); err != nil {
 		return Result{}, err
 	}
-	return c.run(ctx)
+	r, err := c.run(ctx)
+	c.awaitTold(ctx)
+	return r, err
 }
 
 // callRun is the state of one call. Handlers read and write it; the main
@@ -52,6 +54,8 @@ type callRun struct {
 	// registered: the session answered our registration (a decision, or
 	// "parked, ask a person").
 	registered bool
+	// told is the signal to the session still in flight, if any.
+	told workflow.Future
 	// originalArgs and note are set when an approver edited the arguments.
 	originalArgs json.RawMessage
 	note         string
@@ -140,7 +144,7 @@ func (c *callRun) apply(ctx workflow.Context, d policy.Decision) {
 
 func (c *callRun) run(ctx workflow.Context) (Result, error) {
 	call := c.state.Call
-	if err := c.evaluate(ctx, call); err != nil {
+	if err := c.evaluate(ctx, call, true); err != nil {
 		return Result{}, err
 	}
 	switch {
@@ -173,9 +177,13 @@ func (c *callRun) run(ctx workflow.Context) (Result, error) {
 	return c.execute(ctx)
 }
 
-func (c *callRun) evaluate(ctx workflow.Context, call policy.Call) error {
+func (c *callRun) evaluate(ctx workflow.Context, call policy.Call, lookupSticky bool) error {
+	in := activities.EvaluateInput{Call: call}
+	if lookupSticky {
+		in.Session = activities.StickyLookup{WorkflowID: SessionWorkflowID(call.Session), Query: QuerySticky}
+	}
 	lctx := workflow.WithLocalActivityOptions(ctx, localOptions)
-	if err := workflow.ExecuteLocalActivity(lctx, a.Evaluate, call).Get(ctx, &c.eval); err != nil {
+	if err := workflow.ExecuteLocalActivity(lctx, a.Evaluate, in).Get(ctx, &c.eval); err != nil {
 		return fmt.Errorf("evaluate policy: %w", err)
 	}
 	return nil
@@ -186,10 +194,11 @@ func (c *callRun) evaluate(ctx workflow.Context, call policy.Call) error {
 // returns with a Decision set or the status timed_out.
 func (c *callRun) askForDecision(ctx workflow.Context, req policy.ApprovalRequest) error {
 	c.state.Request = &req
-	key := req.StickyKey
-	if key == "" {
-		key = c.state.Call.Tool
+	if c.eval.Sticky != nil { // found at evaluation: the session is not asked
+		c.apply(ctx, *c.eval.Sticky)
+		return nil
 	}
+	key := req.StickyKeyFor(c.state.Call.Tool)
 	if err := c.registerWithSession(ctx, key); err != nil {
 		return err
 	}
@@ -287,10 +296,28 @@ func (c *callRun) tellSession(ctx workflow.Context, key string) {
 	default:
 		f = workflow.SignalExternalWorkflow(ctx, sessionID, "", SignalDone, c.state.Call.ID)
 	}
-	if err := f.Get(ctx, nil); err != nil {
+	c.told = f
+	// Version 1 lets the tool run while the signal travels; the first
+	// histories waited for it here.
+	if workflow.GetVersion(ctx, changeTellSessionAsync, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		c.awaitTold(ctx)
+	}
+}
+
+// changeTellSessionAsync is the workflow.GetVersion change ID of telling
+// the session without waiting for the signal's delivery.
+const changeTellSessionAsync = "tell-session-async"
+
+// awaitTold waits for the signal to the session, if one is in flight.
+func (c *callRun) awaitTold(ctx workflow.Context) {
+	if c.told == nil {
+		return
+	}
+	if err := c.told.Get(ctx, nil); err != nil {
 		// The session ended meanwhile; the call's own outcome stands.
 		workflow.GetLogger(ctx).Warn("Could not tell the session", "session", c.state.Call.Session, "callID", c.state.Call.ID, "error", err)
 	}
+	c.told = nil
 }
 
 // checkEditedArgs runs the policy again on arguments an approver edited.
@@ -301,7 +328,7 @@ func (c *callRun) checkEditedArgs(ctx workflow.Context) (Result, bool) {
 	c.state.Call.Args = c.state.Decision.EditedArgs
 	c.note = fmt.Sprintf("%s edited the arguments before approving: %s became %s",
 		c.state.Decision.DecidedBy, compact(c.originalArgs), compact(c.state.Call.Args))
-	if err := c.evaluate(ctx, c.state.Call); err != nil {
+	if err := c.evaluate(ctx, c.state.Call, false); err != nil {
 		return c.finish(ctx, StatusError, err.Error(), nil), true
 	}
 	switch {

@@ -5,10 +5,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/mock"
 	"github.com/stretchr/testify/suite"
 	"go.temporal.io/sdk/testsuite"
 
+	"github.com/toolgate/toolgate/activities"
 	"github.com/toolgate/toolgate/policy"
+	"github.com/toolgate/toolgate/tool"
 )
 
 type CallSuite struct {
@@ -428,3 +431,21 @@ func (s *CallSuite) TestToolFailureIsAnErrorResultAfterRetries() {
 type errorString string
 
 func (e errorString) Error() string { return string(e) }
+
+func (s *CallSuite) TestStickyDecisionFoundAtEvaluationSkipsTheSession() {
+	sticky := &policy.Decision{Kind: policy.ApprovedForSession, DecidedBy: "alice", Channel: "session", Comment: "sticky decision taken on call c0"}
+	var a *activities.Activities
+	s.env.OnActivity(a.Evaluate, mock.Anything, mock.Anything).Return(activities.Evaluation{
+		Ask: &policy.ApprovalRequest{Message: "write?"}, Sticky: sticky, PolicyVersion: "test/1",
+		ToolOptions: tool.Options{Timeout: time.Minute, Retry: tool.RetryPolicy{MaxAttempts: 1}},
+	}, nil)
+	// No session exists and no signal is mocked: registering or telling the
+	// session would fail the test.
+	r := s.runOne(call("c1", "write", `{"path":"a","content":"x"}`))
+
+	s.Equal(StatusOK, r.Status)
+	s.Equal("approved_for_session", r.Decision)
+	s.Equal("alice", r.DecidedBy)
+	s.Equal("session", r.Channel)
+	s.Equal(1, s.runs.count("c1"))
+}

@@ -17,7 +17,8 @@ import (
 // `go run ./workflows/testdata/record` (run from the module root). A
 // change to the workflows that makes one of them fail to replay would
 // break every call or session running when the change is deployed: guard
-// the change with workflow.GetVersion instead of re-recording.
+// the change with workflow.GetVersion, move the histories it changes into
+// testdata/<change ID>/ (recorded before it), and record the new ones.
 
 // recordedScenarios must all be present: a deleted recording would
 // otherwise silently shrink the check.
@@ -29,6 +30,7 @@ var recordedScenarios = []string{
 	"timeout",
 	"session-continue-as-new",
 	"session-continue-as-new-next-run",
+	"sticky-lookup",
 }
 
 // newReplayer returns a replayer with both workflows registered under
@@ -54,6 +56,12 @@ func TestReplayRecordedHistories(t *testing.T) {
 		names = append(names, strings.TrimSuffix(filepath.Base(f), ".json"))
 	}
 	require.Subset(t, names, recordedScenarios, "a recorded history is missing; re-record with `go run ./workflows/testdata/record`")
+	older, err := filepath.Glob(filepath.Join("testdata", "*", "*.json"))
+	require.NoError(t, err)
+	for _, f := range older {
+		files = append(files, f)
+		names = append(names, strings.TrimSuffix(strings.TrimPrefix(f, "testdata"+string(filepath.Separator)), ".json"))
+	}
 
 	for i, f := range files {
 		t.Run(names[i], func(t *testing.T) {

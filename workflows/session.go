@@ -36,6 +36,14 @@ func (s *sessionRun) registerHandlers(ctx workflow.Context) error {
 	}); err != nil {
 		return err
 	}
+	if err := workflow.SetQueryHandler(ctx, QuerySticky, func(key string) (*policy.Decision, error) {
+		if i := s.stickyIndex(key); i >= 0 && !s.state.Ended {
+			return fromSticky(s.state.Sticky[i]), nil
+		}
+		return nil, nil
+	}); err != nil {
+		return err
+	}
 	if err := workflow.SetUpdateHandlerWithOptions(ctx, UpdateRevoke, s.revoke,
 		workflow.UpdateHandlerOptions{Validator: s.validateRevoke}); err != nil {
 		return err

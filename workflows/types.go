@@ -53,6 +53,9 @@ const (
 	UpdateEnd = "end"
 	// QuerySession returns the SessionView.
 	QuerySession = "session"
+	// QuerySticky returns the sticky decision for a key, or null: what a
+	// call registering now would be told.
+	QuerySticky = "sticky"
 )
 
 // Error types carried by refused updates (temporal.ApplicationError.Type()).

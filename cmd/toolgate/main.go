@@ -125,6 +125,7 @@ verbs from a second terminal.`,
 		a.denyCommand(),
 		a.sessionCommand(),
 		a.tokenCommand(),
+		a.benchCommand(),
 	)
 	return root
 }

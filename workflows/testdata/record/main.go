@@ -234,10 +234,21 @@ func (r *recorder) stickyFanOut(ctx context.Context) error {
 			return err
 		}
 	}
+	// A later call finds the sticky decision when it is evaluated, and never
+	// registers with the session.
+	if _, err := r.tg.Submit(ctx, toolgate.CallRequest{CallID: "sticky-4", Session: session, Tool: "write", Args: []byte(`{"path":"sticky-4.txt","content":"x"}`), Requester: "agent"}); err != nil {
+		return err
+	}
+	if err := r.expectResult(ctx, "sticky-4", workflows.StatusOK, policy.ApprovedForSession, "session"); err != nil {
+		return err
+	}
 	if err := r.endSession(ctx, session, ""); err != nil {
 		return err
 	}
 	if err := r.writeHistory(ctx, "sticky-fan-out-call", workflows.CallWorkflowID(ids[1]), ""); err != nil {
+		return err
+	}
+	if err := r.writeHistory(ctx, "sticky-lookup", workflows.CallWorkflowID("sticky-4"), ""); err != nil {
 		return err
 	}
 	return r.writeHistory(ctx, "sticky-fan-out-session", workflows.SessionWorkflowID(session), "")

@@ -1,0 +1,525 @@
+// Package bench measures toolgate against bare Temporal in one run: the
+// same embedded server, the same machine, the cases interleaved so drift
+// hits them alike. `toolgate bench` runs it.
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.temporal.io/sdk/client"
+	sdkworker "go.temporal.io/sdk/worker"
+	"go.uber.org/zap"
+
+	tgclient "github.com/toolgate/toolgate/client"
+	"github.com/toolgate/toolgate/devserver"
+	"github.com/toolgate/toolgate/logging"
+	"github.com/toolgate/toolgate/policy"
+	"github.com/toolgate/toolgate/tool"
+	"github.com/toolgate/toolgate/worker"
+	"github.com/toolgate/toolgate/workflows"
+)
+
+// Options size the run. Zero values take the defaults in brackets.
+type Options struct {
+	Runs        int    // sequential runs per latency case [200]
+	Concurrency int    // concurrent calls in the throughput case [50]
+	Calls       int    // calls per side in the throughput case [1000]
+	Parked      int    // calls parked at once waiting for a person [2000]
+	JSONPath    string // where to write every figure as JSON [bench.json]
+	Logger      *zap.Logger
+}
+
+// Quick returns options that finish in well under a minute: a smoke test.
+func Quick() Options { return Options{Runs: 30, Concurrency: 10, Calls: 100, Parked: 100} }
+
+func (o *Options) defaults() {
+	if o.Runs <= 0 {
+		o.Runs = 200
+	}
+	if o.Concurrency <= 0 {
+		o.Concurrency = 50
+	}
+	if o.Calls <= 0 {
+		o.Calls = 1000
+	}
+	if o.Parked <= 0 {
+		o.Parked = 2000
+	}
+	if o.JSONPath == "" {
+		o.JSONPath = "bench.json"
+	}
+	if o.Logger == nil {
+		o.Logger = zap.NewNop()
+	}
+}
+
+// Latency summarises one case, in milliseconds.
+type Latency struct {
+	N   int     `json:"n"`
+	P50 float64 `json:"p50_ms"`
+	P95 float64 `json:"p95_ms"`
+	P99 float64 `json:"p99_ms"`
+}
+
+// Parked is the cost of calls waiting for a person.
+type Parked struct {
+	Calls           int     `json:"calls"`
+	RSSBeforeMiB    float64 `json:"rss_before_mib"`
+	RSSAfterMiB     float64 `json:"rss_after_mib"`
+	HeapBeforeMiB   float64 `json:"heap_before_mib"`
+	HeapAfterMiB    float64 `json:"heap_after_mib"`
+	DBBeforeMiB     float64 `json:"db_before_mib"`
+	DBAfterMiB      float64 `json:"db_after_mib"`
+	DBKiBPerCall    float64 `json:"db_kib_per_call"`
+	ParkSeconds     float64 `json:"park_seconds"`
+	DrainSeconds    float64 `json:"drain_seconds"`
+	WorkflowCacheSz int     `json:"workflow_cache_size"`
+}
+
+// Report is every figure of one run.
+type Report struct {
+	Machine        string  `json:"machine"`
+	Options        Options `json:"options"`
+	Baseline       Latency `json:"baseline"`
+	Auto           Latency `json:"auto"`
+	Sticky         Latency `json:"sticky"`
+	Decide         Latency `json:"decide"`
+	SignalBaseline Latency `json:"signal_baseline"`
+	BaselinePerSec float64 `json:"baseline_per_sec"`
+	AutoPerSec     float64 `json:"auto_per_sec"`
+	Parked         Parked  `json:"parked"`
+	Ratios         Ratios  `json:"ratios"`
+}
+
+// Ratios compare toolgate with the baseline.
+type Ratios struct {
+	AutoBaseP50     float64 `json:"auto_base_p50"`
+	StickyBaseP50   float64 `json:"sticky_base_p50"`
+	DecideSignalP50 float64 `json:"decide_signal_p50"`
+	ThroughputBase  float64 `json:"throughput_base"`
+	ParkedKiBCall   float64 `json:"parked_kib_per_call"`
+}
+
+// Tools and sessions of the run.
+const (
+	toolEcho   = "echo"        // auto-approved
+	toolSticky = "sticky_echo" // asks; approved for the session once
+	toolAsk    = "ask_echo"    // asks every time
+	cacheSize  = 10_000        // the SDK's default sticky workflow cache (worker.SetStickyWorkflowCacheSize)
+)
+
+// benchPolicy asks for the two asking tools and approves the rest.
+type benchPolicy struct{ policy.Base }
+
+func (benchPolicy) EvaluateApproval(_ context.Context, c policy.Call) (*policy.ApprovalRequest, error) {
+	if c.Tool == toolSticky || c.Tool == toolAsk {
+		return &policy.ApprovalRequest{Message: "bench", Timeout: time.Hour}, nil
+	}
+	return nil, nil
+}
+
+// Run starts an embedded server and both workers, measures, prints a
+// table to out and writes the JSON report.
+func Run(ctx context.Context, o Options, out io.Writer) (Report, error) {
+	o.defaults()
+	dir, err := os.MkdirTemp("", "toolgate-bench")
+	if err != nil {
+		return Report{}, err
+	}
+	defer os.RemoveAll(dir)
+	srv, err := devserver.Start(ctx, devserver.Options{DataDir: dir, SearchAttributes: workflows.SearchAttributeTypes()})
+	if err != nil {
+		return Report{}, err
+	}
+	defer func() { _ = srv.Stop() }()
+	tc, err := client.Dial(client.Options{HostPort: srv.FrontendAddress(), Logger: logging.NewTemporal(o.Logger)})
+	if err != nil {
+		return Report{}, err
+	}
+	defer tc.Close()
+	stop, err := startWorkers(tc)
+	if err != nil {
+		return Report{}, err
+	}
+	defer stop()
+
+	b := &runner{o: o, tc: tc, calls: tgclient.New(tc, ""), dbPath: filepath.Join(dir, "temporal.db")}
+	r := Report{Machine: fmt.Sprintf("%s/%s, %d CPUs, %s", runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.Version()), Options: o}
+	steps := []struct {
+		name string
+		fn   func(context.Context, *Report) error
+	}{
+		{"warm up", b.warmUp},
+		{"latency", b.latency},
+		{"decision round trip", b.decisionRoundTrip},
+		{"throughput", b.throughput},
+		{"parked calls", b.parked},
+	}
+	for _, s := range steps {
+		o.Logger.Info("Bench step", zap.String("step", s.name))
+		if err := s.fn(ctx, &r); err != nil {
+			return r, fmt.Errorf("%s: %w", s.name, err)
+		}
+	}
+	r.Ratios = Ratios{
+		AutoBaseP50:     r.Auto.P50 / r.Baseline.P50,
+		StickyBaseP50:   r.Sticky.P50 / r.Baseline.P50,
+		DecideSignalP50: r.Decide.P50 / r.SignalBaseline.P50,
+		ThroughputBase:  r.AutoPerSec / r.BaselinePerSec,
+		ParkedKiBCall:   r.Parked.DBKiBPerCall,
+	}
+	data, _ := json.MarshalIndent(r, "", "  ")
+	if err := os.WriteFile(o.JSONPath, append(data, '\n'), 0o644); err != nil {
+		return r, fmt.Errorf("write %s: %w", o.JSONPath, err)
+	}
+	printReport(out, r)
+	return r, nil
+}
+
+func startWorkers(tc client.Client) (func(), error) {
+	tools := tool.NewRegistry()
+	echo := func(_ context.Context, in tool.Input) (json.RawMessage, error) { return in.Args, nil }
+	for _, name := range []string{toolEcho, toolSticky, toolAsk} {
+		if err := tools.Register(tool.Tool{Name: name, Run: echo}); err != nil {
+			return nil, err
+		}
+	}
+	var opts sdkworker.Options // the same defaults for both
+	tg, err := worker.New(tc, worker.Options{Policy: benchPolicy{}, Tools: tools, Worker: opts})
+	if err != nil {
+		return nil, err
+	}
+	base := sdkworker.New(tc, baselineQueue, opts)
+	base.RegisterWorkflow(BaselineWorkflow)
+	base.RegisterWorkflow(BaselineSignalWorkflow)
+	base.RegisterActivity(&baselineActivities{})
+	if err := tg.Start(); err != nil {
+		return nil, err
+	}
+	if err := base.Start(); err != nil {
+		tg.Stop()
+		return nil, err
+	}
+	return func() { base.Stop(); tg.Stop() }, nil
+}
+
+type runner struct {
+	o      Options
+	tc     client.Client
+	calls  *tgclient.Client
+	dbPath string
+	seq    atomic.Int64
+}
+
+var args = json.RawMessage(`{"text":"hello"}`)
+
+func (b *runner) baseline(ctx context.Context) error {
+	run, err := b.tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{TaskQueue: baselineQueue}, BaselineWorkflow, args)
+	if err != nil {
+		return err
+	}
+	return run.Get(ctx, nil)
+}
+
+func (b *runner) call(ctx context.Context, session, toolName string) error {
+	r, err := b.calls.Call(ctx, tgclient.CallRequest{Session: session, Tool: toolName, Args: args})
+	if err == nil && r.Status != workflows.StatusOK {
+		err = fmt.Errorf("call %s: %s: %s", r.CallID, r.Status, r.Reason)
+	}
+	return err
+}
+
+func (b *runner) auto(ctx context.Context) error { return b.call(ctx, "bench-auto", toolEcho) }
+
+func (b *runner) sticky(ctx context.Context) error { return b.call(ctx, "bench-sticky", toolSticky) }
+
+// warmUp runs each case a few times and records the sticky decision.
+func (b *runner) warmUp(ctx context.Context, _ *Report) error {
+	id, err := b.calls.Submit(ctx, tgclient.CallRequest{Session: "bench-sticky", Tool: toolSticky, Args: args})
+	if err != nil {
+		return err
+	}
+	if err := b.waitPending(ctx, id); err != nil {
+		return err
+	}
+	if _, err := b.calls.Decide(ctx, id, policy.Decision{Kind: policy.ApprovedForSession, DecidedBy: "bench", Channel: "bench"}); err != nil {
+		return err
+	}
+	for range 20 {
+		for _, f := range []func(context.Context) error{b.baseline, b.auto, b.sticky} {
+			if err := f(ctx); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// latency runs the three cases in rotating order, one of each per round.
+func (b *runner) latency(ctx context.Context, r *Report) error {
+	cases := []func(context.Context) error{b.baseline, b.auto, b.sticky}
+	samples := make([][]time.Duration, len(cases))
+	for i := range b.o.Runs {
+		for k := range cases {
+			c := (i + k) % len(cases)
+			start := time.Now()
+			if err := cases[c](ctx); err != nil {
+				return err
+			}
+			samples[c] = append(samples[c], time.Since(start))
+		}
+	}
+	r.Baseline, r.Auto, r.Sticky = summarise(samples[0]), summarise(samples[1]), summarise(samples[2])
+	return nil
+}
+
+// decisionRoundTrip times, for a call already waiting, the decision's
+// request until the Result is available; and for the baseline, a signal
+// until the waiting workflow's result.
+func (b *runner) decisionRoundTrip(ctx context.Context, r *Report) error {
+	n := max(b.o.Runs/2, 10)
+	var decide, signal []time.Duration
+	for range n {
+		id, err := b.calls.Submit(ctx, tgclient.CallRequest{Session: "bench-decide", Tool: toolAsk, Args: args})
+		if err != nil {
+			return err
+		}
+		if err := b.waitPending(ctx, id); err != nil {
+			return err
+		}
+		start := time.Now()
+		if _, err := b.calls.Decide(ctx, id, policy.Decision{Kind: policy.Approved, DecidedBy: "bench", Channel: "bench"}); err != nil {
+			return err
+		}
+		if _, err := b.calls.Wait(ctx, id); err != nil {
+			return err
+		}
+		decide = append(decide, time.Since(start))
+
+		run, err := b.tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{TaskQueue: baselineQueue}, BaselineSignalWorkflow)
+		if err != nil {
+			return err
+		}
+		if err := b.waitFirstTask(ctx, run.GetID()); err != nil {
+			return err
+		}
+		start = time.Now()
+		if err := b.tc.SignalWorkflow(ctx, run.GetID(), "", signalName, "approved"); err != nil {
+			return err
+		}
+		if err := run.Get(ctx, nil); err != nil {
+			return err
+		}
+		signal = append(signal, time.Since(start))
+	}
+	r.Decide, r.SignalBaseline = summarise(decide), summarise(signal)
+	return nil
+}
+
+// throughput runs calls at fixed concurrency, alternating halves of the
+// baseline and toolgate.
+func (b *runner) throughput(ctx context.Context, r *Report) error {
+	half := b.o.Calls / 2
+	var baseTime, autoTime time.Duration
+	for range 2 {
+		d, err := b.concurrently(ctx, half, b.baseline)
+		if err != nil {
+			return err
+		}
+		baseTime += d
+		if d, err = b.concurrently(ctx, half, b.auto); err != nil {
+			return err
+		}
+		autoTime += d
+	}
+	r.BaselinePerSec = float64(2*half) / baseTime.Seconds()
+	r.AutoPerSec = float64(2*half) / autoTime.Seconds()
+	return nil
+}
+
+// concurrently runs f n times on Concurrency goroutines.
+func (b *runner) concurrently(ctx context.Context, n int, f func(context.Context) error) (time.Duration, error) {
+	var next atomic.Int64
+	var firstErr error
+	var once sync.Once
+	var wg sync.WaitGroup
+	start := time.Now()
+	for range b.o.Concurrency {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for next.Add(1) <= int64(n) {
+				if err := f(ctx); err != nil {
+					once.Do(func() { firstErr = err })
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return time.Since(start), firstErr
+}
+
+// parked parks P calls waiting for a person, measures what they cost, then
+// decides them all and times the drain.
+func (b *runner) parked(ctx context.Context, r *Report) error {
+	p := &r.Parked
+	p.Calls, p.WorkflowCacheSz = b.o.Parked, cacheSize
+	p.RSSBeforeMiB, p.HeapBeforeMiB = memory()
+	p.DBBeforeMiB = b.dbMiB()
+	ids := make([]string, b.o.Parked)
+	var i atomic.Int64
+	start := time.Now()
+	if _, err := b.concurrently(ctx, b.o.Parked, func(ctx context.Context) error {
+		n := i.Add(1) - 1
+		id, err := b.calls.Submit(ctx, tgclient.CallRequest{Session: fmt.Sprintf("bench-parked-%d", n%50), Tool: toolAsk, Args: args})
+		ids[n] = id
+		return err
+	}); err != nil {
+		return err
+	}
+	for {
+		pending, err := b.calls.Pending(ctx, tgclient.ListFilter{Tool: toolAsk, Limit: b.o.Parked + 1})
+		if err != nil {
+			return err
+		}
+		if len(pending) >= b.o.Parked {
+			break
+		}
+		if err := sleep(ctx, 100*time.Millisecond); err != nil {
+			return err
+		}
+	}
+	p.ParkSeconds = time.Since(start).Seconds()
+	p.RSSAfterMiB, p.HeapAfterMiB = memory()
+	p.DBAfterMiB = b.dbMiB()
+	p.DBKiBPerCall = (p.DBAfterMiB - p.DBBeforeMiB) * 1024 / float64(b.o.Parked)
+
+	i.Store(0)
+	start = time.Now()
+	_, err := b.concurrently(ctx, b.o.Parked, func(ctx context.Context) error {
+		id := ids[i.Add(1)-1]
+		if _, err := b.calls.Decide(ctx, id, policy.Decision{Kind: policy.Approved, DecidedBy: "bench", Channel: "bench"}); err != nil {
+			return err
+		}
+		_, err := b.calls.Wait(ctx, id)
+		return err
+	})
+	p.DrainSeconds = time.Since(start).Seconds()
+	return err
+}
+
+func (b *runner) waitPending(ctx context.Context, id string) error {
+	for {
+		st, err := b.calls.Status(ctx, id)
+		if err != nil {
+			return err
+		}
+		if st.State != nil && st.State.Status == workflows.StatusPending {
+			return nil
+		}
+		if st.Result != nil {
+			return fmt.Errorf("call %s finished before it waited: %s", id, st.Result.Status)
+		}
+		if err := sleep(ctx, 2*time.Millisecond); err != nil {
+			return err
+		}
+	}
+}
+
+// waitFirstTask waits until the workflow has run its first task, so the
+// signal finds it waiting, as the decision finds its call.
+func (b *runner) waitFirstTask(ctx context.Context, id string) error {
+	for {
+		d, err := b.tc.DescribeWorkflowExecution(ctx, id, "")
+		if err != nil {
+			return err
+		}
+		if d.GetWorkflowExecutionInfo().GetHistoryLength() >= 4 {
+			return nil
+		}
+		if err := sleep(ctx, 2*time.Millisecond); err != nil {
+			return err
+		}
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(d):
+		return nil
+	}
+}
+
+func summarise(ds []time.Duration) Latency {
+	slices.Sort(ds)
+	at := func(q float64) float64 {
+		i := min(int(q*float64(len(ds))), len(ds)-1)
+		return float64(ds[i].Microseconds()) / 1000
+	}
+	return Latency{N: len(ds), P50: at(0.50), P95: at(0.95), P99: at(0.99)}
+}
+
+// memory returns the process's resident set and live heap in MiB, after a
+// garbage collection: server and workers share this process.
+func memory() (rss, heap float64) {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	heap = float64(m.HeapAlloc) / (1 << 20)
+	if data, err := os.ReadFile("/proc/self/statm"); err == nil {
+		var size, resident int64
+		if _, err := fmt.Sscan(string(data), &size, &resident); err == nil {
+			rss = float64(resident*int64(os.Getpagesize())) / (1 << 20)
+		}
+	}
+	return rss, heap
+}
+
+// dbMiB is the database's size with its write-ahead log.
+func (b *runner) dbMiB() float64 {
+	var total int64
+	for _, suffix := range []string{"", "-wal"} {
+		if fi, err := os.Stat(b.dbPath + suffix); err == nil {
+			total += fi.Size()
+		}
+	}
+	return float64(total) / (1 << 20)
+}
+
+func printReport(w io.Writer, r Report) {
+	fmt.Fprintf(w, "toolgate bench — %s\n\n", r.Machine)
+	fmt.Fprintf(w, "%-38s %5s %9s %9s %9s\n", "case", "n", "p50 ms", "p95 ms", "p99 ms")
+	for _, row := range []struct {
+		name string
+		l    Latency
+	}{
+		{"baseline: local activity + activity", r.Baseline},
+		{"toolgate: auto-approved call", r.Auto},
+		{"toolgate: sticky decision", r.Sticky},
+		{"baseline: signal → result", r.SignalBaseline},
+		{"toolgate: decide → result", r.Decide},
+	} {
+		fmt.Fprintf(w, "%-38s %5d %9.1f %9.1f %9.1f\n", row.name, row.l.N, row.l.P50, row.l.P95, row.l.P99)
+	}
+	fmt.Fprintf(w, "\nthroughput at concurrency %d: baseline %.1f/s, toolgate %.1f/s\n", r.Options.Concurrency, r.BaselinePerSec, r.AutoPerSec)
+	p := r.Parked
+	fmt.Fprintf(w, "parked %d calls in %.1fs: RSS %.0f → %.0f MiB, heap %.0f → %.0f MiB, database %.1f → %.1f MiB (%.1f KiB/call); all decided and finished in %.1fs\n",
+		p.Calls, p.ParkSeconds, p.RSSBeforeMiB, p.RSSAfterMiB, p.HeapBeforeMiB, p.HeapAfterMiB, p.DBBeforeMiB, p.DBAfterMiB, p.DBKiBPerCall, p.DrainSeconds)
+	fmt.Fprintf(w, "figures in %s\n", r.Options.JSONPath)
+	q := r.Ratios
+	fmt.Fprintf(w, "ratios: auto/base_p50=%.2f sticky/base_p50=%.2f decide/signal_p50=%.2f throughput/base=%.2f parked_kib_per_call=%.1f\n",
+		q.AutoBaseP50, q.StickyBaseP50, q.DecideSignalP50, q.ThroughputBase, q.ParkedKiBCall)
+}

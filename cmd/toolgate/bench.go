@@ -1,0 +1,50 @@
+package main
+
+import (
+	"github.com/spf13/cobra"
+
+	"github.com/toolgate/toolgate/bench"
+)
+
+func (a *app) benchCommand() *cobra.Command {
+	var (
+		o     bench.Options
+		quick bool
+	)
+	cmd := &cobra.Command{
+		Use:   "bench [--quick] [--runs N] [--concurrency C] [--calls M] [--parked P] [--json FILE]",
+		Short: "Measure toolgate against a bare Temporal workflow, side by side",
+		Long: `Start an embedded Temporal server and both workers in this process, warm
+up, then measure in one run: latency of a bare workflow (local activity +
+activity) against an auto-approved call and a call decided by a sticky
+decision; a decision's round trip against a bare signal; throughput at a
+concurrency; and the cost of calls parked waiting for a person. Prints a
+table, writes every figure as JSON, and ends with one line of ratios.`,
+		Args: exactArgs(),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if quick {
+				q := bench.Quick()
+				o.Runs, o.Concurrency, o.Calls, o.Parked = pick(o.Runs, q.Runs), pick(o.Concurrency, q.Concurrency), pick(o.Calls, q.Calls), pick(o.Parked, q.Parked)
+			}
+			o.Logger = a.logger
+			_, err := bench.Run(cmd.Context(), o, a.stdout)
+			return err
+		},
+	}
+	f := cmd.Flags()
+	f.BoolVar(&quick, "quick", false, "a smoke run that finishes in well under a minute")
+	f.IntVar(&o.Runs, "runs", 0, "sequential runs per latency case (default 200)")
+	f.IntVar(&o.Concurrency, "concurrency", 0, "concurrency of the throughput case (default 50)")
+	f.IntVar(&o.Calls, "calls", 0, "calls per side in the throughput case (default 1000)")
+	f.IntVar(&o.Parked, "parked", 0, "calls parked at once (default 2000; try 10000)")
+	f.StringVar(&o.JSONPath, "json", "bench.json", "file for every figure as JSON")
+	return cmd
+}
+
+// pick returns the flag's value when set, else the fallback.
+func pick(flag, fallback int) int {
+	if flag > 0 {
+		return flag
+	}
+	return fallback
+}
