@@ -31,6 +31,14 @@ const (
 	ErrTypeOutputTooLarge = "OutputTooLarge"
 )
 
+// Metrics the activities emit; Prometheus adds _total or _bucket.
+const (
+	// MetricPolicyEvaluation times policy evaluation, tagged tool.
+	MetricPolicyEvaluation = "toolgate_policy_evaluation"
+	// MetricNotificationFailures counts failed notification attempts.
+	MetricNotificationFailures = "toolgate_notification_failures"
+)
+
 // Notifier tells approvers that a call waits for them.
 type Notifier interface {
 	Notify(ctx context.Context, w Waiting) error
@@ -121,7 +129,9 @@ func (a *Activities) Evaluate(ctx context.Context, in EvaluateInput) (Evaluation
 	}
 	t, _ := a.Tools.Lookup(call.Tool)
 	ev.ToolOptions = t.Options
+	start := time.Now()
 	req, err := a.Policy.EvaluateApproval(ctx, call)
+	activity.GetMetricsHandler(ctx).WithTags(map[string]string{"tool": call.Tool}).Timer(MetricPolicyEvaluation).Record(time.Since(start))
 	if deny, ok := policy.AsDeny(err); ok {
 		ev.Denied, ev.Reason, ev.Rule = true, deny.Reason, deny.Rule
 		return ev, nil
@@ -282,7 +292,11 @@ func (a *Activities) Notify(ctx context.Context, w Waiting) error {
 	if a.Notifier == nil {
 		return nil
 	}
-	return a.Notifier.Notify(ctx, w)
+	err := a.Notifier.Notify(ctx, w)
+	if err != nil {
+		activity.GetMetricsHandler(ctx).Counter(MetricNotificationFailures).Inc(1)
+	}
+	return err
 }
 
 // SignalWithStartInput names a workflow to start if absent and signal.

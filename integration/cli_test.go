@@ -4,12 +4,15 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -204,6 +207,33 @@ func TestCLIVerbs(t *testing.T) {
 		assert.Contains(t, r.stderr, "over the 524288-byte limit")
 		r = d.cli("frobnicate")
 		assert.Equal(t, 2, r.code)
+	})
+
+	t.Run("metrics", func(t *testing.T) {
+		d := d.in(t)
+		d.callJSON(0, "--session", "s-metrics", "echo", `{}`)
+		// Counters reach Prometheus at the next report, within a second.
+		wanted := []*regexp.Regexp{
+			regexp.MustCompile(`(?m)^toolgate_calls_finished\{[^}]*status="ok"[^}]*tool="echo"[^}]*\} [1-9]`),
+			regexp.MustCompile(`(?m)^toolgate_decisions\{[^}]*channel="policy"[^}]*decision="approved"[^}]*\} [1-9]`),
+			regexp.MustCompile(`(?m)^toolgate_policy_evaluation_count\{[^}]*tool="echo"[^}]*\} [1-9]`),
+			regexp.MustCompile(`(?m)^temporal_workflow_completed\{[^}]*workflow_type="ToolCallWorkflow"[^}]*\} [1-9]`),
+		}
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			resp, err := http.Get("http://" + d.httpAddr + "/metrics")
+			if !assert.NoError(c, err) {
+				return
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			for _, re := range wanted {
+				assert.True(c, re.Match(body), "no metric matches %s", re)
+			}
+		}, 15*time.Second, 200*time.Millisecond)
+		r := d.cli("health", "--url", "http://"+d.httpAddr+"/readyz")
+		assert.Equal(t, 0, r.code, r.stderr)
+		r = d.cli("health", "--url", "http://127.0.0.1:1/readyz")
+		assert.Equal(t, 1, r.code)
 	})
 
 	t.Run("a resubmitted call ID returns the first outcome", func(t *testing.T) {

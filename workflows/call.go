@@ -140,6 +140,8 @@ func (c *callRun) apply(ctx workflow.Context, d policy.Decision) {
 		d.DecidedAt = workflow.Now(ctx)
 	}
 	c.state.Decision = &d
+	workflow.GetMetricsHandler(ctx).WithTags(map[string]string{"decision": d.Kind.String(), "channel": d.Channel}).
+		Counter(MetricDecisions).Inc(1)
 }
 
 func (c *callRun) run(ctx workflow.Context) (Result, error) {
@@ -240,6 +242,8 @@ func (c *callRun) waitForPerson(ctx workflow.Context, req policy.ApprovalRequest
 		workflow.ExecuteActivity(actx, a.Notify, activities.Waiting{Call: c.state.Call, Request: req, Deadline: c.state.Deadline})
 	}
 	decided, _ := awaitWithTimeout(ctx, timeout, func() bool { return c.state.Decision != nil })
+	workflow.GetMetricsHandler(ctx).WithTags(map[string]string{"tool": c.state.Call.Tool}).
+		Timer(MetricApprovalWait).Record(workflow.Now(ctx).Sub(now))
 	if decided {
 		return
 	}
@@ -406,6 +410,8 @@ func (c *callRun) finish(ctx workflow.Context, status Status, reason string, out
 	}
 	c.state.Status = status
 	c.state.Result = &r
+	workflow.GetMetricsHandler(ctx).WithTags(map[string]string{"tool": call.Tool, "status": string(status)}).
+		Counter(MetricCallsFinished).Inc(1)
 	c.upsertStatus(ctx, status, AttrDecidedBy.ValueSet(r.DecidedBy), AttrChannel.ValueSet(r.Channel))
 	return r
 }

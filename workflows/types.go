@@ -68,6 +68,17 @@ const (
 	ErrTypeSessionEnded    = "SessionEnded"
 )
 
+// Metrics the workflows emit through the worker's metrics handler (not
+// during replay); Prometheus adds _total or _bucket.
+const (
+	// MetricCallsFinished counts finished calls, tagged tool and status.
+	MetricCallsFinished = "toolgate_calls_finished"
+	// MetricDecisions counts decisions, tagged decision and channel.
+	MetricDecisions = "toolgate_decisions"
+	// MetricApprovalWait times the wait for a person, tagged tool.
+	MetricApprovalWait = "toolgate_approval_wait"
+)
+
 // Search attributes on every call, so waiting calls are one visibility
 // query away. The server must have them registered (toolgate dev does).
 var (

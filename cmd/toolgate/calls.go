@@ -19,7 +19,7 @@ import (
 
 // client connects and wraps the Temporal client in toolgate's.
 func (a *app) client() (*tgclient.Client, func(), error) {
-	tc, err := a.conn.dial(a.logger)
+	tc, err := a.conn.dial(a.logger, nil)
 	if err != nil {
 		return nil, nil, err
 	}

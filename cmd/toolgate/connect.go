@@ -40,12 +40,14 @@ func (c *connection) addFlags(cmd *cobra.Command) {
 	f.StringVar(&c.apiKey, "api-key", os.Getenv("TEMPORAL_API_KEY"), "API key, e.g. for Temporal Cloud; implies TLS (env TEMPORAL_API_KEY)")
 }
 
-// dial connects to Temporal with the SDK's logs going through zap.
-func (c *connection) dial(logger *zap.Logger) (client.Client, error) {
+// dial connects to Temporal with the SDK's logs going through zap and its
+// metrics to metrics (nil: none).
+func (c *connection) dial(logger *zap.Logger, metrics client.MetricsHandler) (client.Client, error) {
 	opts := client.Options{
-		HostPort:  c.address,
-		Namespace: c.namespace,
-		Logger:    logging.NewTemporal(logger.Named("temporal")),
+		HostPort:       c.address,
+		Namespace:      c.namespace,
+		Logger:         logging.NewTemporal(logger.Named("temporal")),
+		MetricsHandler: metrics,
 	}
 	tlsConfig, err := c.tlsConfig()
 	if err != nil {

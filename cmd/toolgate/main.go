@@ -126,6 +126,7 @@ verbs from a second terminal.`,
 		a.sessionCommand(),
 		a.tokenCommand(),
 		a.benchCommand(),
+		a.healthCommand(),
 	)
 	return root
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/toolgate/toolgate/builtin"
 	tgclient "github.com/toolgate/toolgate/client"
 	"github.com/toolgate/toolgate/devserver"
+	"github.com/toolgate/toolgate/metrics"
 	"github.com/toolgate/toolgate/server"
 	"github.com/toolgate/toolgate/tool"
 	"github.com/toolgate/toolgate/worker"
@@ -28,8 +29,9 @@ import (
 
 func (a *app) devCommand() *cobra.Command {
 	var (
-		dataDir, httpAddr, workspace, tokensFile string
-		port                                     int
+		dataDir, httpAddr, tokensFile string
+		port                          int
+		wf                            workerFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "dev",
@@ -65,10 +67,10 @@ stock 'temporal' CLI and the Temporal Web UI.`,
 			if err != nil {
 				return err
 			}
-			if workspace == "" {
-				workspace = filepath.Join(dataDir, "workspace")
+			if wf.workspace == "" {
+				wf.workspace = filepath.Join(dataDir, "workspace")
 			}
-			return a.runProcesses(ctx, true, workspace, httpAddr, func(tools []string, ws, httpURL string) {
+			return a.runProcesses(ctx, processes{worker: &wf, httpAddr: httpAddr, started: func(tools []string, ws, httpURL string) {
 				fmt.Fprintf(a.stdout, `toolgate dev is running
   Temporal   %s  namespace %s  data %s
   worker     task queue %s; tools: %s
@@ -78,14 +80,14 @@ stock 'temporal' CLI and the Temporal Web UI.`,
   toolgate call --session demo echo '{"hello":"world"}'
 Stop with Ctrl-C.
 `, srv.FrontendAddress(), srv.Namespace(), filepath.Join(dataDir, "temporal.db"), workflows.TaskQueue, strings.Join(tools, ", "), ws, httpURL, tokenNote)
-			})
+			}})
 		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&dataDir, "data-dir", ".toolgate", "directory for the Temporal database and the default workspace")
 	f.IntVar(&port, "temporal-port", 7233, "Temporal gRPC port on 127.0.0.1 (0 picks a free one)")
 	f.StringVar(&httpAddr, "http", "127.0.0.1:7700", "HTTP listen address (empty disables it)")
-	f.StringVar(&workspace, "workspace", "", "directory the built-in tools are confined to (default <data-dir>/workspace)")
+	wf.add(cmd, "")
 	f.StringVar(&tokensFile, "tokens", os.Getenv("TOOLGATE_TOKENS_FILE"), "API tokens file (default: generate an agent and an approver token in <data-dir>/tokens.json)")
 	return cmd
 }
@@ -111,22 +113,27 @@ func (a *app) devTokens(dataDir, tokensFile string) (string, error) {
 }
 
 func (a *app) workerCommand() *cobra.Command {
-	var workspace string
+	var (
+		wf          workerFlags
+		metricsAddr string
+	)
 	cmd := &cobra.Command{
 		Use:   "worker",
 		Short: "Run a toolgate worker against an existing Temporal cluster",
 		Long: `Run the worker: it runs toolgate's workflows, the policy and the tools.
-Start as many as the load needs on one task queue; they share the calls.`,
+Start as many as the load needs on one task queue; they share the calls.
+On SIGTERM it stops polling and lets running tools finish (--shutdown-timeout).`,
 		Args: exactArgs(),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return a.runProcesses(cmd.Context(), true, workspace, "", func(tools []string, ws, _ string) {
+			return a.runProcesses(cmd.Context(), processes{worker: &wf, metricsAddr: metricsAddr, started: func(tools []string, ws, _ string) {
 				a.logger.Info("Worker running", zap.String("temporal", a.conn.address), zap.String("namespace", a.conn.namespace),
 					zap.String("taskQueue", a.conn.taskQueue), zap.Strings("tools", tools), zap.String("workspace", ws))
-			})
+			}})
 		},
 	}
 	a.conn.addFlags(cmd)
-	cmd.Flags().StringVar(&workspace, "workspace", "workspace", "directory the built-in tools are confined to")
+	wf.add(cmd, "workspace")
+	cmd.Flags().StringVar(&metricsAddr, "metrics", "127.0.0.1:9090", "serve Prometheus metrics at http://ADDR/metrics (empty disables)")
 	return cmd
 }
 
@@ -145,9 +152,9 @@ func (a *app) serveCommand() *cobra.Command {
 				return err
 			}
 			a.tokens = t
-			return a.runProcesses(cmd.Context(), false, "", httpAddr, func(_ []string, _, httpURL string) {
+			return a.runProcesses(cmd.Context(), processes{httpAddr: httpAddr, started: func(_ []string, _, httpURL string) {
 				a.logger.Info("HTTP listener running", zap.String("url", httpURL), zap.String("temporal", a.conn.address))
-			})
+			}})
 		},
 	}
 	a.conn.addFlags(cmd)
@@ -156,80 +163,148 @@ func (a *app) serveCommand() *cobra.Command {
 	return cmd
 }
 
-// runProcesses connects to Temporal, starts the worker (withWorker) and the
-// HTTP listener (when httpAddr is set), reports through started, and runs
-// until ctx ends; then it stops them in reverse order.
-func (a *app) runProcesses(ctx context.Context, withWorker bool, workspace, httpAddr string, started func(tools []string, workspace, httpURL string)) error {
-	tc, err := a.conn.dial(a.logger)
+// processes says what runProcesses runs.
+type processes struct {
+	worker *workerFlags // nil: no worker
+	// httpAddr serves health, the API, the inbox and /metrics; empty: none.
+	httpAddr string
+	// metricsAddr serves /metrics alone (for a worker without httpAddr).
+	metricsAddr string
+	// started reports what runs, once everything does.
+	started func(tools []string, workspace, httpURL string)
+}
+
+// runProcesses connects to Temporal, starts the worker and the listeners,
+// reports through p.started, and runs until ctx ends; then it stops them
+// in reverse order: listeners first, then the worker, which lets running
+// activities finish (up to --shutdown-timeout) before it stops polling.
+func (a *app) runProcesses(ctx context.Context, p processes) error {
+	m := metrics.New()
+	defer m.Close()
+	tc, err := a.conn.dial(a.logger, m.Handler)
 	if err != nil {
 		return err
 	}
 	defer tc.Close()
 
 	var tools []string
-	if withWorker {
-		ws, err := filepath.Abs(workspace)
+	workspace := ""
+	if p.worker != nil {
+		w, names, ws, err := a.startWorker(ctx, tc, *p.worker)
 		if err != nil {
 			return err
-		}
-		if err := os.MkdirAll(ws, 0o755); err != nil {
-			return fmt.Errorf("create workspace: %w", err)
-		}
-		workspace = ws
-		if err := worker.EnsureSearchAttributes(ctx, tc, a.conn.namespace); err != nil {
-			a.logger.Warn("Could not register toolgate's search attributes; an administrator must (see README)", zap.Error(err))
-		}
-		w, names, err := newWorker(tc, a.conn.taskQueue, builtin.Workspace{Root: ws})
-		if err != nil {
-			return err
-		}
-		if err := w.Start(); err != nil {
-			return fmt.Errorf("start worker: %w", err)
 		}
 		defer w.Stop()
-		tools = names
+		tools, workspace = names, ws
 	}
 
 	httpURL := ""
-	if httpAddr != "" {
-		ln, err := net.Listen("tcp", httpAddr)
+	if p.httpAddr != "" {
+		mux := http.NewServeMux()
+		mux.Handle("GET /metrics", m.HTTP)
+		mux.Handle("/", server.New(server.Config{Calls: tgclient.New(tc, a.conn.taskQueue), Tokens: a.tokens, Logger: a.logger.Named("http")}))
+		url, stop, err := a.serveHTTP(p.httpAddr, mux)
 		if err != nil {
-			return fmt.Errorf("HTTP listener: %w", err)
+			return err
 		}
-		httpURL = "http://" + ln.Addr().String()
-		handler := server.New(server.Config{Calls: tgclient.New(tc, a.conn.taskQueue), Tokens: a.tokens, Logger: a.logger.Named("http")})
-		hs := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
-		go func() {
-			if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				a.logger.Error("HTTP listener stopped", zap.Error(err))
-			}
-		}()
-		defer func() {
-			sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-			defer cancel()
-			_ = hs.Shutdown(sctx)
-		}()
+		defer stop()
+		httpURL = url
+	}
+	if p.metricsAddr != "" {
+		mux := http.NewServeMux()
+		mux.Handle("GET /metrics", m.HTTP)
+		url, stop, err := a.serveHTTP(p.metricsAddr, mux)
+		if err != nil {
+			return err
+		}
+		defer stop()
+		a.logger.Info("Metrics", zap.String("url", url+"/metrics"))
 	}
 
-	started(tools, workspace, httpURL)
+	p.started(tools, workspace, httpURL)
 	<-ctx.Done()
 	a.logger.Info("Stopping")
 	return nil
 }
 
-// newWorker builds the worker with the built-in tools and default policy.
-func newWorker(tc client.Client, taskQueue string, ws builtin.Workspace) (sdkworker.Worker, []string, error) {
+// serveHTTP listens on addr and serves h until stop is called.
+func (a *app) serveHTTP(addr string, h http.Handler) (url string, stop func(), err error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return "", nil, fmt.Errorf("HTTP listener: %w", err)
+	}
+	hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	go func() {
+		if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			a.logger.Error("HTTP listener stopped", zap.Error(err))
+		}
+	}()
+	return "http://" + ln.Addr().String(), func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = hs.Shutdown(sctx)
+	}, nil
+}
+
+// workerFlags tune a worker.
+type workerFlags struct {
+	workspace        string
+	pollers          int
+	maxActivities    int
+	maxWorkflowTasks int
+	cacheSize        int
+	shutdownTimeout  time.Duration
+}
+
+func (f *workerFlags) add(cmd *cobra.Command, workspaceDefault string) {
+	fs := cmd.Flags()
+	fs.StringVar(&f.workspace, "workspace", workspaceDefault, "directory the built-in tools are confined to")
+	fs.IntVar(&f.pollers, "pollers", 2, "pollers for workflow tasks and for activity tasks, each")
+	fs.IntVar(&f.maxActivities, "max-concurrent-activities", 200, "tools running at once in this worker")
+	fs.IntVar(&f.maxWorkflowTasks, "max-concurrent-workflow-tasks", 200, "workflow tasks processed at once")
+	fs.IntVar(&f.cacheSize, "cache-size", 10000, "workflows kept in memory between tasks (sticky cache); memory grows up to this")
+	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 30*time.Second, "on SIGTERM, how long running tools may finish before the worker stops")
+}
+
+// startWorker registers the built-in tools and default policy and starts
+// polling.
+func (a *app) startWorker(ctx context.Context, tc client.Client, f workerFlags) (sdkworker.Worker, []string, string, error) {
+	ws, err := filepath.Abs(f.workspace)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	if err := os.MkdirAll(ws, 0o755); err != nil {
+		return nil, nil, "", fmt.Errorf("create workspace: %w", err)
+	}
+	if err := worker.EnsureSearchAttributes(ctx, tc, a.conn.namespace); err != nil {
+		a.logger.Warn("Could not register toolgate's search attributes; an administrator must (see README)", zap.Error(err))
+	}
 	tools := tool.NewRegistry()
-	for _, t := range builtin.Tools(ws) {
+	for _, t := range builtin.Tools(builtin.Workspace{Root: ws}) {
 		if err := tools.Register(t); err != nil {
-			return nil, nil, err
+			return nil, nil, "", err
 		}
 	}
-	w, err := worker.New(tc, worker.Options{TaskQueue: taskQueue, Policy: builtin.DefaultPolicy(ws), Tools: tools})
+	sdkworker.SetStickyWorkflowCacheSize(f.cacheSize)
+	w, err := worker.New(tc, worker.Options{
+		TaskQueue: a.conn.taskQueue,
+		Policy:    builtin.DefaultPolicy(builtin.Workspace{Root: ws}),
+		Tools:     tools,
+		Worker: sdkworker.Options{
+			MaxConcurrentActivityTaskPollers:       f.pollers,
+			MaxConcurrentWorkflowTaskPollers:       f.pollers,
+			MaxConcurrentActivityExecutionSize:     f.maxActivities,
+			MaxConcurrentWorkflowTaskExecutionSize: f.maxWorkflowTasks,
+			WorkerStopTimeout:                      f.shutdownTimeout,
+		},
+	})
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, "", err
 	}
-	return w, tools.Names(), nil
+	if err := w.Start(); err != nil {
+		return nil, nil, "", fmt.Errorf("start worker: %w", err)
+	}
+	return w, tools.Names(), ws, nil
 }
 
 // serverLogger keeps the embedded server quiet unless --log-level debug.
