@@ -51,6 +51,13 @@ type ApprovalRequest struct {
 	StickyKey string `json:"sticky_key,omitempty"`
 	// Rule names the rule that asked, for the approver and the audit trail.
 	Rule string `json:"rule,omitempty"`
+	// RemindAfter reminds the approvers after this long, and again every
+	// RemindAfter while the call waits; zero never reminds.
+	RemindAfter time.Duration `json:"remind_after,omitempty"`
+	// EscalateAfter asks the EscalateTo groups too after this long; zero
+	// never escalates.
+	EscalateAfter time.Duration `json:"escalate_after,omitempty"`
+	EscalateTo    []string      `json:"escalate_to,omitempty"`
 }
 
 // StickyKeyFor returns the key sticky decisions for this request are
@@ -124,6 +131,21 @@ func AsDeny(err error) (*DenyError, bool) {
 // decision.
 type Versioned interface {
 	Version() string
+}
+
+// Quota limits how many calls of a tool run in one session within a
+// sliding window.
+type Quota struct {
+	// Name identifies the quota in messages.
+	Name string        `json:"name"`
+	Max  int           `json:"max"`
+	Per  time.Duration `json:"per"`
+}
+
+// QuotaPolicy is implemented by policies that limit calls per session.
+// The session workflow counts the calls, so a restart resets nothing.
+type QuotaPolicy interface {
+	SessionQuota(tool string) (Quota, bool)
 }
 
 // ApprovalHandler decides deferred calls by code. Returning a nil Decision
@@ -217,6 +239,26 @@ func (c chain) Version() string {
 		}
 	}
 	return v
+}
+
+// SessionQuota returns the first quota a chained policy sets for the tool.
+func (c chain) SessionQuota(tool string) (Quota, bool) {
+	for _, p := range c {
+		if qp, ok := p.(QuotaPolicy); ok {
+			if q, ok := qp.SessionQuota(tool); ok {
+				return q, true
+			}
+		}
+	}
+	return Quota{}, false
+}
+
+// QuotaOf returns the policy's quota for the tool, if it has one.
+func QuotaOf(p ToolPolicy, tool string) (Quota, bool) {
+	if qp, ok := p.(QuotaPolicy); ok {
+		return qp.SessionQuota(tool)
+	}
+	return Quota{}, false
 }
 
 // VersionOf returns the policy's version, or "" when it has none.

@@ -1,0 +1,278 @@
+package rules
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"text/template"
+	"time"
+	"unicode/utf8"
+
+	"github.com/google/cel-go/interpreter"
+	"github.com/toolgate/toolgate/policy"
+)
+
+// Limits on what a verdict quotes, so that a huge argument cannot bloat
+// the approval request stored with the call.
+const (
+	maxMessageBytes  = 4096
+	maxArgsTextBytes = 1024
+)
+
+// rule is one entry of `rules:`, or the file's default action.
+type rule struct {
+	name      string
+	line      int
+	action    Action
+	tools     []string   // globs; only for rules of `rules:`
+	cond      *condition // nil: the rule matches every call of its tools
+	reason    string     // deny only
+	message   *template.Template
+	groups    []string
+	timeout   time.Duration
+	onTimeout policy.TimeoutAction
+	stickyBy  []string
+	schedule  *Schedule
+}
+
+// matches reports whether the call is one of r's tools and satisfies its
+// condition. An error means the condition could not be evaluated.
+func (r *rule) matches(in *input) (bool, error) {
+	if !matchAny(r.tools, in.call.Tool) {
+		return false, nil
+	}
+	if r.cond == nil {
+		return true, nil
+	}
+	if in.argsErr != nil {
+		return false, in.argsErr
+	}
+	return r.cond.eval(in.activation)
+}
+
+// askVerdict builds the verdict of an ask rule (or an asking default).
+func (r *rule) askVerdict(in *input, reason string) Verdict {
+	msg, _ := r.render(in)
+	v := Verdict{
+		Action: ActionAsk,
+		Rule:   r.name,
+		Reason: reason,
+		Request: &policy.ApprovalRequest{
+			Message:   msg,
+			Groups:    append([]string(nil), r.groups...),
+			Timeout:   r.timeout,
+			OnTimeout: r.onTimeout,
+			StickyKey: r.stickyKey(in),
+			Rule:      r.name,
+		},
+	}
+	if s := r.schedule; s != nil {
+		v.Request.RemindAfter, v.Request.EscalateAfter = s.RemindAfter, s.EscalateAfter
+		v.Request.EscalateTo = append([]string(nil), s.EscalateTo...)
+	}
+	return v
+}
+
+// render returns the approval message. When the rule's template fails on
+// the call, the message says so and still names the call; the error is
+// returned for load-time checks of examples.
+func (r *rule) render(in *input) (string, error) {
+	if r.message == nil {
+		if r.name == RuleDefault {
+			return truncate(fmt.Sprintf("No rule matched tool %q; allow this call? Arguments: %s", in.call.Tool, in.argsText()), maxMessageBytes), nil
+		}
+		return truncate(fmt.Sprintf("Allow %s with arguments %s? (rule %q)", in.call.Tool, in.argsText(), r.name), maxMessageBytes), nil
+	}
+	var b bytes.Buffer
+	if err := r.message.Execute(&limitedWriter{w: &b, n: maxMessageBytes + 1}, in.templateData()); err != nil && !errors.Is(err, errMessageTooLong) {
+		return truncate(fmt.Sprintf("Allow %s with arguments %s? (the message template of rule %q failed: %v)", in.call.Tool, in.argsText(), r.name, err), maxMessageBytes), err
+	}
+	return truncate(b.String(), maxMessageBytes), nil
+}
+
+// stickyKey scopes sticky decisions: "" (the whole tool) without sticky_by,
+// otherwise the tool and each sticky_by field, e.g.
+// "http_get|host=api.github.com". A string is written as is, any other
+// value as JSON, a missing field as its bare name; "%" and "|" in values
+// are escaped so a value cannot forge another field.
+func (r *rule) stickyKey(in *input) string {
+	if len(r.stickyBy) == 0 {
+		return ""
+	}
+	var b strings.Builder
+	b.WriteString(in.call.Tool)
+	obj, _ := in.args.(map[string]any)
+	for _, f := range r.stickyBy {
+		b.WriteString("|")
+		b.WriteString(f)
+		v, ok := obj[f]
+		if !ok {
+			continue
+		}
+		b.WriteString("=")
+		s, isString := v.(string)
+		if !isString {
+			raw, err := json.Marshal(v)
+			if err != nil {
+				raw = []byte(fmt.Sprint(v))
+			}
+			s = string(raw)
+		}
+		b.WriteString(stickyEscaper.Replace(s))
+	}
+	return b.String()
+}
+
+var stickyEscaper = strings.NewReplacer("%", "%25", "|", "%7C")
+
+// templateFuncs are available in message templates besides text/template's.
+var templateFuncs = template.FuncMap{
+	// json writes a value as compact JSON, e.g. {{json .args}}.
+	"json": func(v any) (string, error) {
+		raw, err := json.Marshal(v)
+		return string(raw), err
+	},
+}
+
+var errMessageTooLong = errors.New("message too long")
+
+// limitedWriter stops a template once the message is longer than shown.
+type limitedWriter struct {
+	w io.Writer
+	n int
+}
+
+func (l *limitedWriter) Write(p []byte) (int, error) {
+	if len(p) > l.n {
+		l.w.Write(p[:l.n])
+		l.n = 0
+		return 0, errMessageTooLong
+	}
+	l.n -= len(p)
+	return l.w.Write(p)
+}
+
+// truncate cuts s to at most max bytes on a rune boundary, marking the cut.
+func truncate(s string, max int) string {
+	if len(s) <= max {
+		return s
+	}
+	cut := max - len("…")
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
+}
+
+// input is a call prepared for evaluation: its arguments decoded once.
+type input struct {
+	call       policy.Call
+	workspace  string
+	args       any // a map[string]any when argsErr is nil
+	argsErr    error
+	activation interpreter.Activation
+}
+
+func newInput(call policy.Call, workspace string) *input {
+	in := &input{call: call, workspace: workspace}
+	in.args, in.argsErr = decodeArgs(call.Args)
+	args := in.args
+	if in.argsErr != nil {
+		args = map[string]any{}
+	}
+	in.activation, _ = interpreter.NewActivation(map[string]any{
+		"tool":      call.Tool,
+		"args":      args,
+		"session":   call.Session,
+		"requester": call.Requester,
+		"workspace": workspace,
+	})
+	return in
+}
+
+func (in *input) templateData() map[string]any {
+	return map[string]any{
+		"tool":      in.call.Tool,
+		"args":      in.args,
+		"session":   in.call.Session,
+		"requester": in.call.Requester,
+		"workspace": in.workspace,
+	}
+}
+
+// argsText shows the arguments to a person, compact and bounded.
+func (in *input) argsText() string {
+	raw := bytes.TrimSpace(in.call.Args)
+	if len(raw) == 0 {
+		return "{}"
+	}
+	var b bytes.Buffer
+	if json.Compact(&b, raw) == nil {
+		raw = b.Bytes()
+	}
+	return truncate(string(raw), maxArgsTextBytes)
+}
+
+// decodeArgs decodes a call's JSON arguments for CEL and templates: an
+// object becomes a map[string]any, whole numbers int64 (so that `%` and
+// integer comparisons work), other numbers float64. Empty arguments and
+// null are an empty object; anything but an object is an error.
+func decodeArgs(raw json.RawMessage) (any, error) {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 {
+		return map[string]any{}, nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, fmt.Errorf("arguments are not valid JSON: %w", err)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return nil, errors.New("arguments are not valid JSON: data after the value")
+	}
+	switch v.(type) {
+	case nil:
+		return map[string]any{}, nil
+	case map[string]any:
+		return normalizeNumbers(v), nil
+	}
+	return nil, fmt.Errorf("arguments are a JSON %s, not an object", jsonKind(v))
+}
+
+func normalizeNumbers(v any) any {
+	switch t := v.(type) {
+	case map[string]any:
+		for k, e := range t {
+			t[k] = normalizeNumbers(e)
+		}
+	case []any:
+		for i, e := range t {
+			t[i] = normalizeNumbers(e)
+		}
+	case json.Number:
+		if i, err := t.Int64(); err == nil {
+			return i
+		}
+		f, _ := t.Float64() // out of range: ±Inf, still a number
+		return f
+	}
+	return v
+}
+
+func jsonKind(v any) string {
+	switch v.(type) {
+	case []any:
+		return "array"
+	case string:
+		return "string"
+	case bool:
+		return "boolean"
+	case json.Number, float64, int64:
+		return "number"
+	}
+	return "value"
+}

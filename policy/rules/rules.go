@@ -1,0 +1,316 @@
+// Package rules is toolgate's policy file: YAML rules that allow, deny or
+// ask about tool calls, with CEL conditions, plus built-in guards (workspace
+// paths, output redaction, after-call limits) and quotas.
+//
+// Rules are evaluated in tiers: every deny rule first, then every ask rule,
+// then every allow rule; within a tier the first rule that matches (in file
+// order) decides. So a broad allow can never override a specific deny, and
+// moving rules around in the file cannot silently widen access. When no rule
+// matches, the file's default action decides (ask, unless the file says
+// otherwise). Guards run before any rule.
+//
+// A condition that fails at run time (a missing argument, a value of the
+// wrong type, arguments that are not a JSON object) never allows a call and
+// never crashes: the call asks a person, with a message naming the rule and
+// the error. A failing deny rule only asks if no other deny rule matches
+// cleanly, since a refusal is stricter than a question.
+//
+// A policy file is checked entirely at load: YAML syntax, unknown fields,
+// CEL that does not compile or is not boolean, durations, globs, regular
+// expressions, message templates, and each rule's examples. A bad file is
+// refused with "file:line: what is wrong", and a Reloader keeps serving the
+// last good one.
+package rules
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"path"
+	"time"
+
+	"github.com/toolgate/toolgate/policy"
+)
+
+// Action is what a rule does with a call it matches.
+type Action string
+
+// The actions a rule or the file's default can take.
+const (
+	// ActionAllow runs the call without asking anyone.
+	ActionAllow Action = "allow"
+	// ActionDeny refuses the call; the reason goes back to the model.
+	ActionDeny Action = "deny"
+	// ActionAsk asks a person (or an approval handler) to decide.
+	ActionAsk Action = "ask"
+)
+
+// Rule names that are not rules of the file.
+const (
+	// RuleDefault is the name of the file's default action, used when no
+	// rule matched.
+	RuleDefault = "default"
+	// RuleGuards is the name under which the built-in guards refuse calls.
+	RuleGuards = "guards"
+)
+
+// Options configure Load and Parse.
+type Options struct {
+	// Workspace is the value of `workspace` in CEL conditions and message
+	// templates, and the guards' workspace root, when the file sets none
+	// (the file's `workspace:` field wins). Optional; a relative directory
+	// is taken from the process's working directory. Conditions that use
+	// `workspace` are refused at load if neither the file nor this sets it.
+	Workspace string
+}
+
+// Verdict is what the policy decides about one call.
+type Verdict struct {
+	// Action is allow, deny or ask.
+	Action Action `json:"action"`
+	// Rule names the rule that decided: a rule's name, RuleGuards or
+	// RuleDefault.
+	Rule string `json:"rule"`
+	// Reason is the refusal that goes back to the model for deny; for allow
+	// and ask it explains the verdict to people (e.g. `policy whatif`).
+	Reason string `json:"reason,omitempty"`
+	// Request is what a person is asked; set only for ask.
+	Request *policy.ApprovalRequest `json:"request,omitempty"`
+}
+
+// Quota bounds how often tools may be called. The policy only parses and
+// validates quotas; the session workflow enforces them.
+type Quota struct {
+	// Name identifies the quota in messages and the audit trail.
+	Name string `json:"name"`
+	// Tools are the globs (path.Match syntax) of the tools it counts.
+	Tools []string `json:"tools"`
+	// Max is how many calls are allowed per window; always > 0.
+	Max int `json:"max"`
+	// Per is the window's length; always > 0.
+	Per time.Duration `json:"per"`
+}
+
+// Matches reports whether the quota counts calls of tool.
+func (q Quota) Matches(tool string) bool { return matchAny(q.Tools, tool) }
+
+// Schedule is when an ask rule reminds and escalates while a call waits.
+// The policy only parses it; the approval workflow acts on it.
+type Schedule struct {
+	// RemindAfter is when to remind the approvers; zero means never.
+	RemindAfter time.Duration `json:"remind_after,omitempty"`
+	// EscalateAfter is when to add EscalateTo to the approvers; zero means
+	// never. It is set exactly when EscalateTo is.
+	EscalateAfter time.Duration `json:"escalate_after,omitempty"`
+	// EscalateTo are the approver groups asked after EscalateAfter.
+	EscalateTo []string `json:"escalate_to,omitempty"`
+}
+
+// Policy is a loaded policy file. It is immutable and safe for concurrent
+// use.
+type Policy struct {
+	name      string
+	version   string
+	workspace string
+	deny      []*rule
+	ask       []*rule
+	allow     []*rule
+	byName    map[string]*rule
+	fallback  *rule
+	guards    *guards
+	redactor  *redactor
+	after     []*afterRule
+	quotas    []Quota
+}
+
+var (
+	_ policy.ToolPolicy       = (*Policy)(nil)
+	_ policy.Versioned        = (*Policy)(nil)
+	_ policy.OutputMiddleware = (*Policy)(nil)
+	_ policy.QuotaPolicy      = (*Policy)(nil)
+)
+
+// Name returns the file name the policy was loaded from.
+func (p *Policy) Name() string { return p.name }
+
+// Version returns a hash of the file's content, "sha256:" and 12 hex
+// digits. It implements policy.Versioned.
+func (p *Policy) Version() string { return p.version }
+
+// Workspace returns the workspace the policy's conditions and guards use,
+// or "" when none is set.
+func (p *Policy) Workspace() string { return p.workspace }
+
+// Quotas returns the file's quotas in file order.
+func (p *Policy) Quotas() []Quota {
+	out := make([]Quota, len(p.quotas))
+	for i, q := range p.quotas {
+		q.Tools = append([]string(nil), q.Tools...)
+		out[i] = q
+	}
+	return out
+}
+
+// QuotaFor returns the first quota (in file order) that counts tool.
+func (p *Policy) QuotaFor(tool string) (Quota, bool) {
+	for _, q := range p.quotas {
+		if q.Matches(tool) {
+			q.Tools = append([]string(nil), q.Tools...)
+			return q, true
+		}
+	}
+	return Quota{}, false
+}
+
+// SessionQuota implements policy.QuotaPolicy with QuotaFor.
+func (p *Policy) SessionQuota(tool string) (policy.Quota, bool) {
+	q, ok := p.QuotaFor(tool)
+	return policy.Quota{Name: q.Name, Max: q.Max, Per: q.Per}, ok
+}
+
+// Schedule returns the reminder and escalation schedule of the named ask
+// rule (RuleDefault for the default action). ok is false when the rule does
+// not exist or sets none of remind_after, escalate_after and escalate_to.
+func (p *Policy) Schedule(rule string) (Schedule, bool) {
+	r, ok := p.byName[rule]
+	if !ok || r.schedule == nil {
+		return Schedule{}, false
+	}
+	s := *r.schedule
+	s.EscalateTo = append([]string(nil), s.EscalateTo...)
+	return s, true
+}
+
+// Evaluate decides a call: guards first, then the deny, ask and allow tiers,
+// then the default action. It never panics and reads nothing but the call,
+// except that guards resolve symlinks under the workspace root. When the
+// file has guards, a call whose arguments are not a JSON object is refused
+// (its paths cannot be checked).
+//
+// A rule whose condition fails on the call (see the package comment) makes
+// the call ask a person, with a message naming the rule and the error.
+func (p *Policy) Evaluate(call policy.Call) Verdict {
+	in := newInput(call, p.workspace)
+	if v, refused := p.guards.check(in); refused {
+		return v
+	}
+	var failed *rule
+	var failure error
+	for _, r := range p.deny {
+		ok, err := r.matches(in)
+		if err != nil {
+			if failed == nil {
+				failed, failure = r, err
+			}
+			continue
+		}
+		if ok {
+			return Verdict{Action: ActionDeny, Rule: r.name, Reason: r.reason}
+		}
+	}
+	if failed != nil {
+		return p.failedVerdict(failed, failure, in)
+	}
+	for _, r := range p.ask {
+		ok, err := r.matches(in)
+		if err != nil {
+			return p.failedVerdict(r, err, in)
+		}
+		if ok {
+			return r.askVerdict(in, fmt.Sprintf("rule %q asks", r.name))
+		}
+	}
+	for _, r := range p.allow {
+		ok, err := r.matches(in)
+		if err != nil {
+			return p.failedVerdict(r, err, in)
+		}
+		if ok {
+			return Verdict{Action: ActionAllow, Rule: r.name, Reason: fmt.Sprintf("rule %q allows", r.name)}
+		}
+	}
+	return p.fallbackVerdict(in)
+}
+
+// failedVerdict asks a person about a call on which r's condition failed.
+// Its sticky key includes the call's ID, so that a sticky decision taken
+// about another call of the tool (say, "approve shell for the session")
+// never covers a call that a rule could not judge.
+func (p *Policy) failedVerdict(r *rule, err error, in *input) Verdict {
+	reason := fmt.Sprintf("the condition of %s rule %q failed on this call: %v", r.action, r.name, err)
+	req := &policy.ApprovalRequest{
+		Message:   fmt.Sprintf("Rule %q could not judge this call to %s (%v); a person must decide. Arguments: %s", r.name, in.call.Tool, err, in.argsText()),
+		StickyKey: in.call.Tool + "|unjudged=" + r.name + "|call=" + in.call.ID,
+		Rule:      r.name,
+	}
+	if r.action == ActionAsk {
+		req.Groups = append([]string(nil), r.groups...)
+		req.Timeout = r.timeout
+	}
+	// OnTimeout stays deny even for an ask rule that says on_timeout: allow:
+	// a call the rule could not judge is never approved by silence.
+	return Verdict{Action: ActionAsk, Rule: r.name, Reason: reason, Request: req}
+}
+
+func (p *Policy) fallbackVerdict(in *input) Verdict {
+	r := p.fallback
+	switch r.action {
+	case ActionAllow:
+		return Verdict{Action: ActionAllow, Rule: RuleDefault, Reason: "no rule matched; the default allows"}
+	case ActionDeny:
+		return Verdict{Action: ActionDeny, Rule: RuleDefault, Reason: r.reason}
+	}
+	return r.askVerdict(in, "no rule matched; the default asks")
+}
+
+// EvaluateApproval implements policy.ToolPolicy: allow returns nil, nil;
+// deny a *policy.DenyError naming the rule; ask the verdict's request.
+func (p *Policy) EvaluateApproval(_ context.Context, call policy.Call) (*policy.ApprovalRequest, error) {
+	return verdictToApproval(p.Evaluate(call))
+}
+
+func verdictToApproval(v Verdict) (*policy.ApprovalRequest, error) {
+	switch v.Action {
+	case ActionAllow:
+		return nil, nil
+	case ActionDeny:
+		return nil, &policy.DenyError{Reason: v.Reason, Rule: v.Rule}
+	}
+	return v.Request, nil
+}
+
+// BeforeCall implements policy.ToolPolicy; the file has no before-call
+// rules, so it accepts every call.
+func (p *Policy) BeforeCall(context.Context, policy.Call) error { return nil }
+
+// AfterCall implements policy.ToolPolicy: it applies the file's after-call
+// rules (in file order) to the output, which output redaction has already
+// transformed. A rejection is a *RejectedOutputError.
+func (p *Policy) AfterCall(_ context.Context, call policy.Call, output json.RawMessage) error {
+	for _, a := range p.after {
+		if err := a.check(call.Tool, output); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// TransformOutput implements policy.OutputMiddleware: it replaces secrets in
+// the output's string values with "[REDACTED:<pattern name>]" and returns
+// how many it replaced. JSON output stays valid JSON (and is returned
+// unchanged, byte for byte, when nothing was redacted); output that is not
+// JSON is redacted as text.
+func (p *Policy) TransformOutput(_ context.Context, _ policy.Call, output json.RawMessage) (json.RawMessage, int, error) {
+	out, n := p.redactor.redact(output)
+	return out, n, nil
+}
+
+// matchAny reports whether name matches one of the globs (path.Match).
+func matchAny(globs []string, name string) bool {
+	for _, g := range globs {
+		if ok, _ := path.Match(g, name); ok {
+			return true
+		}
+	}
+	return false
+}
