@@ -83,6 +83,8 @@ type Evaluation struct {
 	Ask           *policy.ApprovalRequest `json:"ask,omitempty"`
 	ToolOptions   tool.Options            `json:"tool_options"`
 	PolicyVersion string                  `json:"policy_version,omitempty"`
+	// Quota limits calls of this tool per session; the session counts.
+	Quota *policy.Quota `json:"quota,omitempty"`
 	// Sticky is a sticky decision of the session that already covers the
 	// call, found by a query; the call then skips registering with the
 	// session. Nil means unknown: the call registers, and the session
@@ -129,6 +131,9 @@ func (a *Activities) Evaluate(ctx context.Context, in EvaluateInput) (Evaluation
 	}
 	t, _ := a.Tools.Lookup(call.Tool)
 	ev.ToolOptions = t.Options
+	if q, ok := policy.QuotaOf(a.Policy, call.Tool); ok {
+		ev.Quota = &q
+	}
 	start := time.Now()
 	req, err := a.Policy.EvaluateApproval(ctx, call)
 	activity.GetMetricsHandler(ctx).WithTags(map[string]string{"tool": call.Tool}).Timer(MetricPolicyEvaluation).Record(time.Since(start))

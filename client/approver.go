@@ -9,6 +9,7 @@ import (
 	"time"
 
 	commonpb "go.temporal.io/api/common/v1"
+	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
 	workflowpb "go.temporal.io/api/workflow/v1"
 	"go.temporal.io/api/workflowservice/v1"
@@ -50,6 +51,8 @@ type ListFilter struct {
 	Requester string
 	// Status is a workflows.Status; "decided" means every final status.
 	Status string
+	// Since keeps calls requested at or after it; zero keeps all.
+	Since time.Time
 	// Limit caps the number of calls; zero means 500.
 	Limit int
 }
@@ -84,6 +87,9 @@ func (c *Client) List(ctx context.Context, f ListFilter) ([]CallSummary, error) 
 		eq(workflows.AttrStatus, f.Status)
 	default:
 		eq(workflows.AttrStatus, f.Status)
+	}
+	if !f.Since.IsZero() {
+		conds = append(conds, fmt.Sprintf("%s >= '%s'", workflows.AttrRequestedAt.GetName(), f.Since.UTC().Format(time.RFC3339)))
 	}
 	limit := f.Limit
 	if limit <= 0 {
@@ -256,4 +262,26 @@ func (c *Client) updateSession(ctx context.Context, session, update string, arg,
 		return refusal(err)
 	}
 	return nil
+}
+
+// Request returns the call as the agent submitted it, from the first event
+// of its workflow history (before any edit by an approver).
+func (c *Client) Request(ctx context.Context, callID string) (policy.Call, error) {
+	it := c.tc.GetWorkflowHistory(ctx, workflows.CallWorkflowID(callID), "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	if !it.HasNext() {
+		return policy.Call{}, fmt.Errorf("%w %q", ErrUnknownCall, callID)
+	}
+	ev, err := it.Next()
+	if err != nil {
+		return policy.Call{}, c.mapNotFound(ctx, callID, fmt.Errorf("read history of call %s: %w", callID, err))
+	}
+	attrs := ev.GetWorkflowExecutionStartedEventAttributes()
+	if attrs == nil {
+		return policy.Call{}, fmt.Errorf("call %s: history does not start with its request", callID)
+	}
+	var in workflows.CallInput
+	if err := converter.GetDefaultDataConverter().FromPayloads(attrs.GetInput(), &in); err != nil {
+		return policy.Call{}, fmt.Errorf("decode request of call %s: %w", callID, err)
+	}
+	return in.Call, nil
 }

@@ -260,13 +260,18 @@ func (c *callRun) timeoutReason() string {
 }
 
 // registerWithSession parks the call in its session. The session answers
-// with SignalSessionDecision. If the session does not exist yet, a local
-// activity creates it atomically with the registration (signal-with-start).
+// with SignalSessionDecision.
 func (c *callRun) registerWithSession(ctx workflow.Context, key string) error {
 	reg := Registration{CallID: c.state.Call.ID, Tool: c.state.Call.Tool, StickyKey: key, At: workflow.Now(ctx)}
+	return c.signalSession(ctx, SignalRegister, reg)
+}
+
+// signalSession signals the call's session. If the session does not exist
+// yet, a local activity creates it atomically with the signal
+// (signal-with-start), so many first calls of a session cannot race.
+func (c *callRun) signalSession(ctx workflow.Context, name string, payload any) error {
 	sessionID := SessionWorkflowID(c.state.Call.Session)
-	err := workflow.SignalExternalWorkflow(ctx, sessionID, "", SignalRegister, reg).Get(ctx, nil)
-	if err == nil {
+	if err := workflow.SignalExternalWorkflow(ctx, sessionID, "", name, payload).Get(ctx, nil); err == nil {
 		return nil
 	}
 	lctx := workflow.WithLocalActivityOptions(ctx, localOptions)
@@ -274,14 +279,34 @@ func (c *callRun) registerWithSession(ctx workflow.Context, key string) error {
 		WorkflowID:   sessionID,
 		WorkflowType: SessionWorkflowType,
 		TaskQueue:    workflow.GetInfo(ctx).TaskQueueName,
-		SignalName:   SignalRegister,
-		Signal:       reg,
+		SignalName:   name,
+		Signal:       payload,
 		StartInput:   SessionInput{Session: c.state.Call.Session},
 	}
 	if err := workflow.ExecuteLocalActivity(lctx, a.SignalWithStart, start).Get(ctx, nil); err != nil {
-		return fmt.Errorf("register with session %s: %w", c.state.Call.Session, err)
+		return fmt.Errorf("signal session %s: %w", c.state.Call.Session, err)
 	}
 	return nil
+}
+
+// quotaAnswerTimeout bounds the wait for the session's count; the session
+// answers at once unless it is broken.
+const quotaAnswerTimeout = time.Minute
+
+// takeQuota asks the session to count this run under the tool's quota and
+// returns the refusal, or "" when the call may run.
+func (c *callRun) takeQuota(ctx workflow.Context) (string, error) {
+	q := *c.eval.Quota
+	if err := c.signalSession(ctx, SignalQuota, QuotaRequest{CallID: c.state.Call.ID, Tool: c.state.Call.Tool, Quota: q}); err != nil {
+		return "", err
+	}
+	answers := workflow.GetSignalChannel(ctx, SignalQuotaAnswer)
+	if ok, err := awaitWithTimeout(ctx, quotaAnswerTimeout, func() bool { return answers.Len() > 0 }); err != nil || !ok {
+		return "quota " + q.Name + " could not be checked: the session did not answer", err
+	}
+	var ans QuotaAnswer
+	answers.ReceiveAsync(&ans)
+	return ans.Refusal, nil
 }
 
 // tellSession reports how the call ended its wait: a new sticky decision
@@ -349,6 +374,15 @@ func (c *callRun) execute(ctx workflow.Context) (Result, error) {
 	c.state.Status = StatusRunning
 	call := c.state.Call
 	lctx := workflow.WithLocalActivityOptions(ctx, localOptions)
+	if c.eval.Quota != nil {
+		refusal, err := c.takeQuota(ctx)
+		if err != nil {
+			return Result{}, err
+		}
+		if refusal != "" {
+			return c.finish(ctx, StatusError, refusal, nil), nil
+		}
+	}
 
 	var before activities.HookOutcome
 	if err := workflow.ExecuteLocalActivity(lctx, a.BeforeCall, call).Get(ctx, &before); err != nil {
@@ -474,7 +508,7 @@ func compact(raw json.RawMessage) string {
 func rootCause(err error) string {
 	var appErr *temporal.ApplicationError
 	if errors.As(err, &appErr) {
-		return appErr.Error()
+		return appErr.Message()
 	}
 	var timeoutErr *temporal.TimeoutError
 	if errors.As(err, &timeoutErr) {

@@ -449,3 +449,21 @@ func (s *CallSuite) TestStickyDecisionFoundAtEvaluationSkipsTheSession() {
 	s.Equal("session", r.Channel)
 	s.Equal(1, s.runs.count("c1"))
 }
+
+func (s *CallSuite) TestQuotaIsCountedBySessionOverASlidingWindow() {
+	s.policy.quotas = map[string]policy.Quota{"echo": {Name: "echo-per-hour", Max: 2, Per: time.Hour}}
+	rs := s.runSession(harnessInput{Sequential: true, Gap: 25 * time.Minute, Calls: []CallInput{
+		call("c1", "echo", `{}`), // 0m
+		call("c2", "echo", `{}`), // 25m
+		call("c3", "echo", `{}`), // 50m: two runs in the last hour
+		call("c4", "echo", `{}`), // 75m: c1 left the window
+	}})
+
+	s.Equal(StatusOK, rs[0].Status)
+	s.Equal(StatusOK, rs[1].Status)
+	s.Equal(StatusError, rs[2].Status)
+	s.Contains(rs[2].Reason, "quota echo-per-hour: at most 2 echo calls per 1h0m0s in this session; the next one is allowed after")
+	s.Equal(StatusOK, rs[3].Status, rs[3].Reason)
+	s.Zero(s.runs.count("c3"), "a refused call does not run")
+	s.Equal(3, s.runs.total())
+}

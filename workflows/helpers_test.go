@@ -27,6 +27,12 @@ type testPolicy struct {
 	refuse func(call policy.Call) string // extra refusal on arguments
 	before func(call policy.Call) error
 	after  func(call policy.Call, out json.RawMessage) error
+	quotas map[string]policy.Quota
+}
+
+func (p *testPolicy) SessionQuota(tool string) (policy.Quota, bool) {
+	q, ok := p.quotas[tool]
+	return q, ok
 }
 
 func (p *testPolicy) EvaluateApproval(_ context.Context, call policy.Call) (*policy.ApprovalRequest, error) {

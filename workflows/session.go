@@ -3,6 +3,7 @@ package workflows
 import (
 	"fmt"
 	"slices"
+	"time"
 
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
@@ -56,13 +57,14 @@ func (s *sessionRun) run(ctx workflow.Context) error {
 	register := workflow.GetSignalChannel(ctx, SignalRegister)
 	sticky := workflow.GetSignalChannel(ctx, SignalSticky)
 	done := workflow.GetSignalChannel(ctx, SignalDone)
+	quota := workflow.GetSignalChannel(ctx, SignalQuota)
 	idle := s.in.IdleTimeout
 	if idle <= 0 {
 		idle = DefaultSessionIdleTimeout
 	}
 	logger := workflow.GetLogger(ctx)
 	hasWork := func() bool {
-		return register.Len() > 0 || sticky.Len() > 0 || done.Len() > 0 || s.state.Ended
+		return register.Len() > 0 || sticky.Len() > 0 || done.Len() > 0 || quota.Len() > 0 || s.state.Ended
 	}
 	for {
 		// The idle clock runs only while no call waits: a waiting call ends
@@ -77,14 +79,14 @@ func (s *sessionRun) run(ctx workflow.Context) error {
 			logger.Info("Session idle, ending", "session", s.in.Session)
 			return nil
 		}
-		s.drain(ctx, register, sticky, done)
+		s.drain(ctx, register, sticky, done, quota)
 		if s.state.Ended || s.continueAsNewNow(ctx) {
 			// Finish updates in flight and take every signal already
 			// delivered, so nothing is lost across the boundary.
 			if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) }); err != nil {
 				return err
 			}
-			s.drain(ctx, register, sticky, done)
+			s.drain(ctx, register, sticky, done, quota)
 			if s.state.Ended {
 				logger.Info("Session ended", "session", s.in.Session)
 				return nil
@@ -105,7 +107,7 @@ func (s *sessionRun) continueAsNewNow(ctx workflow.Context) bool {
 
 // drain handles every message already delivered, registrations last so a
 // sticky decision that arrived in the same batch already applies to them.
-func (s *sessionRun) drain(ctx workflow.Context, register, sticky, done workflow.ReceiveChannel) {
+func (s *sessionRun) drain(ctx workflow.Context, register, sticky, done, quota workflow.ReceiveChannel) {
 	for {
 		var d StickyDecision
 		if !sticky.ReceiveAsync(&d) {
@@ -127,6 +129,39 @@ func (s *sessionRun) drain(ctx workflow.Context, register, sticky, done workflow
 			break
 		}
 		s.register(ctx, r)
+	}
+	for {
+		var q QuotaRequest
+		if !quota.ReceiveAsync(&q) {
+			break
+		}
+		s.countQuota(ctx, q)
+	}
+}
+
+// countQuota counts a run under its quota if the sliding window has room,
+// and answers the call either way.
+func (s *sessionRun) countQuota(ctx workflow.Context, q QuotaRequest) {
+	s.handled++
+	now := workflow.Now(ctx)
+	i := slices.IndexFunc(s.state.Quotas, func(u QuotaUse) bool { return u.Name == q.Quota.Name })
+	if i < 0 {
+		s.state.Quotas = append(s.state.Quotas, QuotaUse{Name: q.Quota.Name})
+		i = len(s.state.Quotas) - 1
+	}
+	use := &s.state.Quotas[i]
+	use.Times = slices.DeleteFunc(use.Times, func(t time.Time) bool { return !t.After(now.Add(-q.Quota.Per)) })
+	var answer QuotaAnswer
+	if len(use.Times) >= q.Quota.Max {
+		next := use.Times[len(use.Times)-q.Quota.Max].Add(q.Quota.Per)
+		answer.Refusal = fmt.Sprintf("quota %s: at most %d %s calls per %s in this session; the next one is allowed after %s",
+			q.Quota.Name, q.Quota.Max, q.Tool, q.Quota.Per, next.UTC().Format(time.RFC3339))
+	} else {
+		use.Times = append(use.Times, now)
+	}
+	err := workflow.SignalExternalWorkflow(ctx, CallWorkflowID(q.CallID), "", SignalQuotaAnswer, answer).Get(ctx, nil)
+	if err != nil {
+		workflow.GetLogger(ctx).Info("Could not reach call", "session", s.in.Session, "callID", q.CallID, "error", err)
 	}
 }
 

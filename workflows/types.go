@@ -43,6 +43,10 @@ const (
 	SignalSticky = "sticky"
 	// SignalDone (call → session) says a call no longer waits.
 	SignalDone = "done"
+	// SignalQuota (call → session) asks to count one run against a quota.
+	SignalQuota = "quota"
+	// SignalQuotaAnswer (session → call) answers SignalQuota.
+	SignalQuotaAnswer = "quota-answer"
 	// SignalSessionDecision (session → call) answers a registration or
 	// hands down a sticky decision taken on another call.
 	SignalSessionDecision = "session-decision"
@@ -212,6 +216,25 @@ type SessionDecision struct {
 	Decision *policy.Decision `json:"decision,omitempty"`
 }
 
+// QuotaRequest is a call's SignalQuota: may it run now under the quota?
+type QuotaRequest struct {
+	CallID string       `json:"call_id"`
+	Tool   string       `json:"tool"`
+	Quota  policy.Quota `json:"quota"`
+}
+
+// QuotaAnswer is the session's reply; Refusal is empty when the run was
+// counted and may go ahead.
+type QuotaAnswer struct {
+	Refusal string `json:"refusal,omitempty"`
+}
+
+// QuotaUse is when the runs counted under one quota happened, oldest first.
+type QuotaUse struct {
+	Name  string      `json:"name"`
+	Times []time.Time `json:"times"`
+}
+
 // SessionInput starts (or continues) a SessionWorkflow.
 type SessionInput struct {
 	Session string `json:"session"`
@@ -235,6 +258,7 @@ type SessionState struct {
 	// code never depends on map order.
 	Sticky  []StickyDecision `json:"sticky,omitempty"`
 	Waiting []Registration   `json:"waiting,omitempty"`
+	Quotas  []QuotaUse       `json:"quotas,omitempty"`
 	Ended   bool             `json:"ended,omitempty"`
 }
 

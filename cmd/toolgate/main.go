@@ -127,6 +127,7 @@ verbs from a second terminal.`,
 		a.tokenCommand(),
 		a.benchCommand(),
 		a.healthCommand(),
+		a.policyCommand(),
 	)
 	return root
 }

@@ -21,6 +21,8 @@ import (
 	tgclient "github.com/toolgate/toolgate/client"
 	"github.com/toolgate/toolgate/devserver"
 	"github.com/toolgate/toolgate/metrics"
+	"github.com/toolgate/toolgate/policy"
+	"github.com/toolgate/toolgate/policy/rules"
 	"github.com/toolgate/toolgate/server"
 	"github.com/toolgate/toolgate/tool"
 	"github.com/toolgate/toolgate/worker"
@@ -249,6 +251,7 @@ func (a *app) serveHTTP(addr string, h http.Handler) (url string, stop func(), e
 // workerFlags tune a worker.
 type workerFlags struct {
 	workspace        string
+	policyFile       string
 	pollers          int
 	maxActivities    int
 	maxWorkflowTasks int
@@ -259,6 +262,7 @@ type workerFlags struct {
 func (f *workerFlags) add(cmd *cobra.Command, workspaceDefault string) {
 	fs := cmd.Flags()
 	fs.StringVar(&f.workspace, "workspace", workspaceDefault, "directory the built-in tools are confined to")
+	fs.StringVar(&f.policyFile, "policy", os.Getenv("TOOLGATE_POLICY"), "policy file (YAML rules; reloaded when it changes); default: the built-in policy (env TOOLGATE_POLICY)")
 	fs.IntVar(&f.pollers, "pollers", 2, "pollers for workflow tasks and for activity tasks, each")
 	fs.IntVar(&f.maxActivities, "max-concurrent-activities", 200, "tools running at once in this worker")
 	fs.IntVar(&f.maxWorkflowTasks, "max-concurrent-workflow-tasks", 200, "workflow tasks processed at once")
@@ -285,11 +289,16 @@ func (a *app) startWorker(ctx context.Context, tc client.Client, f workerFlags) 
 			return nil, nil, "", err
 		}
 	}
+	pol, middleware, err := a.loadPolicy(ctx, f.policyFile, ws)
+	if err != nil {
+		return nil, nil, "", err
+	}
 	sdkworker.SetStickyWorkflowCacheSize(f.cacheSize)
 	w, err := worker.New(tc, worker.Options{
-		TaskQueue: a.conn.taskQueue,
-		Policy:    builtin.DefaultPolicy(builtin.Workspace{Root: ws}),
-		Tools:     tools,
+		TaskQueue:  a.conn.taskQueue,
+		Policy:     pol,
+		Middleware: middleware,
+		Tools:      tools,
 		Worker: sdkworker.Options{
 			MaxConcurrentActivityTaskPollers:       f.pollers,
 			MaxConcurrentWorkflowTaskPollers:       f.pollers,
@@ -305,6 +314,21 @@ func (a *app) startWorker(ctx context.Context, tc client.Client, f workerFlags) 
 		return nil, nil, "", fmt.Errorf("start worker: %w", err)
 	}
 	return w, tools.Names(), ws, nil
+}
+
+// loadPolicy returns the policy file's rules, reloaded while ctx lasts, or
+// the built-in policy when no file is given.
+func (a *app) loadPolicy(ctx context.Context, file, workspace string) (policy.ToolPolicy, []policy.OutputMiddleware, error) {
+	if file == "" {
+		return builtin.DefaultPolicy(builtin.Workspace{Root: workspace}), nil, nil
+	}
+	r, err := rules.NewReloader(file, rules.Options{Workspace: workspace}, a.logger.Named("policy"))
+	if err != nil {
+		return nil, nil, usageError("%v", err)
+	}
+	go r.Run(ctx, rules.DefaultReloadInterval)
+	a.logger.Info("Policy loaded", zap.String("file", file), zap.String("version", r.Version()))
+	return r, []policy.OutputMiddleware{r}, nil
 }
 
 // serverLogger keeps the embedded server quiet unless --log-level debug.
