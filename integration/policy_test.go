@@ -47,7 +47,9 @@ func TestPolicyFile(t *testing.T) {
 			"--http", d.httpAddr, "--tokens", tokens, "--policy", policyFile)
 	}
 	startDev()
-	as := func(name string) apiClient { return apiClient{t: t, base: "http://" + d.httpAddr, token: "token-" + name} }
+	as := func(name string) apiClient {
+		return apiClient{t: t, base: "http://" + d.httpAddr, token: "token-" + name}
+	}
 
 	t.Run("rules decide and the result names rule and version", func(t *testing.T) {
 		d := d.in(t)
