@@ -43,6 +43,7 @@ func New(cfg Config) http.Handler {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 	})
 	(&api{calls: cfg.Calls, tokens: cfg.Tokens, logger: cfg.Logger}).routes(mux)
+	newInbox(cfg).routes(mux)
 	return mux
 }
 

@@ -1,0 +1,348 @@
+package server
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+
+	tgclient "github.com/toolgate/toolgate/client"
+	"github.com/toolgate/toolgate/policy"
+)
+
+// InboxChannel is the channel the web inbox records on its decisions.
+const InboxChannel = "inbox"
+
+// inbox is the web inbox: server-rendered pages for approvers, signed in
+// with their token (see inboxauth.go), plus two read-only JSON endpoints
+// the page script polls for live updates.
+type inbox struct {
+	calls    *tgclient.Client
+	tokens   *Tokens
+	logger   *zap.Logger
+	errs     *api // maps client errors exactly as the JSON API does
+	sessions *inboxSessions
+	now      func() time.Time
+}
+
+func newInbox(cfg Config) *inbox {
+	return &inbox{
+		calls:    cfg.Calls,
+		tokens:   cfg.Tokens,
+		logger:   cfg.Logger,
+		errs:     &api{calls: cfg.Calls, tokens: cfg.Tokens, logger: cfg.Logger},
+		sessions: newInboxSessions(time.Now),
+		now:      time.Now,
+	}
+}
+
+// inboxRoute is one inbox endpoint.
+type inboxRoute struct {
+	method, pattern string
+	handler         http.Handler
+}
+
+func (i *inbox) table() []inboxRoute {
+	return []inboxRoute{
+		{"GET", "/login", http.HandlerFunc(i.loginPage)},
+		{"POST", "/login", crossOrigin.Handler(http.HandlerFunc(i.login))},
+		{"POST", "/logout", i.form(i.logout)},
+		{"GET", "/{$}", i.page(i.listPage)},
+		{"GET", "/calls/{call_id}", i.page(i.callPage)},
+		{"POST", "/calls/{call_id}/decision", i.form(i.decide)},
+		{"GET", "/sessions/{session}", i.page(i.sessionPage)},
+		{"POST", "/sessions/{session}/revoke", i.form(i.revoke)},
+		{"POST", "/sessions/{session}/end", i.form(i.endSession)},
+		{"GET", "/audit", i.page(i.auditPage)},
+		{"GET", "/inbox/pending.json", i.json(i.pendingJSON)},
+		{"GET", "/inbox/state.json", i.json(i.stateJSON)},
+		{"GET", "/static/", staticFiles},
+	}
+}
+
+func (i *inbox) routes(mux *http.ServeMux) {
+	for _, r := range i.table() {
+		mux.Handle(r.method+" "+r.pattern, secureHeaders(r.handler))
+	}
+}
+
+// secureHeaders: no inline script or style, no framing, no referrer (call
+// IDs and session names are in URLs), nothing cached but the assets.
+func secureHeaders(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		hd := w.Header()
+		hd.Set("Content-Security-Policy", "default-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
+		hd.Set("X-Frame-Options", "DENY")
+		hd.Set("Referrer-Policy", "no-referrer")
+		hd.Set("X-Content-Type-Options", "nosniff")
+		if strings.HasPrefix(r.URL.Path, "/static/") {
+			hd.Set("Cache-Control", "no-cache")
+		} else {
+			hd.Set("Cache-Control", "no-store")
+		}
+		h.ServeHTTP(w, r)
+	})
+}
+
+// crossOrigin refuses cross-site POSTs by their Sec-Fetch-Site or Origin
+// header, before the CSRF token is even looked at (defence in depth).
+var crossOrigin = func() *http.CrossOriginProtection {
+	c := http.NewCrossOriginProtection()
+	c.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		renderForbidden(w, "This form was sent from another site; nothing was done.")
+	}))
+	return c
+}()
+
+type inboxHandler func(http.ResponseWriter, *http.Request, *inboxSession)
+
+// page serves a GET page to a signed-in approver; anyone else is sent to
+// the sign-in page, and back here after it.
+func (i *inbox) page(h inboxHandler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s, ok := i.session(r)
+		if !ok {
+			http.Redirect(w, r, "/login?next="+url.QueryEscape(r.URL.RequestURI()), http.StatusSeeOther)
+			return
+		}
+		h(w, r, s)
+	})
+}
+
+// form serves a POST from a signed-in approver whose csrf field matches
+// the session's token. A post without it is refused before anything is
+// read from or sent to Temporal.
+func (i *inbox) form(h inboxHandler) http.Handler {
+	return crossOrigin.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s, ok := i.session(r)
+		if !ok {
+			http.Redirect(w, r, "/login", http.StatusSeeOther)
+			return
+		}
+		r.Body = http.MaxBytesReader(w, r.Body, MaxBodyBytes)
+		if err := r.ParseForm(); err != nil {
+			i.renderError(w, s, http.StatusBadRequest, "The form could not be read: it is over the size limit or malformed.")
+			return
+		}
+		if !validCSRF(r.PostFormValue("csrf"), s.csrf) {
+			i.logger.Warn("Inbox form refused: missing or wrong CSRF token", zap.String("approver", s.principal.Name), zap.String("path", r.URL.Path))
+			renderForbidden(w, "This form did not come from an inbox page (its CSRF token is missing or wrong); nothing was done. Reload the page and try again.")
+			return
+		}
+		h(w, r, s)
+	}))
+}
+
+// json serves a read-only JSON endpoint to a signed-in approver; others
+// get 401, which the page script shows as "signed out".
+func (i *inbox) json(h inboxHandler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s, ok := i.session(r)
+		if !ok {
+			writeError(w, &apiError{http.StatusUnauthorized, "unauthorized", "sign in to the inbox first"})
+			return
+		}
+		h(w, r, s)
+	})
+}
+
+func (i *inbox) listPage(w http.ResponseWriter, r *http.Request, s *inboxSession) {
+	rows, err := i.pending(r, s.principal)
+	if err != nil {
+		e := asAPIError(i.errs.mapError(err))
+		i.renderError(w, s, e.status, e.message)
+		return
+	}
+	i.render(w, http.StatusOK, "list", i.pageData(s, "Waiting", rows))
+}
+
+// pending lists the calls p may decide, oldest first.
+func (i *inbox) pending(r *http.Request, p Principal) ([]pendingRow, error) {
+	calls, err := i.calls.Pending(r.Context(), tgclient.ListFilter{})
+	if err != nil {
+		return nil, err
+	}
+	rows := []pendingRow{}
+	for _, c := range calls {
+		if p.mayDecide(c.Groups) {
+			rows = append(rows, newPendingRow(c, i.now()))
+		}
+	}
+	return rows, nil
+}
+
+func (i *inbox) pendingJSON(w http.ResponseWriter, r *http.Request, s *inboxSession) {
+	rows, err := i.pending(r, s.principal)
+	if err != nil {
+		writeError(w, i.errs.mapError(err))
+		return
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"calls": rows})
+}
+
+func (i *inbox) callPage(w http.ResponseWriter, r *http.Request, s *inboxSession) {
+	i.renderCall(w, r, s, http.StatusOK, r.PathValue("call_id"), "", decisionForm{})
+}
+
+// renderCall renders a call's page with status and an optional message
+// (a refused decision); form keeps what the approver typed.
+func (i *inbox) renderCall(w http.ResponseWriter, r *http.Request, s *inboxSession, status int, callID, msg string, form decisionForm) {
+	st, err := i.calls.Status(r.Context(), callID)
+	if err != nil {
+		e := asAPIError(i.errs.mapError(err))
+		if msg == "" {
+			msg = e.message
+		}
+		i.renderError(w, s, e.status, msg)
+		return
+	}
+	view := newCallView(st, s.principal, i.now(), form)
+	d := i.pageData(s, "Call "+callID, view)
+	d.Error = msg
+	i.render(w, status, "call", d)
+}
+
+func (i *inbox) stateJSON(w http.ResponseWriter, r *http.Request, s *inboxSession) {
+	callID := r.URL.Query().Get("call")
+	if callID == "" {
+		writeError(w, badRequest("call", "is required"))
+		return
+	}
+	st, err := i.calls.Status(r.Context(), callID)
+	if err != nil {
+		writeError(w, i.errs.mapError(err))
+		return
+	}
+	writeJSON(w, http.StatusOK, newCallView(st, s.principal, i.now(), decisionForm{}).live())
+}
+
+// decisionForm is what the call page's form sends.
+type decisionForm struct {
+	Decision string
+	Reason   string
+	Args     string
+}
+
+// decide applies the form's decision through Decide, as every channel
+// does. A refusal (already decided, not allowed, unknown call, invalid
+// edit) renders the call page with the refusal's message and status.
+func (i *inbox) decide(w http.ResponseWriter, r *http.Request, s *inboxSession) {
+	callID := r.PathValue("call_id")
+	form := decisionForm{Decision: r.PostFormValue("decision"), Reason: strings.TrimSpace(r.PostFormValue("reason")), Args: r.PostFormValue("args")}
+	req, err := form.request()
+	if err == nil {
+		var applied policy.Decision
+		if applied, err = Decide(r.Context(), i.calls, s.principal, callID, req, InboxChannel); err == nil {
+			i.logger.Info("Decision", zap.String("callID", callID), zap.Stringer("decision", applied.Kind), zap.String("approver", s.principal.Name), zap.String("channel", InboxChannel))
+			http.Redirect(w, r, callURL(callID), http.StatusSeeOther)
+			return
+		}
+	}
+	e := asAPIError(i.errs.mapError(err))
+	i.renderCall(w, r, s, e.status, callID, e.message, form)
+}
+
+// request turns the form into the API's decision request. The edited
+// arguments were checked by the page script; they are checked again here.
+func (f decisionForm) request() (decisionRequest, error) {
+	switch f.Decision {
+	case "approve", "approve_for_session":
+		return decisionRequest{Decision: f.Decision}, nil
+	case "deny", "deny_always":
+		return decisionRequest{Decision: f.Decision, Reason: f.Reason}, nil
+	case "approve_edited":
+		args, err := editedArgs(f.Args)
+		return decisionRequest{Decision: "approve", Args: args}, err
+	}
+	return decisionRequest{}, badRequest("decision", "must be one of the page's buttons")
+}
+
+// editedArgs checks and compacts the editor's text: a JSON object within
+// the client's size limit.
+func editedArgs(text string) (json.RawMessage, error) {
+	if len(text) > tgclient.MaxArgsBytes {
+		return nil, badRequest("edited arguments", fmt.Sprintf("are over the %d-byte limit", tgclient.MaxArgsBytes))
+	}
+	var obj map[string]json.RawMessage
+	if err := json.Unmarshal([]byte(text), &obj); err != nil || obj == nil {
+		return nil, badRequest("edited arguments", "must be a JSON object, e.g. {\"path\": \"notes.txt\"}")
+	}
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, []byte(text)); err != nil {
+		return nil, badRequest("edited arguments", "are not valid JSON")
+	}
+	return buf.Bytes(), nil
+}
+
+func (i *inbox) sessionPage(w http.ResponseWriter, r *http.Request, s *inboxSession) {
+	q := r.URL.Query()
+	notice := ""
+	switch {
+	case q.Has("revoked"):
+		notice = fmt.Sprintf("Revoked the sticky decision for %s: its next call asks again.", q.Get("revoked"))
+	case q.Has("ended"):
+		notice = fmt.Sprintf("Session ended; %s waiting call(s) denied.", q.Get("ended"))
+	}
+	i.renderSession(w, r, s, http.StatusOK, r.PathValue("session"), "", notice)
+}
+
+func (i *inbox) renderSession(w http.ResponseWriter, r *http.Request, s *inboxSession, status int, session, msg, notice string) {
+	view, err := i.calls.Session(r.Context(), session)
+	if err != nil {
+		e := asAPIError(i.errs.mapError(err))
+		i.renderError(w, s, e.status, e.message)
+		return
+	}
+	d := i.pageData(s, "Session "+session, newSessionView(view, i.now()))
+	d.Error, d.Notice = msg, notice
+	i.render(w, status, "session", d)
+}
+
+func (i *inbox) revoke(w http.ResponseWriter, r *http.Request, s *inboxSession) {
+	session, key := r.PathValue("session"), r.PostFormValue("key")
+	if err := i.calls.Revoke(r.Context(), session, key); err != nil {
+		e := asAPIError(i.errs.mapError(err))
+		i.renderSession(w, r, s, e.status, session, e.message, "")
+		return
+	}
+	i.logger.Info("Sticky decision revoked", zap.String("session", session), zap.String("tool", key), zap.String("approver", s.principal.Name), zap.String("channel", InboxChannel))
+	http.Redirect(w, r, sessionURL(session)+"?revoked="+url.QueryEscape(key), http.StatusSeeOther)
+}
+
+func (i *inbox) endSession(w http.ResponseWriter, r *http.Request, s *inboxSession) {
+	session := r.PathValue("session")
+	denied, err := i.calls.EndSession(r.Context(), session, s.principal.Name)
+	if err != nil {
+		e := asAPIError(i.errs.mapError(err))
+		i.renderSession(w, r, s, e.status, session, e.message, "")
+		return
+	}
+	i.logger.Info("Session ended", zap.String("session", session), zap.Int("deniedCalls", denied), zap.String("approver", s.principal.Name), zap.String("channel", InboxChannel))
+	http.Redirect(w, r, sessionURL(session)+"?ended="+strconv.Itoa(denied), http.StatusSeeOther)
+}
+
+// auditLimit caps the audit page; filter by session or tool for more.
+const auditLimit = 200
+
+func (i *inbox) auditPage(w http.ResponseWriter, r *http.Request, s *inboxSession) {
+	q := r.URL.Query()
+	f := tgclient.ListFilter{Status: "decided", Session: q.Get("session"), Tool: q.Get("tool"), Limit: auditLimit}
+	calls, err := i.calls.List(r.Context(), f)
+	if err != nil {
+		e := asAPIError(i.errs.mapError(err))
+		i.renderError(w, s, e.status, e.message)
+		return
+	}
+	i.render(w, http.StatusOK, "audit", i.pageData(s, "Audit", newAuditView(calls, f, i.now())))
+}
+
+// callURL and sessionURL are the inbox pages of a call and a session.
+func callURL(callID string) string { return "/calls/" + url.PathEscape(callID) }
+
+func sessionURL(session string) string { return "/sessions/" + url.PathEscape(session) }

@@ -1,0 +1,355 @@
+package server
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
+
+	tgclient "github.com/toolgate/toolgate/client"
+	"github.com/toolgate/toolgate/policy"
+	"github.com/toolgate/toolgate/workflows"
+)
+
+// These tests need no Temporal: Calls is nil, so a handler that reached
+// Temporal would panic. Sign-in, sign-out, CSRF and redirects all decide
+// before that.
+
+func newTestInbox(t *testing.T) (*inbox, http.Handler) {
+	tokens, err := NewTokens([]TokenEntry{
+		{Name: "agent-1", Role: RoleAgent, SHA256: HashToken("agent-token")},
+		{Name: "alice", Role: RoleApprover, Groups: []string{"ops"}, SHA256: HashToken("approver-token")},
+		{Name: "root", Role: RoleAdmin, SHA256: HashToken("admin-token")},
+	})
+	require.NoError(t, err)
+	i := newInbox(Config{Tokens: tokens, Logger: zap.NewNop()})
+	mux := http.NewServeMux()
+	i.routes(mux)
+	return i, mux
+}
+
+func serve(h http.Handler, req *http.Request) *httptest.ResponseRecorder {
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	return rec
+}
+
+var csrfField = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
+
+// postForm posts form fields with cookies.
+func postForm(h http.Handler, path string, form url.Values, cookies ...*http.Cookie) *httptest.ResponseRecorder {
+	req := httptest.NewRequest("POST", path, strings.NewReader(form.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	for _, c := range cookies {
+		req.AddCookie(c)
+	}
+	return serve(h, req)
+}
+
+func cookieNamed(rec *httptest.ResponseRecorder, name string) *http.Cookie {
+	for _, c := range rec.Result().Cookies() {
+		if c.Name == name {
+			return c
+		}
+	}
+	return nil
+}
+
+// loginForm fetches the sign-in page and returns its CSRF cookie and field.
+func loginForm(t *testing.T, h http.Handler) (*http.Cookie, string) {
+	t.Helper()
+	rec := serve(h, httptest.NewRequest("GET", "/login", nil))
+	require.Equal(t, http.StatusOK, rec.Code)
+	m := csrfField.FindStringSubmatch(rec.Body.String())
+	require.NotNil(t, m, "the sign-in form has a csrf field")
+	c := cookieNamed(rec, inboxLoginCookie)
+	require.NotNil(t, c, "the sign-in page sets its CSRF cookie")
+	return c, m[1]
+}
+
+// signIn signs in with token and returns the session cookie.
+func signIn(t *testing.T, h http.Handler, token string) *http.Cookie {
+	t.Helper()
+	lc, csrf := loginForm(t, h)
+	rec := postForm(h, "/login", url.Values{"csrf": {csrf}, "token": {token}}, lc)
+	require.Equal(t, http.StatusSeeOther, rec.Code, rec.Body.String())
+	c := cookieNamed(rec, InboxSessionCookie)
+	require.NotNil(t, c)
+	return c
+}
+
+func TestInboxSignInRefusesAgentsAndBadTokens(t *testing.T) {
+	_, h := newTestInbox(t)
+	cases := []struct {
+		token    string
+		status   int
+		contains string
+	}{
+		{"agent-token", http.StatusForbidden, "agent-1 holds a token with role agent: only approver and admin tokens may sign in"},
+		{"no-such-token", http.StatusUnauthorized, "That token is not valid."},
+		{"", http.StatusUnauthorized, "That token is not valid."},
+	}
+	for _, c := range cases {
+		lc, csrf := loginForm(t, h)
+		rec := postForm(h, "/login", url.Values{"csrf": {csrf}, "token": {c.token}}, lc)
+		assert.Equal(t, c.status, rec.Code, c.token)
+		assert.Contains(t, rec.Body.String(), c.contains, c.token)
+		assert.Nil(t, cookieNamed(rec, InboxSessionCookie), "%s gets no session", c.token)
+	}
+
+	lc, _ := loginForm(t, h)
+	rec := postForm(h, "/login", url.Values{"token": {"approver-token"}}, lc)
+	assert.Equal(t, http.StatusForbidden, rec.Code, "a sign-in without the form's CSRF token is refused")
+	assert.Nil(t, cookieNamed(rec, InboxSessionCookie))
+}
+
+func TestInboxSessionCookie(t *testing.T) {
+	i, h := newTestInbox(t)
+	for _, token := range []string{"approver-token", "admin-token"} {
+		c := signIn(t, h, token)
+		assert.True(t, c.HttpOnly)
+		assert.Equal(t, http.SameSiteStrictMode, c.SameSite)
+		assert.Equal(t, "/", c.Path)
+		assert.False(t, c.Secure, "plain HTTP: not Secure, or the browser would drop it")
+		assert.Equal(t, int(InboxSessionTTL/time.Second), c.MaxAge)
+		assert.NotContains(t, c.Value, token, "the cookie holds a session ID, never the token")
+		_, ok := i.sessions.get(c.Value)
+		assert.True(t, ok)
+	}
+
+	// Over TLS the cookie is Secure.
+	lc, csrf := loginForm(t, h)
+	req := httptest.NewRequest("POST", "https://inbox.example/login", strings.NewReader(url.Values{"csrf": {csrf}, "token": {"approver-token"}}.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.AddCookie(lc)
+	c := cookieNamed(serve(h, req), InboxSessionCookie)
+	require.NotNil(t, c)
+	assert.True(t, c.Secure)
+}
+
+func TestInboxSignInRedirectsBackToTheAskedPage(t *testing.T) {
+	_, h := newTestInbox(t)
+	lc, csrf := loginForm(t, h)
+	rec := postForm(h, "/login", url.Values{"csrf": {csrf}, "token": {"approver-token"}, "next": {"/calls/c1"}}, lc)
+	assert.Equal(t, "/calls/c1", rec.Header().Get("Location"))
+	rec = postForm(h, "/login", url.Values{"csrf": {csrf}, "token": {"approver-token"}, "next": {"//evil.example/x"}}, lc)
+	assert.Equal(t, "/", rec.Header().Get("Location"), "never off-site")
+}
+
+func TestInboxPagesNeedASession(t *testing.T) {
+	_, h := newTestInbox(t)
+	for _, path := range []string{"/", "/calls/c1", "/sessions/s1", "/audit?session=s1"} {
+		rec := serve(h, httptest.NewRequest("GET", path, nil))
+		assert.Equal(t, http.StatusSeeOther, rec.Code, path)
+		assert.Equal(t, "/login?next="+url.QueryEscape(path), rec.Header().Get("Location"), path)
+	}
+	for _, path := range []string{"/calls/c1/decision", "/sessions/s1/revoke", "/sessions/s1/end", "/logout"} {
+		rec := postForm(h, path, url.Values{"decision": {"approve"}})
+		assert.Equal(t, http.StatusSeeOther, rec.Code, path)
+		assert.Equal(t, "/login", rec.Header().Get("Location"), path)
+	}
+	for _, path := range []string{"/inbox/pending.json", "/inbox/state.json?call=c1"} {
+		rec := serve(h, httptest.NewRequest("GET", path, nil))
+		assert.Equal(t, http.StatusUnauthorized, rec.Code, path)
+		assert.Contains(t, rec.Body.String(), `"code":"unauthorized"`)
+	}
+	// A forged or stale cookie is no session.
+	req := httptest.NewRequest("GET", "/", nil)
+	req.AddCookie(&http.Cookie{Name: InboxSessionCookie, Value: "approver-token"})
+	assert.Equal(t, http.StatusSeeOther, serve(h, req).Code)
+}
+
+func TestInboxFormsNeedTheCSRFToken(t *testing.T) {
+	i, h := newTestInbox(t)
+	c := signIn(t, h, "approver-token")
+	sess, ok := i.sessions.get(c.Value)
+	require.True(t, ok)
+
+	// Calls is nil: reaching Temporal would panic, so a 403 here proves
+	// nothing was read or decided.
+	for _, path := range []string{"/calls/c1/decision", "/sessions/s1/revoke", "/sessions/s1/end", "/logout"} {
+		for _, csrf := range []string{"", "wrong", sess.csrf + "x"} {
+			rec := postForm(h, path, url.Values{"csrf": {csrf}, "decision": {"approve"}, "key": {"shell"}}, c)
+			assert.Equal(t, http.StatusForbidden, rec.Code, "%s with csrf %q", path, csrf)
+			assert.Contains(t, rec.Body.String(), "CSRF token is missing or wrong); nothing was done")
+			assert.Contains(t, rec.Header().Get("Content-Type"), "text/html", "a page, not a raw error")
+		}
+	}
+	// The right token from another site is refused too.
+	req := httptest.NewRequest("POST", "/calls/c1/decision", strings.NewReader(url.Values{"csrf": {sess.csrf}, "decision": {"approve"}}.Encode()))
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Sec-Fetch-Site", "cross-site")
+	req.AddCookie(c)
+	rec := serve(h, req)
+	assert.Equal(t, http.StatusForbidden, rec.Code)
+	assert.Contains(t, rec.Body.String(), "sent from another site")
+
+	_, ok = i.sessions.get(c.Value)
+	assert.True(t, ok, "a refused sign-out leaves the session")
+}
+
+func TestInboxSignOut(t *testing.T) {
+	i, h := newTestInbox(t)
+	c := signIn(t, h, "approver-token")
+	sess, _ := i.sessions.get(c.Value)
+	rec := postForm(h, "/logout", url.Values{"csrf": {sess.csrf}}, c)
+	require.Equal(t, http.StatusSeeOther, rec.Code)
+	assert.Equal(t, "/login?signed_out=1", rec.Header().Get("Location"))
+	cleared := cookieNamed(rec, InboxSessionCookie)
+	require.NotNil(t, cleared)
+	assert.Less(t, cleared.MaxAge, 0, "the cookie is deleted")
+
+	// The old cookie no longer works, even if a browser kept it.
+	req := httptest.NewRequest("GET", "/", nil)
+	req.AddCookie(c)
+	assert.Equal(t, http.StatusSeeOther, serve(h, req).Code)
+	rec = serve(h, httptest.NewRequest("GET", "/login?signed_out=1", nil))
+	assert.Contains(t, rec.Body.String(), "You are signed out.")
+}
+
+func TestInboxSessionsExpire(t *testing.T) {
+	now := time.Date(2026, 1, 1, 9, 0, 0, 0, time.UTC)
+	s := newInboxSessions(func() time.Time { return now })
+	first := s.create(Principal{Name: "alice", Role: RoleApprover})
+	assert.NotEqual(t, first.id, first.csrf)
+	now = now.Add(InboxSessionTTL - time.Second)
+	_, ok := s.get(first.id)
+	assert.True(t, ok)
+	now = now.Add(time.Second)
+	_, ok = s.get(first.id)
+	assert.False(t, ok, "12 hours after sign-in the session is gone")
+
+	expired := s.create(Principal{Name: "bob"})
+	now = now.Add(InboxSessionTTL)
+	s.create(Principal{Name: "carol"})
+	assert.NotContains(t, s.byID, expired.id, "a sign-in sweeps expired sessions")
+}
+
+func TestInboxSecurityHeaders(t *testing.T) {
+	h := New(Config{Tokens: mustTokens(t)}) // the inbox is mounted by New
+	for _, path := range []string{"/login", "/", "/static/inbox.css"} {
+		rec := serve(h, httptest.NewRequest("GET", path, nil))
+		hd := rec.Header()
+		assert.Contains(t, hd.Get("Content-Security-Policy"), "default-src 'self'", path)
+		assert.Equal(t, "DENY", hd.Get("X-Frame-Options"), path)
+		assert.Equal(t, "no-referrer", hd.Get("Referrer-Policy"), path)
+		assert.Equal(t, "nosniff", hd.Get("X-Content-Type-Options"), path)
+	}
+}
+
+func TestInboxStaticAssets(t *testing.T) {
+	_, h := newTestInbox(t)
+	rec := serve(h, httptest.NewRequest("GET", "/static/inbox.js", nil))
+	assert.Equal(t, http.StatusOK, rec.Code)
+	assert.Contains(t, rec.Header().Get("Content-Type"), "javascript")
+	assert.Contains(t, rec.Body.String(), "JSON.parse")
+	rec = serve(h, httptest.NewRequest("GET", "/static/inbox.css", nil))
+	assert.Equal(t, http.StatusOK, rec.Code)
+	assert.Contains(t, rec.Header().Get("Content-Type"), "text/css")
+	assert.Equal(t, http.StatusNotFound, serve(h, httptest.NewRequest("GET", "/static/", nil)).Code, "no listing")
+	assert.Equal(t, http.StatusNotFound, serve(h, httptest.NewRequest("GET", "/templates/layout.html", nil)).Code, "templates are not assets")
+}
+
+func TestInboxPagesRender(t *testing.T) {
+	i, _ := newTestInbox(t)
+	sess := i.sessions.create(Principal{Name: "alice", Role: RoleApprover, Groups: []string{"ops"}})
+	now := time.Date(2026, 1, 1, 9, 0, 0, 0, time.UTC)
+	pending := tgclient.Status{State: &workflows.CallState{
+		Call:   policy.Call{ID: "c1", Session: "s1", Tool: "shell", Args: json.RawMessage(`{"command":"rm -rf /tmp/x"}`), Requester: "agent-1"},
+		Status: workflows.StatusPending, Request: &policy.ApprovalRequest{Message: "Run <rm>?", Rule: "shell-asks"},
+		WaitingSince: now.Add(-90 * time.Second), Deadline: now.Add(time.Hour),
+	}}
+	decided := tgclient.Status{Result: &workflows.Result{
+		CallID: "c2", Session: "s1", Tool: "shell", Status: workflows.StatusDenied, Reason: "not today",
+		Decision: "denied_with_reason", DecidedBy: "bob", Channel: "api", DecidedAt: now, Args: json.RawMessage(`{}`),
+	}}
+
+	rec := httptest.NewRecorder()
+	i.render(rec, http.StatusOK, "call", i.pageData(sess, "Call c1", newCallView(pending, sess.principal, now, decisionForm{})))
+	body := rec.Body.String()
+	for _, want := range []string{
+		`value="approve"`, `value="approve_for_session"`, `value="deny"`, `value="deny_always"`, `value="approve_edited"`,
+		`name="csrf" value="` + sess.csrf + `"`, "Run &lt;rm&gt;?", "1m30s", "1h00m", `&#34;command&#34;: &#34;rm -rf /tmp/x&#34;`,
+		`<meta name="viewport"`, `data-pending="1"`,
+	} {
+		assert.Contains(t, body, want)
+	}
+
+	rec = httptest.NewRecorder()
+	i.render(rec, http.StatusConflict, "call", i.pageData(sess, "Call c2", newCallView(decided, sess.principal, now, decisionForm{})))
+	assert.Equal(t, http.StatusConflict, rec.Code)
+	assert.Contains(t, rec.Body.String(), "decided: denied_with_reason by bob via api")
+	assert.NotContains(t, rec.Body.String(), `id="decide"`, "a final call has no buttons")
+
+	own := newCallView(pending, Principal{Name: "agent-1", Role: RoleAdmin}, now, decisionForm{})
+	assert.False(t, own.CanDecide)
+	assert.Contains(t, own.Why, "You requested this call")
+
+	for name, body := range map[string]any{
+		"list":    []pendingRow{newPendingRow(tgclient.CallSummary{CallID: "c1", Session: "s1", Tool: "shell", Args: `{"command":"ls"}`, RequestedAt: now}, now)},
+		"session": newSessionView(workflows.SessionView{Session: "s1", SessionState: workflows.SessionState{Sticky: []workflows.StickyDecision{{Key: "shell", Tool: "shell", FromCall: "c0", Decision: policy.Decision{Kind: policy.ApprovedForSession, DecidedBy: "bob", Channel: "inbox"}}}}}, now),
+		"audit":   newAuditView([]tgclient.CallSummary{{CallID: "c2", Session: "s1", Tool: "shell", Status: "denied", DecidedBy: "bob", Channel: "api", ClosedAt: now}}, tgclient.ListFilter{Limit: 200}, now),
+		"error":   nil,
+	} {
+		rec := httptest.NewRecorder()
+		i.render(rec, http.StatusOK, name, i.pageData(sess, name, body))
+		assert.Equal(t, http.StatusOK, rec.Code, name)
+		assert.Contains(t, rec.Body.String(), "Sign out", name)
+	}
+}
+
+func TestDecisionForm(t *testing.T) {
+	cases := []struct {
+		form    decisionForm
+		want    decisionRequest
+		wantErr string
+	}{
+		{decisionForm{Decision: "approve", Reason: "ignored", Args: `{"a":1}`}, decisionRequest{Decision: "approve"}, ""},
+		{decisionForm{Decision: "approve_for_session"}, decisionRequest{Decision: "approve_for_session"}, ""},
+		{decisionForm{Decision: "deny", Reason: "no"}, decisionRequest{Decision: "deny", Reason: "no"}, ""},
+		{decisionForm{Decision: "deny_always"}, decisionRequest{Decision: "deny_always"}, ""},
+		{decisionForm{Decision: "approve_edited", Args: "{\n  \"path\": \"b\"\n}"}, decisionRequest{Decision: "approve", Args: json.RawMessage(`{"path":"b"}`)}, ""},
+		{decisionForm{Decision: "approve_edited", Args: `{"path":`}, decisionRequest{}, "must be a JSON object"},
+		{decisionForm{Decision: "approve_edited", Args: `[1]`}, decisionRequest{}, "must be a JSON object"},
+		{decisionForm{Decision: "approve_edited", Args: `null`}, decisionRequest{}, "must be a JSON object"},
+		{decisionForm{Decision: "approve_edited", Args: `{"a":"` + strings.Repeat("x", tgclient.MaxArgsBytes) + `"}`}, decisionRequest{}, "limit"},
+		{decisionForm{Decision: "yes"}, decisionRequest{}, "decision must be"},
+	}
+	for _, c := range cases {
+		got, err := c.form.request()
+		if c.wantErr != "" {
+			assert.ErrorContains(t, err, c.wantErr, c.form.Decision)
+			continue
+		}
+		require.NoError(t, err)
+		assert.Equal(t, c.want, got)
+	}
+}
+
+func TestLocalPath(t *testing.T) {
+	for in, want := range map[string]string{
+		"": "/", "/": "/", "/calls/c1": "/calls/c1", "/audit?session=s1": "/audit?session=s1",
+		"//evil.example": "/", `/\evil.example`: "/", "https://evil.example/": "/", "calls/c1": "/", "javascript:alert(1)": "/",
+	} {
+		assert.Equal(t, want, localPath(in), in)
+	}
+}
+
+func TestAgo(t *testing.T) {
+	for d, want := range map[time.Duration]string{
+		-time.Second: "0s", 42 * time.Second: "42s", 185 * time.Second: "3m05s",
+		2*time.Hour + 10*time.Minute: "2h10m", 76 * time.Hour: "3d04h",
+	} {
+		assert.Equal(t, want, ago(d))
+	}
+	now := time.Now()
+	assert.Equal(t, "due now", timeLeft(now, now))
+}

@@ -1,0 +1,329 @@
+package server
+
+import (
+	"bytes"
+	"embed"
+	"encoding/json"
+	"fmt"
+	"html/template"
+	"io/fs"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+
+	tgclient "github.com/toolgate/toolgate/client"
+	"github.com/toolgate/toolgate/workflows"
+)
+
+// webFS holds the inbox's templates and assets: the binary serves them,
+// nothing is built with Node.
+//
+//go:embed web/templates web/static
+var webFS embed.FS
+
+// inboxPages are the page templates, each parsed with the layout.
+var inboxPages = func() map[string]*template.Template {
+	funcs := template.FuncMap{"join": strings.Join}
+	pages := map[string]*template.Template{}
+	for _, name := range []string{"login", "list", "call", "session", "audit", "error"} {
+		pages[name] = template.Must(template.New(name).Funcs(funcs).ParseFS(webFS, "web/templates/layout.html", "web/templates/"+name+".html"))
+	}
+	return pages
+}()
+
+// staticFiles serves web/static under /static/, without directory
+// listings.
+var staticFiles = func() http.Handler {
+	sub, err := fs.Sub(webFS, "web")
+	if err != nil {
+		panic(err)
+	}
+	files := http.FileServerFS(sub)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasSuffix(r.URL.Path, "/") {
+			http.NotFound(w, r)
+			return
+		}
+		files.ServeHTTP(w, r)
+	})
+}()
+
+// pageData is what the layout needs, plus the page's own view in Body.
+type pageData struct {
+	Title string
+	// User is the signed-in approver; empty on the sign-in page.
+	User string
+	// CSRF goes into every form's hidden csrf field.
+	CSRF   string
+	Error  string
+	Notice string
+	Body   any
+}
+
+func (i *inbox) pageData(s *inboxSession, title string, body any) pageData {
+	return pageData{Title: title, User: s.principal.Name, CSRF: s.csrf, Body: body}
+}
+
+// render writes a page; a template error is logged and answered with a
+// bare 500, never half a page.
+func (i *inbox) render(w http.ResponseWriter, status int, name string, d pageData) {
+	if err := writePage(w, status, name, d); err != nil {
+		i.logger.Error("Render inbox page", zap.String("page", name), zap.Error(err))
+		http.Error(w, "internal error; see the server log", http.StatusInternalServerError)
+	}
+}
+
+func writePage(w http.ResponseWriter, status int, name string, d pageData) error {
+	var buf bytes.Buffer
+	if err := inboxPages[name].ExecuteTemplate(&buf, "layout", d); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.WriteHeader(status)
+	_, err := w.Write(buf.Bytes())
+	return err
+}
+
+// renderError renders a refusal or failure as a page with the status.
+func (i *inbox) renderError(w http.ResponseWriter, s *inboxSession, status int, msg string) {
+	d := i.pageData(s, http.StatusText(status), nil)
+	d.Error = msg
+	i.render(w, status, "error", d)
+}
+
+// renderForbidden is the 403 page of a refused form; it shows no session
+// data, since the request may not come from the signed-in browser.
+func renderForbidden(w http.ResponseWriter, msg string) {
+	if err := writePage(w, http.StatusForbidden, "error", pageData{Title: "Refused", Error: msg}); err != nil {
+		http.Error(w, msg, http.StatusForbidden)
+	}
+}
+
+// pendingRow is one waiting call in the list, as the page renders it and
+// pending.json sends it.
+type pendingRow struct {
+	CallID  string `json:"call_id"`
+	URL     string `json:"url"`
+	Session string `json:"session"`
+	Tool    string `json:"tool"`
+	Args    string `json:"args"`
+	Message string `json:"message"`
+	Age     string `json:"age"`
+}
+
+func newPendingRow(c tgclient.CallSummary, now time.Time) pendingRow {
+	return pendingRow{
+		CallID: c.CallID, URL: callURL(c.CallID), Session: c.Session, Tool: c.Tool,
+		Args: c.Args, Message: c.Message, Age: ago(now.Sub(c.RequestedAt)),
+	}
+}
+
+// callView is a call's page: its live state while it runs, its Result
+// once final.
+type callView struct {
+	ID, URL, Session, SessionURL, Tool, Requester string
+	Status                                        workflows.Status
+	Message, Rule                                 string
+	Groups                                        []string
+	// Args are pretty-printed.
+	Args           string
+	Age, TimeLeft  string
+	Deadline       string
+	Decided        string
+	DecidedAt      string
+	Final, Pending bool
+	// CanDecide: the call waits and the signed-in approver may decide it;
+	// otherwise Why says why not.
+	CanDecide bool
+	Why       string
+	Result    *resultView
+	// Form is what the decision form shows; its Args default to the call's.
+	Form decisionForm
+}
+
+// resultView is the part of a Result the call page shows.
+type resultView struct {
+	Reason, Note, Comment, Args, OriginalArgs, Output string
+	FinishedAt                                        string
+}
+
+func newCallView(st tgclient.Status, p Principal, now time.Time, form decisionForm) callView {
+	var v callView
+	if r := st.Result; r != nil {
+		v = callView{
+			ID: r.CallID, Session: r.Session, Tool: r.Tool, Requester: r.Requester, Status: r.Status, Rule: r.Rule,
+			Args: pretty(r.Args), Decided: decidedText(r.Decision, r.DecidedBy, r.Channel), DecidedAt: clock(r.DecidedAt), Final: true,
+			Result: &resultView{Reason: r.Reason, Note: r.Note, Comment: r.Comment, Args: pretty(r.Args), OriginalArgs: pretty(r.OriginalArgs), Output: pretty(r.Output), FinishedAt: clock(r.FinishedAt)},
+		}
+	} else {
+		cs := st.State
+		v = callView{ID: cs.Call.ID, Session: cs.Call.Session, Tool: cs.Call.Tool, Requester: cs.Call.Requester, Status: cs.Status, Args: pretty(cs.Call.Args)}
+		if cs.Request != nil {
+			v.Message, v.Rule, v.Groups = cs.Request.Message, cs.Request.Rule, cs.Request.Groups
+		}
+		v.Pending = cs.Status == workflows.StatusPending
+		if v.Pending && !cs.WaitingSince.IsZero() {
+			v.Age = ago(now.Sub(cs.WaitingSince))
+		}
+		if v.Pending && !cs.Deadline.IsZero() {
+			v.TimeLeft, v.Deadline = timeLeft(cs.Deadline, now), clock(cs.Deadline)
+		}
+		if d := cs.Decision; d != nil {
+			v.Decided, v.DecidedAt = decidedText(d.Kind.String(), d.DecidedBy, d.Channel), clock(d.DecidedAt)
+		}
+		switch {
+		case !v.Pending:
+		case cs.Call.Requester == p.Name:
+			v.Why = "You requested this call; another approver must decide it."
+		case !p.mayDecide(v.Groups):
+			v.Why = fmt.Sprintf("This call is asked of %s; you are not in those groups.", strings.Join(v.Groups, ", "))
+		default:
+			v.CanDecide = true
+		}
+	}
+	v.URL, v.SessionURL = callURL(v.ID), sessionURL(v.Session)
+	v.Form = form
+	if v.Form.Args == "" {
+		v.Form.Args = v.Args
+	}
+	return v
+}
+
+// callLive is state.json: what the call page script updates.
+type callLive struct {
+	CallID   string           `json:"call_id"`
+	Status   workflows.Status `json:"status"`
+	Pending  bool             `json:"pending"`
+	Final    bool             `json:"final"`
+	Decided  string           `json:"decided,omitempty"`
+	Age      string           `json:"age,omitempty"`
+	TimeLeft string           `json:"time_left,omitempty"`
+}
+
+func (v callView) live() callLive {
+	return callLive{CallID: v.ID, Status: v.Status, Pending: v.Pending, Final: v.Final, Decided: v.Decided, Age: v.Age, TimeLeft: v.TimeLeft}
+}
+
+// decidedText says who decided: "approved by bob via inbox".
+func decidedText(decision, by, channel string) string {
+	if by == "" {
+		return ""
+	}
+	return fmt.Sprintf("%s by %s via %s", decision, by, channel)
+}
+
+// sessionView is a session's page.
+type sessionView struct {
+	Session, RevokeURL, EndURL, AuditURL string
+	Ended                                bool
+	Sticky                               []stickyRow
+	Waiting                              []waitingRow
+}
+
+type stickyRow struct {
+	Key, Tool, Decision, DecidedBy, Channel, DecidedAt string
+	FromCall, FromCallURL                              string
+}
+
+type waitingRow struct {
+	CallID, URL, Tool, Age string
+}
+
+func newSessionView(v workflows.SessionView, now time.Time) sessionView {
+	u := sessionURL(v.Session)
+	out := sessionView{Session: v.Session, RevokeURL: u + "/revoke", EndURL: u + "/end", AuditURL: "/audit?session=" + url.QueryEscape(v.Session), Ended: v.Ended}
+	for _, s := range v.Sticky {
+		out.Sticky = append(out.Sticky, stickyRow{
+			Key: s.Key, Tool: s.Tool, Decision: s.Decision.Kind.String(), DecidedBy: s.Decision.DecidedBy, Channel: s.Decision.Channel,
+			DecidedAt: clock(s.Decision.DecidedAt), FromCall: s.FromCall, FromCallURL: callURL(s.FromCall),
+		})
+	}
+	for _, w := range v.Waiting {
+		out.Waiting = append(out.Waiting, waitingRow{CallID: w.CallID, URL: callURL(w.CallID), Tool: w.Tool, Age: ago(now.Sub(w.At))})
+	}
+	return out
+}
+
+// auditView is the audit page: decided calls, newest first.
+type auditView struct {
+	Rows []auditRow
+	// Filter describes the session or tool filter, if any.
+	Filter string
+	// Capped: there may be more than the page shows.
+	Capped bool
+	Limit  int
+}
+
+type auditRow struct {
+	CallID, URL, Session, SessionURL, Tool, Status, DecidedBy, Channel, When, Ago string
+}
+
+func newAuditView(calls []tgclient.CallSummary, f tgclient.ListFilter, now time.Time) auditView {
+	v := auditView{Capped: len(calls) >= f.Limit, Limit: f.Limit}
+	var filters []string
+	if f.Session != "" {
+		filters = append(filters, "session "+f.Session)
+	}
+	if f.Tool != "" {
+		filters = append(filters, "tool "+f.Tool)
+	}
+	v.Filter = strings.Join(filters, ", ")
+	for _, c := range calls {
+		v.Rows = append(v.Rows, auditRow{
+			CallID: c.CallID, URL: callURL(c.CallID), Session: c.Session, SessionURL: sessionURL(c.Session), Tool: c.Tool,
+			Status: c.Status, DecidedBy: c.DecidedBy, Channel: c.Channel, When: clock(c.ClosedAt), Ago: ago(now.Sub(c.ClosedAt)),
+		})
+	}
+	return v
+}
+
+// maxPretty caps what a page shows of arguments or output.
+const maxPretty = 64 << 10
+
+// pretty indents JSON for reading; empty stays empty.
+func pretty(raw json.RawMessage) string {
+	if len(raw) == 0 {
+		return ""
+	}
+	var buf bytes.Buffer
+	out := string(raw)
+	if json.Indent(&buf, raw, "", "  ") == nil {
+		out = buf.String()
+	}
+	if len(out) > maxPretty {
+		out = out[:maxPretty] + "\n… (cut at 64 KiB)"
+	}
+	return out
+}
+
+// clock formats an instant for the pages, in UTC.
+func clock(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.UTC().Format("2006-01-02 15:04:05 UTC")
+}
+
+// ago formats a duration for a glance: 42s, 3m05s, 2h10m, 3d04h.
+func ago(d time.Duration) string {
+	d = max(d, 0).Round(time.Second)
+	switch {
+	case d < time.Minute:
+		return fmt.Sprintf("%ds", int(d.Seconds()))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm%02ds", int(d.Minutes()), int(d.Seconds())%60)
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh%02dm", int(d.Hours()), int(d.Minutes())%60)
+	}
+	return fmt.Sprintf("%dd%02dh", int(d.Hours())/24, int(d.Hours())%24)
+}
+
+func timeLeft(deadline, now time.Time) string {
+	if !now.Before(deadline) {
+		return "due now"
+	}
+	return ago(deadline.Sub(now))
+}

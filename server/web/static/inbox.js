@@ -1,0 +1,115 @@
+// toolgate inbox: live updates without a framework. The waiting list and
+// a call's page poll a read-only JSON endpoint every two seconds and update
+// the page in place; decisions stay plain HTML form posts.
+"use strict";
+
+const POLL_MS = 2000;
+
+// poll fetches url every POLL_MS and hands the JSON to apply; it stops
+// when apply returns false. Hidden tabs skip their turn.
+function poll(url, apply) {
+  const next = (ms) => setTimeout(tick, ms);
+  async function tick() {
+    if (document.hidden) return next(POLL_MS);
+    try {
+      const resp = await fetch(url, { headers: { Accept: "application/json" }, cache: "no-store" });
+      if (resp.status === 401) throw new Error("you are signed out; reload the page to sign in");
+      if (!resp.ok) throw new Error("the server answered " + resp.status);
+      const data = await resp.json();
+      liveStatus("");
+      if (apply(data) !== false) next(POLL_MS);
+    } catch (err) {
+      liveStatus("Live updates paused: " + err.message);
+      next(POLL_MS * 2);
+    }
+  }
+  next(POLL_MS);
+}
+
+function liveStatus(text) {
+  const el = document.getElementById("live-status");
+  el.textContent = text;
+  el.hidden = !text;
+}
+
+// el makes an element with a class and text; text is never parsed as HTML.
+function el(tag, cls, text) {
+  const e = document.createElement(tag);
+  if (cls) e.className = cls;
+  if (text !== undefined) e.textContent = text;
+  return e;
+}
+
+// The waiting list: the same markup as list.html renders.
+function callItem(c) {
+  const head = el("span", "head");
+  head.append(el("span", "tool", c.tool), " ", el("span", "id", c.call_id), " ", el("span", "age", c.age));
+  const a = el("a");
+  a.href = c.url;
+  a.append(head, el("span", "message", c.message), el("code", "args", c.args), el("span", "meta", "session " + c.session));
+  const li = el("li", "call");
+  li.append(a);
+  return li;
+}
+
+const list = document.getElementById("pending");
+if (list) {
+  poll(list.dataset.live, (data) => {
+    list.replaceChildren(...data.calls.map(callItem));
+    document.getElementById("pending-count").textContent = data.calls.length;
+    document.getElementById("pending-empty").hidden = data.calls.length > 0;
+    document.title = (data.calls.length ? "(" + data.calls.length + ") " : "") + "Waiting · toolgate inbox";
+  });
+}
+
+// A call's page: show a decision taken elsewhere and disable the buttons.
+const call = document.getElementById("call");
+if (call && call.dataset.live) {
+  poll("/inbox/state.json?call=" + encodeURIComponent(call.dataset.call), (s) => {
+    for (const [id, value] of [["status", s.status], ["age", s.age], ["time-left", s.time_left]]) {
+      const e = document.getElementById(id);
+      if (e && value) e.textContent = value;
+    }
+    if (!s.pending && (s.decided || s.final)) {
+      const banner = document.getElementById("decided");
+      banner.textContent = s.decided ? "decided: " + s.decided : "finished: " + s.status;
+      banner.hidden = false;
+      document.querySelectorAll("#decide button, #decide textarea").forEach((b) => { b.disabled = true; });
+    }
+    // A page loaded before the call asked a person (to show the form) or
+    // while its tool ran (to show the outcome) is worth a fresh render.
+    if (!call.dataset.pending && (s.pending || s.final)) location.reload();
+    return !s.final;
+  });
+}
+
+// Edited arguments must be a JSON object; nothing is sent otherwise.
+const form = document.getElementById("decide");
+if (form) {
+  const args = document.getElementById("edited-args");
+  const error = document.getElementById("args-error");
+  form.addEventListener("submit", (e) => {
+    if (!e.submitter || e.submitter.value !== "approve_edited") return;
+    const problem = checkArgs(args.value);
+    error.textContent = problem;
+    error.hidden = !problem;
+    if (problem) {
+      e.preventDefault();
+      args.focus();
+    }
+  });
+  args.addEventListener("input", () => { error.hidden = true; });
+}
+
+function checkArgs(text) {
+  let value;
+  try {
+    value = JSON.parse(text);
+  } catch (err) {
+    return "The arguments are not valid JSON: " + err.message;
+  }
+  if (value === null || typeof value !== "object" || Array.isArray(value)) {
+    return "The arguments must be a JSON object, like {\"path\": \"notes.txt\"}.";
+  }
+  return "";
+}
