@@ -39,18 +39,6 @@ const (
 	MetricNotificationFailures = "toolgate_notification_failures"
 )
 
-// Notifier tells approvers that a call waits for them.
-type Notifier interface {
-	Notify(ctx context.Context, w Waiting) error
-}
-
-// Waiting describes a call that waits for a person.
-type Waiting struct {
-	Call     policy.Call            `json:"call"`
-	Request  policy.ApprovalRequest `json:"request"`
-	Deadline time.Time              `json:"deadline"`
-}
-
 // Activities holds what the activities need. Every field but Policy and
 // Tools is optional.
 type Activities struct {
@@ -59,7 +47,8 @@ type Activities struct {
 	Handler    policy.ApprovalHandler
 	Hooks      []policy.LifecycleHook
 	Middleware []policy.OutputMiddleware
-	Notifier   Notifier
+	// Channels reach approvers (Slack, email, webhooks); optional.
+	Channels []Channel
 	// Client starts session workflows (SignalWithStart).
 	Client client.Client
 	// MaxOutputBytes caps tool outputs; zero means DefaultMaxOutputBytes.
@@ -90,10 +79,10 @@ type Evaluation struct {
 	// session. Nil means unknown: the call registers, and the session
 	// answers.
 	Sticky *policy.Decision `json:"sticky,omitempty"`
-	// HasHandler and Notify tell the workflow which optional steps exist,
-	// so it schedules no activity that would do nothing.
-	HasHandler bool `json:"has_handler,omitempty"`
-	Notify     bool `json:"notify,omitempty"`
+	// HasHandler and Channels tell the workflow which optional steps
+	// exist, so it schedules no activity that would do nothing.
+	HasHandler bool     `json:"has_handler,omitempty"`
+	Channels   []string `json:"channels,omitempty"`
 }
 
 // EvaluateInput is the argument of Evaluate.
@@ -123,7 +112,7 @@ func (a *Activities) Evaluate(ctx context.Context, in EvaluateInput) (Evaluation
 	ev := Evaluation{
 		PolicyVersion: policy.VersionOf(a.Policy),
 		HasHandler:    a.Handler != nil,
-		Notify:        a.Notifier != nil,
+		Channels:      a.channelNames(),
 	}
 	if err := a.Tools.Validate(call.Tool, call.Args); err != nil {
 		ev.Problem, ev.InvalidRequest = err.Error(), true
@@ -290,18 +279,6 @@ func (a *Activities) AfterCall(ctx context.Context, in AfterCallInput) (AfterCal
 		return AfterCallOutcome{Refusal: err.Error(), Redactions: changes}, nil
 	}
 	return AfterCallOutcome{Output: out, Redactions: changes}, nil
-}
-
-// Notify tells approvers that a call waits for them.
-func (a *Activities) Notify(ctx context.Context, w Waiting) error {
-	if a.Notifier == nil {
-		return nil
-	}
-	err := a.Notifier.Notify(ctx, w)
-	if err != nil {
-		activity.GetMetricsHandler(ctx).Counter(MetricNotificationFailures).Inc(1)
-	}
-	return err
 }
 
 // SignalWithStartInput names a workflow to start if absent and signal.

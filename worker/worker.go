@@ -30,8 +30,9 @@ type Options struct {
 	Hooks []policy.LifecycleHook
 	// Middleware transforms tool outputs, in order. Optional.
 	Middleware []policy.OutputMiddleware
-	// Notifier tells approvers a call waits. Optional.
-	Notifier activities.Notifier
+	// Channels tell approvers a call waits (Slack, email, webhooks), and
+	// what became of it. Optional.
+	Channels []activities.Channel
 	// MaxOutputBytes caps tool outputs; zero means 1 MiB.
 	MaxOutputBytes int
 	// Worker passes options through to the Temporal worker (pollers,
@@ -57,7 +58,7 @@ func New(c client.Client, o Options) (sdkworker.Worker, error) {
 		Handler:        o.Handler,
 		Hooks:          o.Hooks,
 		Middleware:     o.Middleware,
-		Notifier:       o.Notifier,
+		Channels:       o.Channels,
 		Client:         c,
 		MaxOutputBytes: o.MaxOutputBytes,
 	})

@@ -42,6 +42,7 @@ func ToolCallWorkflow(ctx workflow.Context, in CallInput) (Result, error) {
 	}
 	r, err := c.run(ctx)
 	c.awaitTold(ctx)
+	c.awaitAnnouncements(ctx)
 	return r, err
 }
 
@@ -56,6 +57,10 @@ type callRun struct {
 	registered bool
 	// told is the signal to the session still in flight, if any.
 	told workflow.Future
+	// sent are the notices in flight or sent; announcing counts the
+	// outcome announcements still running.
+	sent       []sent
+	announcing int
 	// originalArgs and note are set when an approver edited the arguments.
 	originalArgs json.RawMessage
 	note         string
@@ -176,7 +181,11 @@ func (c *callRun) run(ctx workflow.Context) (Result, error) {
 			}
 		}
 	}
-	return c.execute(ctx)
+	r, err := c.execute(ctx)
+	if err == nil {
+		c.announce(ctx, activities.Outcome{Event: activities.EventExecuted, Status: string(r.Status), At: r.FinishedAt, Reason: r.Reason})
+	}
+	return r, err
 }
 
 func (c *callRun) evaluate(ctx workflow.Context, call policy.Call, lookupSticky bool) error {
@@ -236,23 +245,21 @@ func (c *callRun) waitForPerson(ctx workflow.Context, req policy.ApprovalRequest
 	c.state.Deadline = now.Add(timeout)
 	c.upsertStatus(ctx, StatusPending)
 	c.upsertWaitingMemo(ctx, req)
-	if c.eval.Notify {
-		actx := workflow.WithActivityOptions(ctx, notifyOptions)
-		// Not awaited: a slow channel must not delay a decision.
-		workflow.ExecuteActivity(actx, a.Notify, activities.Waiting{Call: c.state.Call, Request: req, Deadline: c.state.Deadline})
-	}
-	decided, _ := awaitWithTimeout(ctx, timeout, func() bool { return c.state.Decision != nil })
+	c.notify(ctx, activities.NoticeWaiting, req.Groups)
+	decided := c.waitWithSchedule(ctx, req, c.state.Deadline)
 	workflow.GetMetricsHandler(ctx).WithTags(map[string]string{"tool": c.state.Call.Tool}).
 		Timer(MetricApprovalWait).Record(workflow.Now(ctx).Sub(now))
-	if decided {
-		return
-	}
-	if req.OnTimeout == policy.TimeoutApprove {
+	switch {
+	case decided:
+	case req.OnTimeout == policy.TimeoutApprove:
 		c.apply(ctx, policy.Decision{Kind: policy.Approved, DecidedBy: "timeout", Channel: "timeout",
 			Comment: "nobody answered within " + timeout.String() + "; the rule approves on timeout"})
+	default:
+		c.state.Status = StatusTimedOut
+		c.announce(ctx, activities.Outcome{Event: activities.EventTimedOut, Status: string(StatusTimedOut), At: workflow.Now(ctx), Reason: c.timeoutReason()})
 		return
 	}
-	c.state.Status = StatusTimedOut
+	c.announce(ctx, activities.Outcome{Event: activities.EventDecided, Status: string(c.state.Status), At: workflow.Now(ctx), Reason: c.state.Decision.Reason})
 }
 
 func (c *callRun) timeoutReason() string {
@@ -432,7 +439,7 @@ func (c *callRun) finish(ctx workflow.Context, status Status, reason string, out
 	r := Result{
 		CallID: call.ID, Session: call.Session, Tool: call.Tool, Requester: call.Requester,
 		Status: status, Output: output, Reason: reason, Note: c.note,
-		Args: call.Args, OriginalArgs: c.originalArgs,
+		Args: call.Args, OriginalArgs: c.originalArgs, Notices: c.state.Notices,
 		Rule: c.eval.Rule, PolicyVersion: c.eval.PolicyVersion,
 		RequestedAt: c.requestedAt, FinishedAt: workflow.Now(ctx),
 	}

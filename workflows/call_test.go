@@ -20,8 +20,9 @@ type CallSuite struct {
 	env    *testsuite.TestWorkflowEnvironment
 	policy *testPolicy
 	runs   *runLog
-	hooks  *hookLog
-	start  time.Time
+	hooks   *hookLog
+	channel *fakeChannel
+	start   time.Time
 }
 
 func TestCallSuite(t *testing.T) { suite.Run(t, new(CallSuite)) }
@@ -35,7 +36,8 @@ func (s *CallSuite) SetupTest() {
 	}
 	s.runs = &runLog{runs: map[string]int{}}
 	s.hooks = &hookLog{}
-	s.env.RegisterActivity(newActivities(s.policy, s.runs, s.hooks))
+	s.channel = &fakeChannel{}
+	s.env.RegisterActivity(newActivities(s.policy, s.runs, s.hooks, s.channel))
 	s.env.RegisterWorkflow(ToolCallWorkflow)
 	s.env.RegisterWorkflow(SessionWorkflow)
 	s.env.RegisterWorkflow(harnessWorkflow)
@@ -466,4 +468,57 @@ func (s *CallSuite) TestQuotaIsCountedBySessionOverASlidingWindow() {
 	s.Equal(StatusOK, rs[3].Status, rs[3].Reason)
 	s.Zero(s.runs.count("c3"), "a refused call does not run")
 	s.Equal(3, s.runs.total())
+}
+
+func (s *CallSuite) TestRemindersAndEscalationUntilADecision() {
+	s.policy.ask["write"] = policy.ApprovalRequest{Message: "write?", Groups: []string{"ops"}, Timeout: 4 * time.Hour,
+		RemindAfter: time.Hour, EscalateAfter: 90 * time.Minute, EscalateTo: []string{"leads"}}
+	var groupsAfterEscalation []string
+	s.env.RegisterDelayedCallback(func() {
+		v, err := s.env.QueryWorkflowByID(CallWorkflowID("c1"), QueryCall)
+		s.Require().NoError(err)
+		var st CallState
+		s.Require().NoError(v.Get(&st))
+		groupsAfterEscalation = st.Request.Groups
+	}, 100*time.Minute)
+	decideAt(s.env, 150*time.Minute, "c1", decision(policy.Approved, "carol"))
+	rs := s.runSession(harnessInput{Calls: []CallInput{call("c1", "write", `{"path":"a","content":"x"}`)}})
+
+	s.Equal(StatusOK, rs[0].Status)
+	var kinds []string
+	var at []time.Duration
+	for _, n := range rs[0].Notices {
+		kinds = append(kinds, string(n.Kind))
+		at = append(at, n.At.Sub(s.start))
+	}
+	s.Equal([]string{"waiting", "reminder", "escalation", "reminder"}, kinds)
+	s.Equal([]time.Duration{0, time.Hour, 90 * time.Minute, 2 * time.Hour}, at, "reminders every hour; escalation once; none after the decision")
+	s.Equal([]string{"ops", "leads"}, groupsAfterEscalation, "the escalation groups may decide too")
+
+	s.Require().Len(s.channel.notices, 4)
+	s.Equal([]string{"leads"}, s.channel.notices[2].Groups)
+	s.Equal(4, s.channel.notices[3].Seq)
+	// The channel hears the decision (with every receipt) and the execution.
+	s.Require().Len(s.channel.outcomes, 2)
+	s.Equal(activities.EventDecided, s.channel.outcomes[0].Event)
+	s.Equal("carol", s.channel.outcomes[0].DecidedBy)
+	s.Len(s.channel.receipts[0], 4)
+	s.Equal(activities.EventExecuted, s.channel.outcomes[1].Event)
+	s.Equal("ok", s.channel.outcomes[1].Status)
+}
+
+func (s *CallSuite) TestTimeoutIsAnnouncedAndAutoApprovedCallsNotifyNobody() {
+	s.policy.ask["write"] = policy.ApprovalRequest{Message: "write?", Timeout: time.Hour}
+	rs := s.runSession(harnessInput{Calls: []CallInput{
+		call("c1", "write", `{"path":"a","content":"x"}`),
+		call("c2", "echo", `{}`),
+	}})
+
+	s.Equal(StatusTimedOut, rs[0].Status)
+	s.Equal(StatusOK, rs[1].Status)
+	s.Require().Len(s.channel.notices, 1, "only the call that waited was announced")
+	s.Equal("c1", s.channel.notices[0].Call.ID)
+	s.Require().Len(s.channel.outcomes, 1)
+	s.Equal(activities.EventTimedOut, s.channel.outcomes[0].Event)
+	s.Contains(s.channel.outcomes[0].Reason, "no approver answered within 1h0m0s")
 }

@@ -232,13 +232,39 @@ func call(id, toolName, args string) CallInput {
 	return CallInput{Call: policy.Call{ID: id, Session: "s1", Tool: toolName, Args: json.RawMessage(args), Requester: "agent-1"}}
 }
 
-func newActivities(p policy.ToolPolicy, runs *runLog, hooks *hookLog) *activities.Activities {
+func newActivities(p policy.ToolPolicy, runs *runLog, hooks *hookLog, channels ...activities.Channel) *activities.Activities {
 	return &activities.Activities{
 		Policy:     p,
 		Tools:      testTools(runs),
 		Hooks:      []policy.LifecycleHook{hooks},
 		Middleware: []policy.OutputMiddleware{redactor{}},
+		Channels:   channels,
 	}
+}
+
+// fakeChannel records what a notification channel is asked to do.
+type fakeChannel struct {
+	mu       sync.Mutex
+	notices  []activities.Notice
+	outcomes []activities.Outcome
+	receipts [][]activities.Receipt
+}
+
+func (f *fakeChannel) Name() string { return "fake" }
+
+func (f *fakeChannel) Notify(_ context.Context, n activities.Notice) (activities.Receipt, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.notices = append(f.notices, n)
+	return activities.Receipt{Ref: map[string]string{"msg": fmt.Sprint(len(f.notices))}}, nil
+}
+
+func (f *fakeChannel) Resolve(_ context.Context, o activities.Outcome, rs []activities.Receipt) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.outcomes = append(f.outcomes, o)
+	f.receipts = append(f.receipts, rs)
+	return nil
 }
 
 func startOptions(callID string) client.StartWorkflowOptions {

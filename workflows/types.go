@@ -171,6 +171,8 @@ type Result struct {
 	Rule          string    `json:"rule,omitempty"`
 	PolicyVersion string    `json:"policy_version,omitempty"`
 	Redactions    int       `json:"redactions,omitempty"`
+	// Notices are the notices sent while the call waited for a person.
+	Notices []NoticeRecord `json:"notices,omitempty"`
 	RequestedAt   time.Time `json:"requested_at,omitzero"`
 	FinishedAt    time.Time `json:"finished_at,omitzero"`
 }
@@ -189,6 +191,8 @@ type CallState struct {
 	WaitingSince time.Time        `json:"waiting_since,omitzero"`
 	Deadline     time.Time        `json:"deadline,omitzero"`
 	Decision     *policy.Decision `json:"decision,omitempty"`
+	// Notices are the notices (waiting, reminders, escalation) sent.
+	Notices []NoticeRecord `json:"notices,omitempty"`
 	// Result is set once the call is final.
 	Result *Result `json:"result,omitempty"`
 }
