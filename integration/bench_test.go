@@ -1,0 +1,54 @@
+package integration
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestBenchQuick runs `toolgate bench --quick` once as a smoke test: it
+// must measure every case and report them. The numbers are not judged.
+func TestBenchQuick(t *testing.T) {
+	jsonPath := filepath.Join(t.TempDir(), "bench.json")
+	out, err := exec.Command(binary, "bench", "--quick", "--log-level", "warn", "--json", jsonPath).CombinedOutput()
+	require.NoError(t, err, "%s", out)
+
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	assert.Regexp(t, regexp.MustCompile(`^ratios: auto/base_p50=[0-9.]+ sticky/base_p50=[0-9.]+ decide/signal_p50=[0-9.]+ throughput/base=[0-9.]+ parked_kib_per_call=[0-9.]+$`), lines[len(lines)-1])
+
+	data, err := os.ReadFile(jsonPath)
+	require.NoError(t, err)
+	type latency struct {
+		N   int     `json:"n"`
+		P50 float64 `json:"p50_ms"`
+	}
+	var r struct {
+		Baseline       latency `json:"baseline"`
+		Auto           latency `json:"auto"`
+		Sticky         latency `json:"sticky"`
+		Decide         latency `json:"decide"`
+		SignalBaseline latency `json:"signal_baseline"`
+		BaselinePerSec float64 `json:"baseline_per_sec"`
+		AutoPerSec     float64 `json:"auto_per_sec"`
+		Parked         struct {
+			Calls        int     `json:"calls"`
+			DrainSeconds float64 `json:"drain_seconds"`
+		}
+	}
+	require.NoError(t, json.Unmarshal(data, &r))
+	for name, l := range map[string]latency{"baseline": r.Baseline, "auto": r.Auto, "sticky": r.Sticky, "decide": r.Decide, "signal": r.SignalBaseline} {
+		assert.Positive(t, l.N, name)
+		assert.Positive(t, l.P50, name)
+	}
+	assert.Positive(t, r.BaselinePerSec)
+	assert.Positive(t, r.AutoPerSec)
+	assert.Equal(t, 100, r.Parked.Calls)
+	assert.Positive(t, r.Parked.DrainSeconds)
+}
