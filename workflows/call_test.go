@@ -1,7 +1,9 @@
 package workflows
 
 import (
+	"context"
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -521,4 +523,34 @@ func (s *CallSuite) TestTimeoutIsAnnouncedAndAutoApprovedCallsNotifyNobody() {
 	s.Require().Len(s.channel.outcomes, 1)
 	s.Equal(activities.EventTimedOut, s.channel.outcomes[0].Event)
 	s.Contains(s.channel.outcomes[0].Reason, "no approver answered within 1h0m0s")
+}
+
+func (s *CallSuite) TestCodedHandlerDecidesOrDefersToAPerson() {
+	env := s.NewTestWorkflowEnvironment()
+	acts := newActivities(s.policy, s.runs, s.hooks)
+	acts.Handler = policy.ApprovalHandlerFunc(func(_ context.Context, c policy.Call, _ policy.ApprovalRequest) (*policy.Decision, error) {
+		if strings.Contains(string(c.Args), "tmp/") {
+			return &policy.Decision{Kind: policy.Approved, DecidedBy: "tmp-writer-bot"}, nil
+		}
+		return nil, nil // a person decides
+	})
+	env.RegisterActivity(acts)
+	env.RegisterWorkflow(ToolCallWorkflow)
+	env.RegisterWorkflow(SessionWorkflow)
+	env.RegisterWorkflow(harnessWorkflow)
+	decideAt(env, time.Hour, "c2", decision(policy.Denied, "alice"))
+	env.ExecuteWorkflow(harnessWorkflow, harnessInput{Session: "s1", Calls: []CallInput{
+		call("c1", "write", `{"path":"tmp/a","content":"x"}`),
+		call("c2", "write", `{"path":"src/a","content":"x"}`),
+	}})
+	s.Require().NoError(env.GetWorkflowError())
+	var rs []Result
+	s.Require().NoError(env.GetWorkflowResult(&rs))
+
+	s.Equal(StatusOK, rs[0].Status)
+	s.Equal("tmp-writer-bot", rs[0].DecidedBy)
+	s.Equal("handler", rs[0].Channel)
+	s.Empty(rs[0].Notices, "nobody was notified for a call the handler decided")
+	s.Equal(StatusDenied, rs[1].Status)
+	s.Equal("alice", rs[1].DecidedBy)
 }

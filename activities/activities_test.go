@@ -1,0 +1,103 @@
+package activities
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/testsuite"
+
+	"github.com/toolgate/toolgate/policy"
+	"github.com/toolgate/toolgate/tool"
+)
+
+type askAll struct{ policy.Base }
+
+func (askAll) EvaluateApproval(_ context.Context, c policy.Call) (*policy.ApprovalRequest, error) {
+	switch c.Tool {
+	case "boom":
+		return nil, errors.New("rules backend down")
+	case "no":
+		return nil, &policy.DenyError{Reason: "never", Rule: "r1"}
+	}
+	return &policy.ApprovalRequest{Message: "ok?", Rule: "ask-all"}, nil
+}
+
+func registry(t *testing.T) *tool.Registry {
+	r := tool.NewRegistry()
+	r.MustRegister(
+		tool.Tool{Name: "big", Run: func(context.Context, tool.Input) (json.RawMessage, error) {
+			return json.RawMessage(`"` + strings.Repeat("x", 2000) + `"`), nil
+		}},
+		tool.Tool{Name: "garbage", Run: func(context.Context, tool.Input) (json.RawMessage, error) { return json.RawMessage(`{not json`), nil }},
+		tool.Tool{Name: "refuses", Run: func(context.Context, tool.Input) (json.RawMessage, error) {
+			return nil, tool.Permanent(errors.New("account closed"))
+		}},
+		tool.Tool{Name: "boom", Run: func(context.Context, tool.Input) (json.RawMessage, error) { return nil, nil }},
+		tool.Tool{Name: "no", Run: func(context.Context, tool.Input) (json.RawMessage, error) { return nil, nil }},
+	)
+	return r
+}
+
+func run(t *testing.T, a *Activities, fn any, arg any, out any) error {
+	var s testsuite.WorkflowTestSuite
+	env := s.NewTestActivityEnvironment()
+	env.RegisterActivity(a)
+	v, err := env.ExecuteActivity(fn, arg)
+	if err == nil && out != nil {
+		require.NoError(t, v.Get(out))
+	}
+	return err
+}
+
+func TestRunToolRefusesOutputThatCannotTravel(t *testing.T) {
+	a := &Activities{Policy: askAll{}, Tools: registry(t), MaxOutputBytes: 1000}
+	err := run(t, a, a.RunTool, policy.Call{ID: "c1", Tool: "big"}, nil)
+	var appErr *temporal.ApplicationError
+	require.True(t, errors.As(err, &appErr))
+	assert.Equal(t, ErrTypeOutputTooLarge, appErr.Type())
+	assert.True(t, appErr.NonRetryable())
+	assert.Contains(t, appErr.Message(), "2002 bytes, over the 1000-byte limit")
+
+	err = run(t, a, a.RunTool, policy.Call{ID: "c1", Tool: "garbage"}, nil)
+	require.True(t, errors.As(err, &appErr))
+	assert.Contains(t, appErr.Message(), "not valid JSON")
+	assert.True(t, appErr.NonRetryable())
+
+	err = run(t, a, a.RunTool, policy.Call{ID: "c1", Tool: "refuses"}, nil)
+	require.True(t, errors.As(err, &appErr))
+	assert.Equal(t, "account closed", appErr.Message())
+	assert.True(t, appErr.NonRetryable(), "a permanent tool error is not retried")
+}
+
+func TestEvaluateVerdicts(t *testing.T) {
+	a := &Activities{Policy: askAll{}, Tools: registry(t)}
+	var ev Evaluation
+	require.NoError(t, run(t, a, a.Evaluate, EvaluateInput{Call: policy.Call{Tool: "big"}}, &ev))
+	assert.Equal(t, "ask-all", ev.Rule)
+	assert.Nil(t, ev.Sticky, "no client: no lookup")
+
+	require.NoError(t, run(t, a, a.Evaluate, EvaluateInput{Call: policy.Call{Tool: "no"}}, &ev))
+	assert.True(t, ev.Denied)
+	assert.Equal(t, "never", ev.Reason)
+
+	ev = Evaluation{}
+	require.NoError(t, run(t, a, a.Evaluate, EvaluateInput{Call: policy.Call{Tool: "boom"}}, &ev))
+	assert.Equal(t, "policy failed: rules backend down", ev.Problem)
+	assert.False(t, ev.InvalidRequest, "the policy's failure is not the caller's")
+}
+
+func TestAskHandlerRefusesAnInvalidDecision(t *testing.T) {
+	a := &Activities{Policy: askAll{}, Tools: registry(t), Handler: policy.ApprovalHandlerFunc(
+		func(context.Context, policy.Call, policy.ApprovalRequest) (*policy.Decision, error) {
+			return &policy.Decision{Kind: policy.DeniedWithReason}, nil // no reason
+		})}
+	err := run(t, a, a.AskHandler, AskHandlerInput{Call: policy.Call{Tool: "big"}}, nil)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "approval handler returned an invalid decision: denied_with_reason needs a reason")
+}
