@@ -19,9 +19,9 @@ import (
 type CallSuite struct {
 	suite.Suite
 	testsuite.WorkflowTestSuite
-	env    *testsuite.TestWorkflowEnvironment
-	policy *testPolicy
-	runs   *runLog
+	env     *testsuite.TestWorkflowEnvironment
+	policy  *testPolicy
+	runs    *runLog
 	hooks   *hookLog
 	channel *fakeChannel
 	start   time.Time

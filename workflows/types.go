@@ -168,13 +168,13 @@ type Result struct {
 	Args         json.RawMessage `json:"args,omitempty"`
 	OriginalArgs json.RawMessage `json:"original_args,omitempty"`
 	// Rule and PolicyVersion say which policy judged the call.
-	Rule          string    `json:"rule,omitempty"`
-	PolicyVersion string    `json:"policy_version,omitempty"`
-	Redactions    int       `json:"redactions,omitempty"`
+	Rule          string `json:"rule,omitempty"`
+	PolicyVersion string `json:"policy_version,omitempty"`
+	Redactions    int    `json:"redactions,omitempty"`
 	// Notices are the notices sent while the call waited for a person.
-	Notices []NoticeRecord `json:"notices,omitempty"`
-	RequestedAt   time.Time `json:"requested_at,omitzero"`
-	FinishedAt    time.Time `json:"finished_at,omitzero"`
+	Notices     []NoticeRecord `json:"notices,omitempty"`
+	RequestedAt time.Time      `json:"requested_at,omitzero"`
+	FinishedAt  time.Time      `json:"finished_at,omitzero"`
 }
 
 // Call returns the identity of the call the Result answers.
