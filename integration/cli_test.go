@@ -333,3 +333,44 @@ func TestTwoWorkerProcessesShareCalls(t *testing.T) {
 func approvedForSession(by string) policy.Decision {
 	return policy.Decision{Kind: policy.ApprovedForSession, DecidedBy: by, Channel: "test"}
 }
+
+// A burst of calls registering with a new session at the same moment: the
+// session is created once (signal-with-start), every call is parked, and
+// one approval for the session releases them all.
+func TestBurstOfCallsInANewSession(t *testing.T) {
+	d := newDev(t)
+	c := d.client()
+	ctx := context.Background()
+	const n = 15
+	ids := make([]string, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			id, err := c.Submit(ctx, tgclient.CallRequest{CallID: fmt.Sprintf("burst-%d", i), Session: "s-burst", Tool: "write_file",
+				Args: json.RawMessage(fmt.Sprintf(`{"path":"burst/%d.txt","content":"x"}`, i))})
+			assert.NoError(t, err)
+			ids[i] = id
+		}()
+	}
+	wg.Wait()
+	for _, id := range ids {
+		d.waitPending(c, id)
+	}
+	view, err := c.Session(ctx, "s-burst")
+	require.NoError(t, err)
+	assert.Len(t, view.Waiting, n, "every call is parked in the one session")
+
+	_, err = c.Decide(ctx, ids[0], approvedForSession("alice"))
+	require.NoError(t, err)
+	for _, id := range ids {
+		r, err := c.Wait(ctx, id)
+		require.NoError(t, err)
+		assert.Equal(t, workflows.StatusOK, r.Status, "%s: %s", id, r.Reason)
+		assert.Equal(t, "alice", r.DecidedBy)
+	}
+	entries, err := os.ReadDir(filepath.Join(d.workspace, "burst"))
+	require.NoError(t, err)
+	assert.Len(t, entries, n)
+}
