@@ -218,6 +218,10 @@ func (a *Activities) RunTool(ctx context.Context, call policy.Call) (json.RawMes
 	for _, h := range a.Hooks {
 		h.OnToolStart(ctx, call)
 	}
+	if hb := t.Options.HeartbeatTimeout; hb > 0 {
+		stop := heartbeat(ctx, hb/3)
+		defer stop()
+	}
 	start := time.Now()
 	out, err := t.Run(ctx, tool.Input{CallID: call.ID, Session: call.Session, Args: call.Args})
 	if err == nil && len(out) == 0 {
@@ -241,6 +245,27 @@ func (a *Activities) RunTool(ctx context.Context, call policy.Call) (json.RawMes
 		return nil, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeToolFailed, nil)
 	}
 	return nil, err
+}
+
+// heartbeat records an activity heartbeat every interval until stop is
+// called: proof that the worker running the tool is alive.
+func heartbeat(ctx context.Context, interval time.Duration) (stop func()) {
+	done := make(chan struct{})
+	go func() {
+		t := time.NewTicker(interval)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				activity.RecordHeartbeat(ctx)
+			}
+		}
+	}()
+	return func() { close(done) }
 }
 
 func (a *Activities) maxOutput() int {

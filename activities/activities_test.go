@@ -5,10 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 
@@ -100,4 +104,31 @@ func TestAskHandlerRefusesAnInvalidDecision(t *testing.T) {
 	err := run(t, a, a.AskHandler, AskHandlerInput{Call: policy.Call{Tool: "big"}}, nil)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "approval handler returned an invalid decision: denied_with_reason needs a reason")
+}
+
+func TestRunToolHeartbeatsWhileALongToolRuns(t *testing.T) {
+	slow := func(context.Context, tool.Input) (json.RawMessage, error) {
+		time.Sleep(100 * time.Millisecond)
+		return json.RawMessage(`{}`), nil
+	}
+	r := tool.NewRegistry()
+	r.MustRegister(
+		tool.Tool{Name: "slow", Options: tool.Options{HeartbeatTimeout: 30 * time.Millisecond}, Run: slow},
+		tool.Tool{Name: "slow-silent", Run: slow},
+	)
+	a := &Activities{Policy: askAll{}, Tools: r}
+	beats := func(toolName string) int32 {
+		var s testsuite.WorkflowTestSuite
+		env := s.NewTestActivityEnvironment()
+		env.RegisterActivity(a)
+		var n atomic.Int32
+		// The SDK throttles what it sends to the server; the listener sees
+		// what reaches the SDK.
+		env.SetOnActivityHeartbeatListener(func(*activity.Info, converter.EncodedValues) { n.Add(1) })
+		_, err := env.ExecuteActivity(a.RunTool, policy.Call{ID: "c1", Tool: toolName})
+		require.NoError(t, err)
+		return n.Load()
+	}
+	assert.Positive(t, beats("slow"), "a tool with a heartbeat timeout is heartbeaten while it runs")
+	assert.Zero(t, beats("slow-silent"))
 }

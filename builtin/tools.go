@@ -121,7 +121,10 @@ func Tools(ws Workspace) []tool.Tool {
 			Run: ws.runShell,
 			// The attempt timeout outlives the longest command timeout, so
 			// the command's own timeout fires first and reports timed_out.
-			Options: tool.Options{Timeout: MaxShellTimeout + 30*time.Second, Retry: tool.RetryPolicy{MaxAttempts: 1}},
+			// The heartbeat lets a call whose worker died fail in seconds
+			// instead of waiting out the ten-minute timeout.
+			Options: tool.Options{Timeout: MaxShellTimeout + 30*time.Second, HeartbeatTimeout: 20 * time.Second,
+				Retry: tool.RetryPolicy{MaxAttempts: 1}},
 		},
 	}
 }

@@ -45,8 +45,9 @@ type RetryPolicy struct {
 type Options struct {
 	// Timeout bounds one attempt; default 1 minute.
 	Timeout time.Duration `json:"timeout,omitempty"`
-	// HeartbeatTimeout, when set, fails an attempt whose tool stops
-	// heartbeating (activity.RecordHeartbeat) for that long.
+	// HeartbeatTimeout, when set, fails an attempt whose worker stops
+	// heartbeating for that long (the worker heartbeats while the tool
+	// runs), so a call whose worker died is retried or failed in seconds.
 	HeartbeatTimeout time.Duration `json:"heartbeat_timeout,omitempty"`
 	Retry            RetryPolicy   `json:"retry"`
 }
