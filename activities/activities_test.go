@@ -132,3 +132,28 @@ func TestRunToolHeartbeatsWhileALongToolRuns(t *testing.T) {
 	assert.Positive(t, beats("slow"), "a tool with a heartbeat timeout is heartbeaten while it runs")
 	assert.Zero(t, beats("slow-silent"))
 }
+
+type brokenChannel struct{ err error }
+
+func (brokenChannel) Name() string { return "broken" }
+func (b brokenChannel) Notify(context.Context, Notice) (Receipt, error) {
+	return Receipt{}, b.err
+}
+func (b brokenChannel) Resolve(context.Context, Outcome, []Receipt) error { return b.err }
+
+func TestChannelErrorsKeepTheirRetryability(t *testing.T) {
+	for _, tc := range []struct {
+		err       error
+		retryable bool
+	}{
+		{temporal.NewNonRetryableApplicationError("invalid_auth", "SlackError", nil), false},
+		{errors.New("connection refused"), true},
+	} {
+		a := &Activities{Policy: askAll{}, Tools: registry(t), Channels: []Channel{brokenChannel{tc.err}}}
+		err := run(t, a, a.Notify, NotifyInput{Channel: "broken"}, nil)
+		var appErr *temporal.ApplicationError
+		require.True(t, errors.As(err, &appErr), "%v", err)
+		assert.Equal(t, !tc.retryable, appErr.NonRetryable(), "%v", tc.err)
+		assert.Contains(t, appErr.Message(), "notify via broken")
+	}
+}

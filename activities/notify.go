@@ -2,6 +2,7 @@ package activities
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -94,7 +95,7 @@ func (a *Activities) Notify(ctx context.Context, in NotifyInput) (Receipt, error
 	r, err := ch.Notify(ctx, in.Notice)
 	if err != nil {
 		activity.GetMetricsHandler(ctx).WithTags(map[string]string{"channel": in.Channel}).Counter(MetricNotificationFailures).Inc(1)
-		return Receipt{}, fmt.Errorf("notify via %s: %w", in.Channel, err)
+		return Receipt{}, keepRetryability(fmt.Sprintf("notify via %s", in.Channel), err)
 	}
 	r.Channel = in.Channel
 	return r, nil
@@ -115,7 +116,7 @@ func (a *Activities) Resolve(ctx context.Context, in ResolveInput) error {
 	}
 	if err := ch.Resolve(ctx, in.Outcome, in.Receipts); err != nil {
 		activity.GetMetricsHandler(ctx).WithTags(map[string]string{"channel": in.Channel}).Counter(MetricNotificationFailures).Inc(1)
-		return fmt.Errorf("resolve via %s: %w", in.Channel, err)
+		return keepRetryability(fmt.Sprintf("resolve via %s", in.Channel), err)
 	}
 	return nil
 }
@@ -136,4 +137,15 @@ func (a *Activities) channelNames() []string {
 		names[i] = c.Name()
 	}
 	return names
+}
+
+// keepRetryability adds context to a channel's error without hiding a
+// non-retryable application error from Temporal, which reads only the
+// outermost error: a bad token must not be retried twenty times.
+func keepRetryability(what string, err error) error {
+	var appErr *temporal.ApplicationError
+	if errors.As(err, &appErr) && appErr.NonRetryable() {
+		return temporal.NewNonRetryableApplicationError(what+": "+appErr.Message(), appErr.Type(), err)
+	}
+	return fmt.Errorf("%s: %w", what, err)
 }

@@ -1,5 +1,6 @@
 // Package server is toolgate's HTTP listener: health, the JSON API under
-// /v1 for agents and approvers, and the web inbox.
+// /v1 for agents and approvers, the web inbox, and the Slack and email-link
+// decision endpoints.
 package server
 
 import (
@@ -11,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	tgclient "github.com/toolgate/toolgate/client"
+	"github.com/toolgate/toolgate/notify"
 )
 
 // Config configures the HTTP handler.
@@ -21,6 +23,11 @@ type Config struct {
 	Tokens *Tokens
 	// Logger; nil means no logs.
 	Logger *zap.Logger
+	// Notify holds the Slack and email settings (notify.FromEnv). With
+	// Slack configured, POST /slack/interactions takes button clicks; with
+	// email, /email/decide takes signed links. Both decide as the approvers
+	// of Notify.Approvers. Optional: the zero value serves neither.
+	Notify notify.Config
 }
 
 // New returns the HTTP handler.
@@ -44,6 +51,12 @@ func New(cfg Config) http.Handler {
 	})
 	(&api{calls: cfg.Calls, tokens: cfg.Tokens, logger: cfg.Logger}).routes(mux)
 	newInbox(cfg).routes(mux)
+	if s := newSlackInteractions(cfg); s != nil {
+		s.routes(mux)
+	}
+	if e := newEmailLinks(cfg); e != nil {
+		e.routes(mux)
+	}
 	return mux
 }
 

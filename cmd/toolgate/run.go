@@ -17,10 +17,12 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/toolgate/toolgate/activities"
 	"github.com/toolgate/toolgate/builtin"
 	tgclient "github.com/toolgate/toolgate/client"
 	"github.com/toolgate/toolgate/devserver"
 	"github.com/toolgate/toolgate/metrics"
+	"github.com/toolgate/toolgate/notify"
 	"github.com/toolgate/toolgate/policy"
 	"github.com/toolgate/toolgate/policy/rules"
 	"github.com/toolgate/toolgate/server"
@@ -72,7 +74,7 @@ stock 'temporal' CLI and the Temporal Web UI.`,
 			if wf.workspace == "" {
 				wf.workspace = filepath.Join(dataDir, "workspace")
 			}
-			return a.runProcesses(ctx, processes{worker: &wf, httpAddr: httpAddr, started: func(tools []string, ws, httpURL string) {
+			return a.runProcesses(ctx, processes{worker: &wf, httpAddr: httpAddr, dataDir: dataDir, started: func(tools []string, ws, httpURL string) {
 				fmt.Fprintf(a.stdout, `toolgate dev is running
   Temporal   %s  namespace %s  data %s
   worker     task queue %s; tools: %s
@@ -88,7 +90,7 @@ Stop with Ctrl-C.
 	f := cmd.Flags()
 	f.StringVar(&dataDir, "data-dir", ".toolgate", "directory for the Temporal database and the default workspace")
 	f.IntVar(&port, "temporal-port", 7233, "Temporal gRPC port on 127.0.0.1 (0 picks a free one)")
-	f.StringVar(&httpAddr, "http", "127.0.0.1:7700", "HTTP listen address (empty disables it)")
+	f.StringVar(&httpAddr, "http", envOr("TOOLGATE_HTTP", "127.0.0.1:7700"), "HTTP listen address, empty disables it (env TOOLGATE_HTTP)")
 	wf.add(cmd, "")
 	f.StringVar(&tokensFile, "tokens", os.Getenv("TOOLGATE_TOKENS_FILE"), "API tokens file (default: generate an agent and an approver token in <data-dir>/tokens.json)")
 	return cmd
@@ -135,7 +137,7 @@ On SIGTERM it stops polling and lets running tools finish (--shutdown-timeout).`
 	}
 	a.conn.addFlags(cmd)
 	wf.add(cmd, "workspace")
-	cmd.Flags().StringVar(&metricsAddr, "metrics", "127.0.0.1:9090", "serve Prometheus metrics at http://ADDR/metrics (empty disables)")
+	cmd.Flags().StringVar(&metricsAddr, "metrics", envOr("TOOLGATE_METRICS", "127.0.0.1:9090"), "serve Prometheus metrics at http://ADDR/metrics; empty disables (env TOOLGATE_METRICS)")
 	return cmd
 }
 
@@ -160,7 +162,7 @@ func (a *app) serveCommand() *cobra.Command {
 		},
 	}
 	a.conn.addFlags(cmd)
-	cmd.Flags().StringVar(&httpAddr, "http", "127.0.0.1:7700", "HTTP listen address")
+	cmd.Flags().StringVar(&httpAddr, "http", envOr("TOOLGATE_HTTP", "127.0.0.1:7700"), "HTTP listen address (env TOOLGATE_HTTP)")
 	cmd.Flags().StringVar(&tokensFile, "tokens", os.Getenv("TOOLGATE_TOKENS_FILE"), "API tokens file (env TOOLGATE_TOKENS_FILE)")
 	return cmd
 }
@@ -172,6 +174,9 @@ type processes struct {
 	httpAddr string
 	// metricsAddr serves /metrics alone (for a worker without httpAddr).
 	metricsAddr string
+	// dataDir keeps a generated email-link secret (toolgate dev); empty
+	// makes TOOLGATE_LINK_SECRET required when email is on.
+	dataDir string
 	// started reports what runs, once everything does.
 	started func(tools []string, workspace, httpURL string)
 }
@@ -181,6 +186,10 @@ type processes struct {
 // in reverse order: listeners first, then the worker, which lets running
 // activities finish (up to --shutdown-timeout) before it stops polling.
 func (a *app) runProcesses(ctx context.Context, p processes) error {
+	notifications, err := notify.FromEnv(os.Getenv, p.dataDir)
+	if err != nil {
+		return usageError("notification settings: %v", err)
+	}
 	m := metrics.New()
 	defer m.Close()
 	tc, err := a.conn.dial(a.logger, m.Handler)
@@ -192,7 +201,11 @@ func (a *app) runProcesses(ctx context.Context, p processes) error {
 	var tools []string
 	workspace := ""
 	if p.worker != nil {
-		w, names, ws, err := a.startWorker(ctx, tc, *p.worker)
+		channels, err := notifications.Channels(a.logger.Named("notify"))
+		if err != nil {
+			return usageError("notification settings: %v", err)
+		}
+		w, names, ws, err := a.startWorker(ctx, tc, *p.worker, channels)
 		if err != nil {
 			return err
 		}
@@ -204,7 +217,8 @@ func (a *app) runProcesses(ctx context.Context, p processes) error {
 	if p.httpAddr != "" {
 		mux := http.NewServeMux()
 		mux.Handle("GET /metrics", m.HTTP)
-		mux.Handle("/", server.New(server.Config{Calls: tgclient.New(tc, a.conn.taskQueue), Tokens: a.tokens, Logger: a.logger.Named("http")}))
+		mux.Handle("/", server.New(server.Config{Calls: tgclient.New(tc, a.conn.taskQueue), Tokens: a.tokens,
+			Logger: a.logger.Named("http"), Notify: notifications}))
 		url, stop, err := a.serveHTTP(p.httpAddr, mux)
 		if err != nil {
 			return err
@@ -215,12 +229,14 @@ func (a *app) runProcesses(ctx context.Context, p processes) error {
 	if p.metricsAddr != "" {
 		mux := http.NewServeMux()
 		mux.Handle("GET /metrics", m.HTTP)
-		url, stop, err := a.serveHTTP(p.metricsAddr, mux)
-		if err != nil {
-			return err
+		// Metrics are not worth refusing to work for: a second worker on the
+		// same host with the default address runs without them.
+		if url, stop, err := a.serveHTTP(p.metricsAddr, mux); err != nil {
+			a.logger.Error("No metrics: the listener did not start; set --metrics to a free address", zap.Error(err))
+		} else {
+			defer stop()
+			a.logger.Info("Metrics", zap.String("url", url+"/metrics"))
 		}
-		defer stop()
-		a.logger.Info("Metrics", zap.String("url", url+"/metrics"))
 	}
 
 	p.started(tools, workspace, httpURL)
@@ -261,7 +277,7 @@ type workerFlags struct {
 
 func (f *workerFlags) add(cmd *cobra.Command, workspaceDefault string) {
 	fs := cmd.Flags()
-	fs.StringVar(&f.workspace, "workspace", workspaceDefault, "directory the built-in tools are confined to")
+	fs.StringVar(&f.workspace, "workspace", envOr("TOOLGATE_WORKSPACE", workspaceDefault), "directory the built-in tools are confined to (env TOOLGATE_WORKSPACE)")
 	fs.StringVar(&f.policyFile, "policy", os.Getenv("TOOLGATE_POLICY"), "policy file (YAML rules; reloaded when it changes); default: the built-in policy (env TOOLGATE_POLICY)")
 	fs.IntVar(&f.pollers, "pollers", 2, "pollers for workflow tasks and for activity tasks, each")
 	fs.IntVar(&f.maxActivities, "max-concurrent-activities", 200, "tools running at once in this worker")
@@ -272,7 +288,7 @@ func (f *workerFlags) add(cmd *cobra.Command, workspaceDefault string) {
 
 // startWorker registers the built-in tools and default policy and starts
 // polling.
-func (a *app) startWorker(ctx context.Context, tc client.Client, f workerFlags) (sdkworker.Worker, []string, string, error) {
+func (a *app) startWorker(ctx context.Context, tc client.Client, f workerFlags, channels []activities.Channel) (sdkworker.Worker, []string, string, error) {
 	ws, err := filepath.Abs(f.workspace)
 	if err != nil {
 		return nil, nil, "", err
@@ -298,6 +314,7 @@ func (a *app) startWorker(ctx context.Context, tc client.Client, f workerFlags) 
 		TaskQueue:  a.conn.taskQueue,
 		Policy:     pol,
 		Middleware: middleware,
+		Channels:   channels,
 		Tools:      tools,
 		Worker: sdkworker.Options{
 			MaxConcurrentActivityTaskPollers:       f.pollers,
