@@ -36,6 +36,9 @@ type Options struct {
 	Calls       int    // calls per side in the throughput case [1000]
 	Parked      int    // calls parked at once waiting for a person [2000]
 	JSONPath    string // where to write every figure as JSON [bench.json]
+	// EagerStart starts both toolgate's calls and the baseline's workflows
+	// with eager workflow start (the worker is in this process).
+	EagerStart bool
 	Logger      *zap.Logger
 }
 
@@ -153,7 +156,11 @@ func Run(ctx context.Context, o Options, out io.Writer) (Report, error) {
 	}
 	defer stop()
 
-	b := &runner{o: o, tc: tc, calls: tgclient.New(tc, ""), dbPath: filepath.Join(dir, "temporal.db")}
+	calls := tgclient.New(tc, "")
+	if o.EagerStart {
+		calls = calls.WithEagerStart()
+	}
+	b := &runner{o: o, tc: tc, calls: calls, dbPath: filepath.Join(dir, "temporal.db")}
 	r := Report{Machine: fmt.Sprintf("%s/%s, %d CPUs, %s", runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.Version()), Options: o}
 	steps := []struct {
 		name string
@@ -224,7 +231,7 @@ type runner struct {
 var args = json.RawMessage(`{"text":"hello"}`)
 
 func (b *runner) baseline(ctx context.Context) error {
-	run, err := b.tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{TaskQueue: baselineQueue}, BaselineWorkflow, args)
+	run, err := b.tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{TaskQueue: baselineQueue, EnableEagerStart: b.o.EagerStart}, BaselineWorkflow, args)
 	if err != nil {
 		return err
 	}

@@ -29,8 +29,9 @@ const MaxArgsBytes = 512 << 10
 
 // Client submits and decides tool calls.
 type Client struct {
-	tc        client.Client
-	taskQueue string
+	tc         client.Client
+	taskQueue  string
+	eagerStart bool
 }
 
 // New wraps a connected Temporal client. taskQueue is where toolgate's
@@ -40,6 +41,16 @@ func New(tc client.Client, taskQueue string) *Client {
 		taskQueue = workflows.TaskQueue
 	}
 	return &Client{tc: tc, taskQueue: taskQueue}
+}
+
+// WithEagerStart returns a client that asks the server to hand a new
+// call's first workflow task straight to a worker in this process (eager
+// workflow start), saving a trip through matching. It helps only when the
+// program runs a toolgate worker on the same Temporal client.
+func (c *Client) WithEagerStart() *Client {
+	e := *c
+	e.eagerStart = true
+	return &e
 }
 
 // Temporal returns the underlying Temporal client.
@@ -102,6 +113,7 @@ func (c *Client) Submit(ctx context.Context, req CallRequest) (string, error) {
 		WorkflowIDReusePolicy:                    enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
 		WorkflowIDConflictPolicy:                 enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
 		WorkflowExecutionErrorWhenAlreadyStarted: true,
+		EnableEagerStart:                         c.eagerStart,
 		TypedSearchAttributes: temporal.NewSearchAttributes(
 			workflows.AttrStatus.ValueSet(string(workflows.StatusEvaluating)),
 			workflows.AttrTool.ValueSet(req.Tool),

@@ -38,6 +38,7 @@ table, writes every figure as JSON, and ends with one line of ratios.`,
 	f.IntVar(&o.Calls, "calls", 0, "calls per side in the throughput case (default 1000)")
 	f.IntVar(&o.Parked, "parked", 0, "calls parked at once (default 2000; try 10000)")
 	f.StringVar(&o.JSONPath, "json", "bench.json", "file for every figure as JSON")
+	f.BoolVar(&o.EagerStart, "eager-start", false, "start toolgate's calls and the baseline's workflows with eager workflow start")
 	return cmd
 }
 
