@@ -39,7 +39,7 @@ type Options struct {
 	// EagerStart starts both toolgate's calls and the baseline's workflows
 	// with eager workflow start (the worker is in this process).
 	EagerStart bool
-	Logger      *zap.Logger
+	Logger     *zap.Logger
 }
 
 // Quick returns options that finish in well under a minute: a smoke test.
