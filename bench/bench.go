@@ -31,15 +31,15 @@ import (
 
 // Options size the run. Zero values take the defaults in brackets.
 type Options struct {
-	Runs        int    // sequential runs per latency case [200]
-	Concurrency int    // concurrent calls in the throughput case [50]
-	Calls       int    // calls per side in the throughput case [1000]
-	Parked      int    // calls parked at once waiting for a person [2000]
-	JSONPath    string // where to write every figure as JSON [bench.json]
+	Runs        int    `json:"runs"`        // sequential runs per latency case [200]
+	Concurrency int    `json:"concurrency"` // concurrent calls in the throughput case [50]
+	Calls       int    `json:"calls"`       // calls per side in the throughput case [1000]
+	Parked      int    `json:"parked"`      // calls parked at once waiting for a person [2000]
+	JSONPath    string `json:"-"`           // where to write every figure as JSON [bench.json]
 	// EagerStart starts both toolgate's calls and the baseline's workflows
 	// with eager workflow start (the worker is in this process).
-	EagerStart bool
-	Logger     *zap.Logger
+	EagerStart bool        `json:"eager_start"`
+	Logger     *zap.Logger `json:"-"`
 }
 
 // Quick returns options that finish in well under a minute: a smoke test.
