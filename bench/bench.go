@@ -395,15 +395,10 @@ func (b *runner) parked(ctx context.Context, r *Report) error {
 	}); err != nil {
 		return err
 	}
-	for {
-		pending, err := b.calls.Pending(ctx, tgclient.ListFilter{Tool: toolAsk, Limit: b.o.Parked + 1})
-		if err != nil {
-			return err
-		}
-		if len(pending) >= b.o.Parked {
-			break
-		}
-		if err := sleep(ctx, 100*time.Millisecond); err != nil {
+	// Each call's own state, not a visibility listing: with thousands of
+	// calls parked, SQLite visibility queries take seconds each.
+	for _, id := range ids {
+		if err := b.waitPending(ctx, id); err != nil {
 			return err
 		}
 	}

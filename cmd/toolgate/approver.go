@@ -46,3 +46,16 @@ func (a *app) approver() (approverAPI, func(), error) {
 	}
 	return apiclient.New(a.api.url, a.api.token), func() {}, nil
 }
+
+// withApprover wraps a command's body: it opens the approver API (Temporal
+// or --api) for the body and closes it after.
+func (a *app) withApprover(body func(cmd *cobra.Command, c approverAPI, args []string) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, args []string) error {
+		c, closeFn, err := a.approver()
+		if err != nil {
+			return err
+		}
+		defer closeFn()
+		return body(cmd, c, args)
+	}
+}

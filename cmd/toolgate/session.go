@@ -19,12 +19,7 @@ func (a *app) sessionCommand() *cobra.Command {
 		Use:   "show SESSION [--json]",
 		Short: "Show sticky decisions and calls waiting in a session",
 		Args:  exactArgs("SESSION"),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, closeFn, err := a.approver()
-			if err != nil {
-				return err
-			}
-			defer closeFn()
+		RunE: a.withApprover(func(cmd *cobra.Command, c approverAPI, args []string) error {
 			view, err := c.Session(cmd.Context(), args[0])
 			if err != nil {
 				return err
@@ -44,44 +39,34 @@ func (a *app) sessionCommand() *cobra.Command {
 				fmt.Fprintf(a.stdout, "waiting: %s  %s\n", w.CallID, w.Tool)
 			}
 			return nil
-		},
+		}),
 	}
 	show.Flags().BoolVar(&asJSON, "json", false, "print as JSON")
 	revoke := &cobra.Command{
 		Use:   "revoke SESSION TOOL",
 		Short: "Forget a sticky decision: the tool asks again",
 		Args:  exactArgs("SESSION", "TOOL"),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, closeFn, err := a.approver()
-			if err != nil {
-				return err
-			}
-			defer closeFn()
+		RunE: a.withApprover(func(cmd *cobra.Command, c approverAPI, args []string) error {
 			if err := c.Revoke(cmd.Context(), args[0], args[1]); err != nil {
 				return sessionError(err)
 			}
 			fmt.Fprintf(a.stdout, "session %s: sticky decision for %s revoked\n", args[0], args[1])
 			return nil
-		},
+		}),
 	}
 	var by string
 	end := &cobra.Command{
 		Use:   "end SESSION",
 		Short: "End a session: deny its waiting calls and forget its sticky decisions",
 		Args:  exactArgs("SESSION"),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			c, closeFn, err := a.approver()
-			if err != nil {
-				return err
-			}
-			defer closeFn()
+		RunE: a.withApprover(func(cmd *cobra.Command, c approverAPI, args []string) error {
 			denied, err := c.EndSession(cmd.Context(), args[0], by)
 			if err != nil {
 				return sessionError(err)
 			}
 			fmt.Fprintf(a.stdout, "session %s ended; %d waiting calls denied\n", args[0], denied)
 			return nil
-		},
+		}),
 	}
 	end.Flags().StringVar(&by, "by", "cli", "who ends the session (recorded)")
 	for _, sub := range []*cobra.Command{show, revoke, end} {
