@@ -237,13 +237,15 @@ type Waiting struct {
 	// WaitingSince and Deadline are set while a person is asked.
 	WaitingSince time.Time `json:"waiting_since,omitzero"`
 	Deadline     time.Time `json:"deadline,omitzero"`
+	// Notices say who was told about the call, and when.
+	Notices []workflows.NoticeRecord `json:"notices,omitempty"`
 }
 
 // WaitingView turns a call's live state into its Waiting shape.
 func WaitingView(st workflows.CallState) Waiting {
 	w := Waiting{
 		CallID: st.Call.ID, Session: st.Call.Session, Tool: st.Call.Tool, Requester: st.Call.Requester,
-		Status: st.Status, Args: st.Call.Args, WaitingSince: st.WaitingSince, Deadline: st.Deadline,
+		Status: st.Status, Args: st.Call.Args, WaitingSince: st.WaitingSince, Deadline: st.Deadline, Notices: st.Notices,
 	}
 	if st.Request != nil {
 		w.Message, w.Rule, w.Groups = st.Request.Message, st.Request.Rule, st.Request.Groups

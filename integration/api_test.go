@@ -151,6 +151,11 @@ func TestAPI(t *testing.T) {
 		require.Len(t, calls, 1)
 		assert.Equal(t, "p1", calls[0].(map[string]any)["call_id"])
 		assert.Contains(t, calls[0].(map[string]any)["message"], "echo p1")
+		r = bob.do("GET", "/v1/calls/p1", nil)
+		require.Equal(t, http.StatusAccepted, r.status, r.raw)
+		notices := r.body["notices"].([]any)
+		require.Len(t, notices, 1, "who was told, and when")
+		assert.Equal(t, "waiting", notices[0].(map[string]any)["kind"])
 
 		r = agent.do("POST", "/v1/calls/p1/decision", map[string]any{"decision": "approve"})
 		assert.Equal(t, http.StatusForbidden, r.status, "an agent can never decide")

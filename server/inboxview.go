@@ -129,11 +129,13 @@ type callView struct {
 	Message, Rule                                 string
 	Groups                                        []string
 	// Args are pretty-printed.
-	Args           string
-	Age, TimeLeft  string
-	Deadline       string
-	Decided        string
-	DecidedAt      string
+	Args          string
+	Age, TimeLeft string
+	Deadline      string
+	Decided       string
+	DecidedAt     string
+	// Notified lists the notices sent (waiting, reminders, escalation).
+	Notified       []string
 	Final, Pending bool
 	// CanDecide: the call waits and the signed-in approver may decide it;
 	// otherwise Why says why not.
@@ -158,12 +160,14 @@ func newCallView(st tgclient.Status, p Principal, now time.Time, form decisionFo
 			Args: pretty(r.Args), Decided: decidedText(r.Decision, r.DecidedBy, r.Channel), DecidedAt: clock(r.DecidedAt), Final: true,
 			Result: &resultView{Reason: r.Reason, Note: r.Note, Comment: r.Comment, Args: pretty(r.Args), OriginalArgs: pretty(r.OriginalArgs), Output: pretty(r.Output), FinishedAt: clock(r.FinishedAt)},
 		}
+		v.Notified = notified(r.Notices)
 	} else {
 		cs := st.State
 		v = callView{ID: cs.Call.ID, Session: cs.Call.Session, Tool: cs.Call.Tool, Requester: cs.Call.Requester, Status: cs.Status, Args: pretty(cs.Call.Args)}
 		if cs.Request != nil {
 			v.Message, v.Rule, v.Groups = cs.Request.Message, cs.Request.Rule, cs.Request.Groups
 		}
+		v.Notified = notified(cs.Notices)
 		v.Pending = cs.Status == workflows.StatusPending
 		if v.Pending && !cs.WaitingSince.IsZero() {
 			v.Age = ago(now.Sub(cs.WaitingSince))
@@ -190,6 +194,19 @@ func newCallView(st tgclient.Status, p Principal, now time.Time, form decisionFo
 		v.Form.Args = v.Args
 	}
 	return v
+}
+
+// notified describes each notice: kind, groups, time.
+func notified(ns []workflows.NoticeRecord) []string {
+	var out []string
+	for _, n := range ns {
+		who := "every approver"
+		if len(n.Groups) > 0 {
+			who = strings.Join(n.Groups, ", ")
+		}
+		out = append(out, fmt.Sprintf("%s to %s at %s", n.Kind, who, clock(n.At)))
+	}
+	return out
 }
 
 // callLive is state.json: what the call page script updates.
