@@ -393,9 +393,8 @@ func TestShellKillsLeftovers(t *testing.T) {
 }
 
 func TestShellEscapedProcessDoesNotHoldTheCall(t *testing.T) {
-	if _, err := exec.LookPath("setsid"); err != nil {
-		t.Skip("setsid not installed")
-	}
+	_, err := exec.LookPath("setsid")
+	require.NoError(t, err, "setsid (Debian's util-linux) is needed to leave the process group")
 	ws, root, _ := newWorkspace(t)
 	// The child leaves the process group (setsid), so the group kill misses
 	// it, and keeps stdout open; the call gives up on the pipe after
