@@ -43,8 +43,10 @@ func (a *app) devCommand() *cobra.Command {
 		Long: `Run everything toolgate needs on one machine, with nothing installed:
 an embedded Temporal server (state in a SQLite file under --data-dir, so it
 survives restarts and kill -9), a worker with the built-in tools and the
-default policy, and the HTTP listener. The Temporal gRPC port accepts the
-stock 'temporal' CLI and the Temporal Web UI.`,
+default policy (or --policy FILE), and the HTTP listener: API, web inbox,
+/metrics. The Temporal gRPC port accepts the stock 'temporal' CLI and the
+Temporal Web UI. Slack, email and webhooks are used when their settings are
+in the environment (SLACK_*, SMTP_*, TOOLGATE_*; see docs/channels.md).`,
 		Args: exactArgs(),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
