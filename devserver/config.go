@@ -108,21 +108,25 @@ func sqlConfig(dbPath string) *config.SQL {
 	}
 }
 
-// buildConfig is the static server config: SQLite for both the default and
-// the visibility store, one history shard (one process needs no more), a
-// single local cluster, archival off, no metrics or pprof listeners.
-func buildConfig(dbPath string, p ports) *config.Config {
+// buildConfig is the static server config: the default and visibility
+// stores (one SQLite file serves both), a single local cluster, archival
+// off, no metrics or pprof listeners.
+func buildConfig(store, visibility *config.SQL, shards int32, p ports) *config.Config {
 	rpc := func(port int) config.Service {
 		return config.Service{RPC: config.RPC{GRPCPort: port, BindOnIP: host}}
 	}
+	stores := map[string]config.DataStore{store.PluginName: {SQL: store}}
+	visibilityName := store.PluginName
+	if visibility != store {
+		visibilityName = "visibility"
+		stores[visibilityName] = config.DataStore{SQL: visibility}
+	}
 	return &config.Config{
 		Persistence: config.Persistence{
-			DefaultStore:     sqliteplugin.PluginName,
-			VisibilityStore:  sqliteplugin.PluginName,
-			NumHistoryShards: 1,
-			DataStores: map[string]config.DataStore{
-				sqliteplugin.PluginName: {SQL: sqlConfig(dbPath)},
-			},
+			DefaultStore:     store.PluginName,
+			VisibilityStore:  visibilityName,
+			NumHistoryShards: shards,
+			DataStores:       stores,
 		},
 		ClusterMetadata: &cluster.Config{
 			FailoverVersionIncrement: 10,
@@ -192,8 +196,7 @@ func dynamicConfig() dynamicconfig.StaticClient {
 // preparePersistence creates the schema when the DB file is new, and the
 // namespace if it is missing (a no-op when it exists), before the server
 // starts: a SQLite server has no other way to create its schema.
-func preparePersistence(cfg *config.Config, namespace string) error {
-	sqlCfg := cfg.Persistence.DataStores[sqliteplugin.PluginName].SQL
+func preparePersistence(sqlCfg *config.SQL, namespace string) error {
 	if _, err := os.Stat(sqlCfg.DatabaseName); os.IsNotExist(err) {
 		if err := sqlite.SetupSchema(sqlCfg); err != nil {
 			return fmt.Errorf("devserver: set up schema: %w", err)

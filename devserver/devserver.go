@@ -11,6 +11,7 @@ import (
 
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/server/common/config"
 	"go.temporal.io/server/common/log"
 	"go.temporal.io/server/temporal"
 	"go.uber.org/zap"
@@ -26,7 +27,7 @@ const defaultStartTimeout = time.Minute
 // Options configure Start. Zero values are sane defaults.
 type Options struct {
 	// DataDir is the directory for temporal.db; it is created if missing.
-	// Required.
+	// Required unless SQL is set.
 	DataDir string
 	// Port is the frontend gRPC port on 127.0.0.1; 0 picks a free port.
 	Port int
@@ -38,6 +39,18 @@ type Options struct {
 	// Logger receives the server's logs; nil discards them. The server is
 	// noisy: pass a logger at Warn level unless debugging.
 	Logger *zap.Logger
+	// SQL, when set, replaces the SQLite file with these stores (e.g.
+	// PostgreSQL); DataDir is then unused. Their schemas must be set up
+	// already; the namespace is registered through the frontend if absent.
+	SQL *SQLStores
+}
+
+// SQLStores are the databases of a server that does not use SQLite.
+type SQLStores struct {
+	Store, Visibility *config.SQL
+	// Shards is the number of history shards; it is fixed when the
+	// database is first used. Default 1.
+	Shards int32
 }
 
 // Server is a running embedded Temporal server. Stop it with Stop.
@@ -52,9 +65,9 @@ type Server struct {
 	stopErr  error
 }
 
-// Start starts the server, creates the schema if the DB is new, ensures the
-// namespace and the search attributes, and returns when the frontend
-// answers for the namespace.
+// Start starts the server, creates the schema if the SQLite file is new,
+// ensures the namespace and the search attributes, and returns when the
+// frontend answers for the namespace.
 func Start(ctx context.Context, o Options) (*Server, error) {
 	o, err := withDefaults(o)
 	if err != nil {
@@ -71,9 +84,15 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	cfg := buildConfig(filepath.Join(o.DataDir, dbFileName), ports)
-	if err := preparePersistence(cfg, o.Namespace); err != nil {
-		return nil, err
+	var cfg *config.Config
+	if o.SQL != nil {
+		cfg = buildConfig(o.SQL.Store, o.SQL.Visibility, o.SQL.Shards, ports)
+	} else {
+		sqlite := sqlConfig(filepath.Join(o.DataDir, dbFileName))
+		cfg = buildConfig(sqlite, sqlite, 1, ports)
+		if err := preparePersistence(sqlite, o.Namespace); err != nil {
+			return nil, err
+		}
 	}
 
 	gate := newLogGate()
@@ -89,7 +108,7 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 		return nil, fmt.Errorf("devserver: create server: %w", err)
 	}
 	s := &Server{srv: srv, frontendAddr: ports.frontendAddr(), namespace: o.Namespace, logger: o.Logger, logGate: gate}
-	if err := s.startAndAwait(ctx, o.SearchAttributes, log.NewSdkLogger(serverLogger)); err != nil {
+	if err := s.startAndAwait(ctx, o.SQL != nil, o.SearchAttributes, log.NewSdkLogger(serverLogger)); err != nil {
 		// Do not leak a half-started server (ports, goroutines). Stopping
 		// services that are still starting logs spurious errors; the cause
 		// was logged already and is in err, so stop silently.
@@ -107,11 +126,20 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 // withDefaults validates o and fills in defaults, creating DataDir
 // (owner-only: workflow histories hold tool inputs and outputs).
 func withDefaults(o Options) (Options, error) {
-	if o.DataDir == "" {
+	switch {
+	case o.SQL != nil:
+		if o.SQL.Store == nil || o.SQL.Visibility == nil {
+			return o, errors.New("devserver: Options.SQL needs both Store and Visibility")
+		}
+		if o.SQL.Shards <= 0 {
+			o.SQL.Shards = 1
+		}
+	case o.DataDir == "":
 		return o, errors.New("devserver: Options.DataDir is required")
-	}
-	if err := os.MkdirAll(o.DataDir, 0o700); err != nil {
-		return o, fmt.Errorf("devserver: create data dir: %w", err)
+	default:
+		if err := os.MkdirAll(o.DataDir, 0o700); err != nil {
+			return o, fmt.Errorf("devserver: create data dir: %w", err)
+		}
 	}
 	if o.Namespace == "" {
 		o.Namespace = "default"
@@ -125,9 +153,14 @@ func withDefaults(o Options) (Options, error) {
 // startAndAwait starts the services, dials the frontend until it serves the
 // namespace, then ensures the search attributes. The client is only used
 // for this setup.
-func (s *Server) startAndAwait(ctx context.Context, attrs map[string]enumspb.IndexedValueType, clientLogger *log.SdkLogger) error {
+func (s *Server) startAndAwait(ctx context.Context, registerNamespace bool, attrs map[string]enumspb.IndexedValueType, clientLogger *log.SdkLogger) error {
 	if err := s.srv.Start(); err != nil {
 		return fmt.Errorf("devserver: start server: %w", err)
+	}
+	if registerNamespace {
+		if err := ensureNamespace(ctx, client.Options{HostPort: s.frontendAddr, Logger: clientLogger}, s.namespace); err != nil {
+			return err
+		}
 	}
 	c, err := dialWhenReady(ctx, client.Options{
 		HostPort:  s.frontendAddr,

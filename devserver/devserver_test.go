@@ -150,7 +150,7 @@ func TestStateSurvivesKill9(t *testing.T) {
 	dir := t.TempDir()
 	const id = "greet-before-kill"
 
-	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestHelperServerProcess$", "-test.v")
+	cmd := exec.CommandContext(ctx, os.Args[0])
 	cmd.Env = append(os.Environ(), helperDirEnv+"="+dir, helperIDEnv+"="+id)
 	cmd.Stderr = os.Stderr
 	stdout, err := cmd.StdoutPipe()
@@ -173,21 +173,46 @@ const (
 	helperReady  = "DEVSERVER_HELPER_READY"
 )
 
-// TestHelperServerProcess is the child of TestStateSurvivesKill9: it runs
-// one workflow to completion, announces it, and waits to be killed.
-func TestHelperServerProcess(t *testing.T) {
-	dir := os.Getenv(helperDirEnv)
-	if dir == "" {
-		t.Skip("helper process for TestStateSurvivesKill9")
+// TestMain runs this test binary as the child of TestStateSurvivesKill9
+// when the parent sets helperDirEnv, and as the tests otherwise.
+func TestMain(m *testing.M) {
+	if dir := os.Getenv(helperDirEnv); dir != "" {
+		if err := runHelper(dir, os.Getenv(helperIDEnv)); err != nil {
+			fmt.Fprintln(os.Stderr, "helper:", err)
+			os.Exit(1)
+		}
+		return
 	}
+	os.Exit(m.Run())
+}
+
+// runHelper runs one workflow to completion on a server in dir, announces
+// it on stdout, and waits to be killed.
+func runHelper(dir, id string) error {
 	ctx := context.Background()
-	srv := startServer(ctx, t, devserver.Options{DataDir: dir, SearchAttributes: searchAttrs, Logger: testLogger()})
-	c := dial(t, srv, testLogger())
-	startWorker(t, c)
-	runGreet(ctx, t, c, os.Getenv(helperIDEnv))
-	_, err := fmt.Fprintln(os.Stdout, helperReady)
-	require.NoError(t, err)
-	<-ctx.Done() // never: the parent kills this process
+	srv, err := devserver.Start(ctx, devserver.Options{DataDir: dir, SearchAttributes: searchAttrs, Logger: testLogger()})
+	if err != nil {
+		return err
+	}
+	c, err := client.Dial(client.Options{HostPort: srv.FrontendAddress(), Namespace: srv.Namespace()})
+	if err != nil {
+		return err
+	}
+	w := worker.New(c, taskQueue, worker.Options{})
+	w.RegisterWorkflow(greetWorkflow)
+	w.RegisterActivity(greetActivity)
+	if err := w.Start(); err != nil {
+		return err
+	}
+	run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: id, TaskQueue: taskQueue}, greetWorkflow, "toolgate")
+	if err != nil {
+		return err
+	}
+	if err := run.Get(ctx, nil); err != nil {
+		return err
+	}
+	fmt.Fprintln(os.Stdout, helperReady)
+	select {} // the parent kills this process
 }
 
 // waitForLine reads r until a line equals want.

@@ -2,6 +2,7 @@ package devserver
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -9,8 +10,10 @@ import (
 
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/operatorservice/v1"
+	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
+	"google.golang.org/protobuf/types/known/durationpb"
 )
 
 // pollInterval paces the readiness and visibility checks: short, because
@@ -35,6 +38,31 @@ func dialWhenReady(ctx context.Context, opts client.Options) (client.Client, err
 		lastErr = err
 		if err := sleepCtx(ctx, pollInterval); err != nil {
 			return nil, fmt.Errorf("devserver: frontend %s not ready: %w (last error: %v)", opts.HostPort, err, lastErr)
+		}
+	}
+}
+
+// ensureNamespace registers the namespace through the frontend unless it
+// exists, retrying until the frontend answers. (SQLite namespaces are
+// written into the file before start instead.)
+func ensureNamespace(ctx context.Context, opts client.Options, namespace string) error {
+	var lastErr error
+	for {
+		c, err := client.DialContext(ctx, opts)
+		if err == nil {
+			_, err = c.WorkflowService().RegisterNamespace(ctx, &workflowservice.RegisterNamespaceRequest{
+				Namespace:                        namespace,
+				WorkflowExecutionRetentionPeriod: durationpb.New(7 * 24 * time.Hour),
+			})
+			c.Close()
+			var exists *serviceerror.NamespaceAlreadyExists
+			if err == nil || errors.As(err, &exists) {
+				return nil
+			}
+		}
+		lastErr = err
+		if err := sleepCtx(ctx, pollInterval); err != nil {
+			return fmt.Errorf("devserver: register namespace %s: %w (last error: %v)", namespace, err, lastErr)
 		}
 	}
 }

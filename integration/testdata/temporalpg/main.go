@@ -8,9 +8,9 @@
 //     the versions embedded in the server module (postgresql/v12/temporal
 //     and postgresql/v12/visibility), as `temporal-sql-tool setup-schema
 //     -v 0.0` followed by `update-schema` would;
-//  2. starts all four services on 127.0.0.1 (static hosts, no ringpop);
-//  3. registers the namespace and toolgate's search attributes through the
-//     frontend, as an operator would, when they are missing;
+//  2. starts the server with devserver.Start on those stores: all four
+//     services on 127.0.0.1 and devserver's tuned settings; the namespace
+//     and toolgate's search attributes are registered when missing;
 //  4. prints "temporalpg ready: ..." and serves until SIGTERM or SIGINT,
 //     then stops the server and exits 0.
 //
@@ -24,7 +24,6 @@ import (
 	"crypto/md5" // #nosec: versions the applied schema change, as temporal-sql-tool does
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -39,41 +38,26 @@ import (
 	"syscall"
 	"time"
 
-	enumspb "go.temporal.io/api/enums/v1"
-	"go.temporal.io/api/operatorservice/v1"
-	"go.temporal.io/api/serviceerror"
-	"go.temporal.io/api/workflowservice/v1"
-	sdkclient "go.temporal.io/sdk/client"
-	"go.temporal.io/server/common/cluster"
 	"go.temporal.io/server/common/config"
-	"go.temporal.io/server/common/dynamicconfig"
 	"go.temporal.io/server/common/log"
-	"go.temporal.io/server/common/membership/static"
 	"go.temporal.io/server/common/metrics"
 	"go.temporal.io/server/common/persistence"
 	"go.temporal.io/server/common/persistence/sql"
 	"go.temporal.io/server/common/persistence/sql/sqlplugin"
 	"go.temporal.io/server/common/persistence/sql/sqlplugin/postgresql"
-	"go.temporal.io/server/common/primitives"
 	"go.temporal.io/server/common/resolver"
 	dbschemas "go.temporal.io/server/schema"
-	"go.temporal.io/server/temporal"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
-	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/toolgate/toolgate/devserver"
 	"github.com/toolgate/toolgate/workflows"
 )
 
 const (
-	// host is where every service listens: the test is local only.
-	host        = "127.0.0.1"
-	clusterName = "active"
 	// Embedded schema directories (go.temporal.io/server/schema).
 	mainSchema       = "postgresql/v12/temporal"
 	visibilitySchema = "postgresql/v12/visibility"
-	// pollInterval paces the readiness checks.
-	pollInterval = 50 * time.Millisecond
 	// startTimeout bounds schema setup, start and registration.
 	startTimeout = 2 * time.Minute
 )
@@ -138,29 +122,17 @@ func run(ctx context.Context, o options) error {
 		}
 	}
 
-	p, err := pickPorts(o.port)
+	srv, err := devserver.Start(setupCtx, devserver.Options{
+		Port:             o.port,
+		Namespace:        o.namespace,
+		SearchAttributes: workflows.SearchAttributeTypes(),
+		Logger:           zl,
+		SQL:              &devserver.SQLStores{Store: store, Visibility: visibility, Shards: int32(o.shards)},
+	})
 	if err != nil {
 		return err
 	}
-	srv, err := temporal.NewServer(
-		temporal.ForServices(temporal.DefaultServices),
-		temporal.WithConfig(buildConfig(store, visibility, p, o.shards)),
-		temporal.WithStaticHosts(staticHosts(p)),
-		temporal.WithDynamicConfigClient(dynamicConfig()),
-		temporal.WithLogger(logger),
-	)
-	if err != nil {
-		return fmt.Errorf("create server: %w", err)
-	}
-	if err := srv.Start(); err != nil {
-		return fmt.Errorf("start server: %w", err)
-	}
-	err = register(setupCtx, sdkclient.Options{HostPort: p.frontendAddr(), Namespace: o.namespace, Logger: log.NewSdkLogger(logger)})
-	if err != nil {
-		_ = srv.Stop()
-		return err
-	}
-	fmt.Printf("temporalpg ready: frontend %s namespace %s (took %s)\n", p.frontendAddr(), o.namespace, time.Since(began).Round(time.Millisecond))
+	fmt.Printf("temporalpg ready: frontend %s namespace %s (took %s)\n", srv.FrontendAddress(), o.namespace, time.Since(began).Round(time.Millisecond))
 
 	<-ctx.Done()
 	stopping := time.Now()
@@ -181,101 +153,6 @@ func (o options) sqlConfig(db string) *config.SQL {
 		MaxConns:        20,
 		MaxIdleConns:    20,
 		MaxConnLifetime: time.Hour,
-	}
-}
-
-// ports are the gRPC ports of the four services.
-type ports struct{ frontend, history, matching, worker int }
-
-func (p ports) frontendAddr() string { return hostPort(p.frontend) }
-
-func hostPort(port int) string { return net.JoinHostPort(host, strconv.Itoa(port)) }
-
-// pickPorts checks that frontend is free and finds free ports for the
-// other services, holding them until all are picked so they are distinct.
-func pickPorts(frontend int) (ports, error) {
-	p := ports{frontend: frontend}
-	// The server logs a Fatal (and exits) on a taken port; say why first.
-	l, err := net.Listen("tcp", hostPort(frontend))
-	if err != nil {
-		return p, fmt.Errorf("frontend port %d is not free: %w", frontend, err)
-	}
-	_ = l.Close()
-	for _, t := range []*int{&p.history, &p.matching, &p.worker} {
-		l, err := net.Listen("tcp", hostPort(0))
-		if err != nil {
-			return p, fmt.Errorf("find a free port: %w", err)
-		}
-		defer func() { _ = l.Close() }()
-		*t = l.Addr().(*net.TCPAddr).Port
-	}
-	return p, nil
-}
-
-func staticHosts(p ports) map[primitives.ServiceName]static.Hosts {
-	return map[primitives.ServiceName]static.Hosts{
-		primitives.FrontendService: static.SingleLocalHost(hostPort(p.frontend)),
-		primitives.HistoryService:  static.SingleLocalHost(hostPort(p.history)),
-		primitives.MatchingService: static.SingleLocalHost(hostPort(p.matching)),
-		primitives.WorkerService:   static.SingleLocalHost(hostPort(p.worker)),
-	}
-}
-
-// buildConfig is devserver's static config with PostgreSQL stores: one
-// database for the default store, one for visibility.
-func buildConfig(store, visibility *config.SQL, p ports, shards int) *config.Config {
-	rpc := func(port int) config.Service {
-		return config.Service{RPC: config.RPC{GRPCPort: port, BindOnIP: host}}
-	}
-	return &config.Config{
-		Persistence: config.Persistence{
-			DefaultStore:     "default",
-			VisibilityStore:  "visibility",
-			NumHistoryShards: int32(shards),
-			DataStores: map[string]config.DataStore{
-				"default":    {SQL: store},
-				"visibility": {SQL: visibility},
-			},
-		},
-		ClusterMetadata: &cluster.Config{
-			FailoverVersionIncrement: 10,
-			MasterClusterName:        clusterName,
-			CurrentClusterName:       clusterName,
-			ClusterInformation: map[string]cluster.ClusterInformation{
-				clusterName: {Enabled: true, InitialFailoverVersion: 1, RPCAddress: p.frontendAddr()},
-			},
-		},
-		DCRedirectionPolicy: config.DCRedirectionPolicy{Policy: "noop"},
-		Services: map[string]config.Service{
-			string(primitives.FrontendService): rpc(p.frontend),
-			string(primitives.HistoryService):  rpc(p.history),
-			string(primitives.MatchingService): rpc(p.matching),
-			string(primitives.WorkerService):   rpc(p.worker),
-		},
-		Archival: config.Archival{
-			History:    config.HistoryArchival{State: "disabled"},
-			Visibility: config.VisibilityArchival{State: "disabled"},
-		},
-		NamespaceDefaults: config.NamespaceDefaults{
-			Archival: config.ArchivalNamespaceDefaults{
-				History:    config.HistoryArchivalNamespaceDefaults{State: "disabled"},
-				Visibility: config.VisibilityArchivalNamespaceDefaults{State: "disabled"},
-			},
-		},
-		PublicClient: config.PublicClient{HostPort: p.frontendAddr()},
-	}
-}
-
-// dynamicConfig holds the settings devserver tunes (see devserver/config.go
-// for the measurements); deploy/temporal/dynamicconfig.yaml sets the same
-// for docker-compose.
-func dynamicConfig() dynamicconfig.StaticClient {
-	return dynamicconfig.StaticClient{
-		dynamicconfig.TransferProcessorMaxPollRPS.Key():                  1000,
-		dynamicconfig.TimerProcessorMaxPollRPS.Key():                     1000,
-		dynamicconfig.HistoryLongPollExpirationInterval.Key():            2 * time.Second,
-		dynamicconfig.ForceSearchAttributesCacheRefreshOnRead.Key():      true,
-		dynamicconfig.FrontendMaxNamespaceVisibilityRPSPerInstance.Key(): 100,
 	}
 }
 
@@ -417,83 +294,3 @@ func parseVersion(s string) ([2]int, error) {
 }
 
 func cmpVersion(a, b [2]int) int { return slices.Compare(a[:], b[:]) }
-
-// register waits for the frontend, then registers the namespace and
-// toolgate's search attributes when they are missing, and returns once
-// both are usable. A namespace is served from each service's cache, which
-// refreshes every few seconds, so the calls are retried until it appears.
-func register(ctx context.Context, opts sdkclient.Options) error {
-	c, err := retry(ctx, "dial the frontend", func() (sdkclient.Client, error) { return sdkclient.DialContext(ctx, opts) })
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	_, err = retry(ctx, "register namespace "+opts.Namespace, func() (struct{}, error) {
-		_, err := c.WorkflowService().RegisterNamespace(ctx, &workflowservice.RegisterNamespaceRequest{
-			Namespace:                        opts.Namespace,
-			WorkflowExecutionRetentionPeriod: durationpb.New(7 * 24 * time.Hour),
-		})
-		var exists *serviceerror.NamespaceAlreadyExists
-		if errors.As(err, &exists) {
-			err = nil
-		}
-		return struct{}{}, err
-	})
-	if err != nil {
-		return err
-	}
-	want := workflows.SearchAttributeTypes()
-	_, err = retry(ctx, "register search attributes", func() (struct{}, error) {
-		resp, err := c.OperatorService().ListSearchAttributes(ctx, &operatorservice.ListSearchAttributesRequest{Namespace: opts.Namespace})
-		if err != nil {
-			return struct{}{}, err
-		}
-		missing := map[string]enumspb.IndexedValueType{}
-		for name, typ := range want {
-			got, ok := resp.GetCustomAttributes()[name]
-			switch {
-			case !ok:
-				missing[name] = typ
-			case got != typ:
-				return struct{}{}, fmt.Errorf("search attribute %s is registered as %v, want %v", name, got, typ)
-			}
-		}
-		if len(missing) == 0 {
-			return struct{}{}, nil
-		}
-		_, err = c.OperatorService().AddSearchAttributes(ctx, &operatorservice.AddSearchAttributesRequest{
-			Namespace: opts.Namespace, SearchAttributes: missing,
-		})
-		if err == nil {
-			err = fmt.Errorf("added %d search attributes; checking they are listed", len(missing))
-		}
-		return struct{}{}, err
-	})
-	if err != nil {
-		return err
-	}
-	// The namespace is usable by the workers once a visibility query on it
-	// succeeds (the frontend has it in its cache).
-	_, err = retry(ctx, "query namespace "+opts.Namespace, func() (struct{}, error) {
-		_, err := c.WorkflowService().CountWorkflowExecutions(ctx, &workflowservice.CountWorkflowExecutionsRequest{
-			Namespace: opts.Namespace, Query: workflows.AttrStatus.GetName() + " = 'pending'",
-		})
-		return struct{}{}, err
-	})
-	return err
-}
-
-// retry calls f every pollInterval until it succeeds or ctx ends.
-func retry[T any](ctx context.Context, what string, f func() (T, error)) (T, error) {
-	for {
-		v, err := f()
-		if err == nil {
-			return v, nil
-		}
-		select {
-		case <-ctx.Done():
-			return v, fmt.Errorf("%s: %w (last error: %v)", what, ctx.Err(), err)
-		case <-time.After(pollInterval):
-		}
-	}
-}
