@@ -135,13 +135,15 @@ func (c *Client) Session(ctx context.Context, session string) (workflows.Session
 	return v, err
 }
 
-// Revoke removes a sticky decision.
-func (c *Client) Revoke(ctx context.Context, session, key string) error {
+// Revoke removes a sticky decision; by is ignored: the token names who
+// revokes, and its groups are checked.
+func (c *Client) Revoke(ctx context.Context, session, key string, _ policy.Approver) error {
 	return c.do(ctx, http.MethodDelete, "/v1/sessions/"+url.PathEscape(session)+"/sticky/"+url.PathEscape(key), nil, nil)
 }
 
-// EndSession ends a session; by is ignored: the token names who ends it.
-func (c *Client) EndSession(ctx context.Context, session, _ string) (int, error) {
+// EndSession ends a session; by is ignored: the token names who ends it,
+// and its groups are checked.
+func (c *Client) EndSession(ctx context.Context, session string, _ policy.Approver) (int, error) {
 	var out struct {
 		Denied int `json:"denied_calls"`
 	}

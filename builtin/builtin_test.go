@@ -15,8 +15,10 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 
 	"github.com/toolgate/toolgate/policy"
+	"github.com/toolgate/toolgate/policy/rules"
 	"github.com/toolgate/toolgate/tool"
 )
 
@@ -564,4 +566,265 @@ func TestDefaultPolicy(t *testing.T) {
 	_, err := p.EvaluateApproval(context.Background(), policy.Call{Tool: WriteFileTool, Args: json.RawMessage(`[`)})
 	_, denied := policy.AsDeny(err)
 	assert.True(t, denied, "malformed arguments are refused, got %v", err)
+}
+
+// TestFileToolsSymlinkSwapRace runs the file tools while a process in the
+// workspace keeps swapping one of its directories with a symlink to a
+// directory outside (renameat2 RENAME_EXCHANGE, so the name always exists).
+// A call may fail, but it never reads, lists or writes outside.
+func TestFileToolsSymlinkSwapRace(t *testing.T) {
+	ws, root, outside := newWorkspace(t)
+	swapRace(t, ws, root, outside, 1000)
+}
+
+// TestGuardSwapRace is TestFileToolsSymlinkSwapRace with the symlink
+// leading to a protected directory inside the workspace, and the policy's
+// path check as the tools' Guard: the tools never act on the protected
+// directory, which the policy could not see when it judged the call.
+func TestGuardSwapRace(t *testing.T) {
+	ws, root, _ := newWorkspace(t)
+	protected := filepath.Join(root, ".git")
+	require.NoError(t, os.Mkdir(protected, 0o755))
+	pol, err := rules.Parse("policy.yaml", []byte("guards:\n  protected_paths: [.git/**]\n"), rules.Options{Workspace: root})
+	require.NoError(t, err)
+	ws.Guard = pol.CheckPath
+	swapRace(t, ws, root, protected, 300)
+}
+
+// swapRace runs read_file, list_dir and write_file tries times each on
+// d/..., while d keeps trading places with a symlink to target, and checks
+// that none of them reached target. It creates d, and files f and
+// target-only in target.
+func swapRace(t *testing.T, ws Workspace, root, target string, tries int) {
+	dir := filepath.Join(root, "d")
+	require.NoError(t, os.Mkdir(dir, 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "f"), []byte("inside"), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(target, "f"), []byte("secret"), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(target, "target-only"), nil, 0o644))
+	// A relative link: os.Root refuses absolute ones outright.
+	rel, err := filepath.Rel(root, target)
+	require.NoError(t, err)
+	link := filepath.Join(root, "swap")
+	require.NoError(t, os.Symlink(rel, link))
+
+	stop, stopped := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(stopped)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			_ = unix.Renameat2(unix.AT_FDCWD, dir, unix.AT_FDCWD, link, unix.RENAME_EXCHANGE)
+		}
+	}()
+	defer func() {
+		close(stop)
+		<-stopped
+	}()
+
+	t.Run("read_file", func(t *testing.T) {
+		escapes := 0
+		for range tries {
+			out, err := run(t, ws, ReadFileTool, "r", map[string]any{"path": "d/f"})
+			if err == nil && decode[readOutput](t, out).Content != "inside" {
+				escapes++
+			}
+		}
+		assert.Zero(t, escapes, "reads of the target in %d tries", tries)
+	})
+	t.Run("list_dir", func(t *testing.T) {
+		escapes := 0
+		for range tries {
+			out, err := run(t, ws, ListDirTool, "l", map[string]any{"path": "d"})
+			if err == nil && strings.Contains(string(out), "target-only") {
+				escapes++
+			}
+		}
+		assert.Zero(t, escapes, "listings of the target in %d tries", tries)
+	})
+	t.Run("write_file", func(t *testing.T) {
+		for i := range tries {
+			_, _ = run(t, ws, WriteFileTool, fmt.Sprint("w", i), map[string]any{
+				"path": fmt.Sprintf("d/new-%d.txt", i), "content": "x", "append": i%2 == 1,
+			})
+		}
+		entries, err := os.ReadDir(target)
+		require.NoError(t, err)
+		var names []string
+		for _, e := range entries {
+			names = append(names, e.Name())
+		}
+		assert.Equal(t, []string{"f", "target-only"}, names, "files created in the target")
+	})
+}
+
+// TestGuard: the tools ask Guard (here the policy file's check, as the
+// worker wires it) about where the file they opened really is, so a
+// symlink in the workspace cannot lead them to a protected path.
+func TestGuard(t *testing.T) {
+	ws, root, _ := newWorkspace(t)
+	require.NoError(t, os.Mkdir(filepath.Join(root, ".git"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(root, ".git", "config"), []byte("secret"), 0o644))
+	require.NoError(t, os.Symlink(".git", filepath.Join(root, "innocent")))
+	pol, err := rules.Parse("policy.yaml", []byte("guards:\n  protected_paths: [.git/**]\n"), rules.Options{Workspace: root})
+	require.NoError(t, err)
+	ws.Guard = pol.CheckPath
+
+	tests := []struct {
+		tool string
+		args map[string]any
+		want string
+	}{
+		{ReadFileTool, map[string]any{"path": "innocent/config"}, `read "innocent/config": path ".git/config" is protected (.git/**)`},
+		{ListDirTool, map[string]any{"path": "innocent"}, `list "innocent": path ".git" is protected (.git/**)`},
+		{WriteFileTool, map[string]any{"path": "innocent/hooks/pre-commit", "content": "x"}, `write "innocent/hooks/pre-commit": path ".git/hooks/pre-commit" is protected (.git/**)`},
+		{WriteFileTool, map[string]any{"path": "innocent/config", "content": "x", "append": true}, `write "innocent/config": path ".git/config" is protected (.git/**)`},
+	}
+	for _, tc := range tests {
+		_, err := run(t, ws, tc.tool, "g", tc.args)
+		assert.EqualError(t, err, tc.want)
+		requirePermanent(t, err)
+	}
+	b, err := os.ReadFile(filepath.Join(root, ".git", "config"))
+	require.NoError(t, err)
+	assert.Equal(t, "secret", string(b))
+	_, err = os.Stat(filepath.Join(root, ".git", "hooks"))
+	assert.ErrorIs(t, err, os.ErrNotExist, "no directory was created either")
+
+	_, err = run(t, ws, WriteFileTool, "g", map[string]any{"path": "notes.txt", "content": "x"})
+	require.NoError(t, err, "other paths are fine")
+}
+
+// TestWriteFileRefusesHardLinks: a hard link in the workspace to a file
+// outside is not written through, by append or by replacement.
+func TestWriteFileRefusesHardLinks(t *testing.T) {
+	ws, root, outside := newWorkspace(t)
+	secret := filepath.Join(outside, "passwd")
+	require.NoError(t, os.WriteFile(secret, []byte("original\n"), 0o644))
+	require.NoError(t, os.Link(secret, filepath.Join(root, "linked")))
+
+	for _, appendMode := range []bool{true, false} {
+		_, err := run(t, ws, WriteFileTool, fmt.Sprint("w-", appendMode), map[string]any{"path": "linked", "content": "evil\n", "append": appendMode})
+		require.Error(t, err, "append %v", appendMode)
+		assert.ErrorContains(t, err, `"linked"`)
+		assert.ErrorContains(t, err, "2 hard links")
+		requirePermanent(t, err)
+	}
+	b, err := os.ReadFile(secret)
+	require.NoError(t, err)
+	assert.Equal(t, "original\n", string(b), "the outside file is unchanged")
+	b, err = os.ReadFile(filepath.Join(root, "linked"))
+	require.NoError(t, err)
+	assert.Equal(t, "original\n", string(b), "the link is not replaced either")
+}
+
+// shellHelperEnv makes this test binary run shellHelper instead of the
+// tests: TestShellDiesWithWorker's stand-in for a worker.
+const shellHelperEnv = "TOOLGATE_TEST_SHELL_HELPER_WORKSPACE"
+
+// TestMain runs the shell helper when shellHelperEnv names a workspace,
+// and the tests otherwise.
+func TestMain(m *testing.M) {
+	if root := os.Getenv(shellHelperEnv); root != "" {
+		shellHelper(root)
+		return
+	}
+	os.Exit(m.Run())
+}
+
+// shellHelper runs a shell call whose command leaves a grandchild running
+// (sleep, its pid in sleep.pid) and waits for it; it is killed meanwhile.
+func shellHelper(root string) {
+	for _, tl := range Tools(Workspace{Root: root}) {
+		if tl.Name == ShellTool {
+			args := json.RawMessage(`{"command":"sleep 60 & echo $! > sleep.pid; wait","timeout_seconds":120}`)
+			_, err := tl.Run(context.Background(), tool.Input{CallID: "helper", Session: "s1", Args: args})
+			fmt.Fprintln(os.Stderr, "shell helper: the call returned before it was killed:", err)
+		}
+	}
+	os.Exit(1)
+}
+
+// TestShellDiesWithWorker kills (SIGKILL) a process running a shell call:
+// the command's processes die with it instead of running on.
+func TestShellDiesWithWorker(t *testing.T) {
+	_, root, _ := newWorkspace(t)
+	helper := exec.Command(os.Args[0])
+	helper.Env = append(os.Environ(), shellHelperEnv+"="+root)
+	helper.Stderr = os.Stderr
+	require.NoError(t, helper.Start())
+	t.Cleanup(func() {
+		_ = helper.Process.Kill()
+		_ = helper.Wait()
+	})
+
+	var pid int
+	require.Eventually(t, func() bool {
+		b, err := os.ReadFile(filepath.Join(root, "sleep.pid"))
+		if err != nil {
+			return false
+		}
+		pid, err = strconv.Atoi(strings.TrimSpace(string(b)))
+		return err == nil
+	}, 10*time.Second, 10*time.Millisecond, "the helper's command did not start")
+	t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) }) // if the test fails
+
+	require.NoError(t, helper.Process.Signal(syscall.SIGKILL))
+	_ = helper.Wait()
+	require.Eventually(t, func() bool { return processGone(pid) }, 5*time.Second, 10*time.Millisecond,
+		"the command's process %d outlived the worker", pid)
+}
+
+// processGone reports whether pid is gone or dead (a zombie not yet
+// reaped).
+func processGone(pid int) bool {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return true
+	}
+	// After ") " comes the state; Z is dead but not yet reaped.
+	_, rest, _ := strings.Cut(string(stat), ") ")
+	return strings.HasPrefix(rest, "Z")
+}
+
+// runRaw runs the named built-in tool with raw JSON arguments.
+func runRaw(t *testing.T, ws Workspace, name, args string) (json.RawMessage, error) {
+	t.Helper()
+	for _, tl := range Tools(ws) {
+		if tl.Name == name {
+			return tl.Run(context.Background(), tool.Input{CallID: "raw", Session: "s1", Args: json.RawMessage(args)})
+		}
+	}
+	t.Fatalf("no tool %q", name)
+	return nil, nil
+}
+
+// TestArgumentErrorsInUserTerms: arguments of the wrong shape are refused
+// in JSON's terms, never with Go's type names.
+func TestArgumentErrorsInUserTerms(t *testing.T) {
+	ws, _, _ := newWorkspace(t)
+	tests := []struct{ tool, args, want string }{
+		{ReadFileTool, `[1]`, "decode arguments: the arguments must be a JSON object, not an array"},
+		{ReadFileTool, `"a.txt"`, "decode arguments: the arguments must be a JSON object, not a string"},
+		{ReadFileTool, `{"path":5}`, `decode arguments: argument "path" must be a string, not a number`},
+		{ReadFileTool, `{"path":"a","max_bytes":1.5}`, `decode arguments: argument "max_bytes" must be a whole number, not 1.5`},
+		{WriteFileTool, `{"path":"a","content":"x","append":"yes"}`, `decode arguments: argument "append" must be true or false, not a string`},
+		{ShellTool, `{"command":["ls"]}`, `decode arguments: argument "command" must be a string, not an array`},
+		{ReadFileTool, `{"path":"a","x":1}`, `decode arguments: unknown field "x"`},
+	}
+	for _, tc := range tests {
+		_, err := runRaw(t, ws, tc.tool, tc.args)
+		assert.EqualError(t, err, tc.want, "%s %s", tc.tool, tc.args)
+		requirePermanent(t, err)
+	}
+
+	p := DefaultPolicy(ws)
+	for _, name := range []string{WriteFileTool, ShellTool} {
+		_, err := p.EvaluateApproval(context.Background(), policy.Call{Tool: name, Args: json.RawMessage(`[1]`)})
+		deny, ok := policy.AsDeny(err)
+		require.True(t, ok, "want a denial, got %v", err)
+		assert.Equal(t, name+" arguments are not valid: the arguments must be a JSON object, not an array", deny.Reason)
+	}
 }

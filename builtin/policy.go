@@ -54,7 +54,7 @@ func (p *defaultPolicy) EvaluateApproval(_ context.Context, call policy.Call) (*
 			Command string `json:"command"`
 		}
 		if err := json.Unmarshal(call.Args, &args); err != nil {
-			return nil, &policy.DenyError{Reason: "shell arguments are not valid: " + err.Error(), Rule: RuleShell}
+			return nil, &policy.DenyError{Reason: "shell arguments are not valid: " + argsProblem(err), Rule: RuleShell}
 		}
 		return &policy.ApprovalRequest{
 			Message: fmt.Sprintf("Run shell command %q in the workspace?", args.Command),
@@ -75,7 +75,7 @@ func (p *defaultPolicy) writeFile(call policy.Call) (*policy.ApprovalRequest, er
 		Append  bool   `json:"append"`
 	}
 	if err := json.Unmarshal(call.Args, &args); err != nil {
-		return nil, &policy.DenyError{Reason: "write_file arguments are not valid: " + err.Error(), Rule: RuleWriteFile}
+		return nil, &policy.DenyError{Reason: "write_file arguments are not valid: " + argsProblem(err), Rule: RuleWriteFile}
 	}
 	if _, err := p.ws.Resolve(args.Path); errors.Is(err, ErrOutsideWorkspace) {
 		return nil, &policy.DenyError{

@@ -46,7 +46,8 @@ type shellOutput struct {
 // runShell runs the command with /bin/sh -c in the workspace root, in a
 // process group of its own. On timeout or cancellation the whole group is
 // killed; when the shell exits, whatever it left running in the group is
-// killed too, so no call leaves processes behind. The environment is
+// killed too, so no call leaves processes behind; and if the worker dies,
+// even by SIGKILL, the group's sentinel kills the group. The environment is
 // minimal (PATH, HOME=workspace root, PWD): the worker's own variables,
 // which may hold credentials, are not passed on.
 func (w Workspace) runShell(ctx context.Context, in tool.Input) (json.RawMessage, error) {
@@ -90,20 +91,26 @@ func (w Workspace) runShell(ctx context.Context, in tool.Input) (json.RawMessage
 	}
 	defer closeAll(stdoutR, stderrR)
 
+	pgid, stopSentinel, err := startSentinel()
+	if err != nil {
+		closeAll(stdoutW, stderrW)
+		return nil, fmt.Errorf("shell: start the process group: %w", err)
+	}
+	defer stopSentinel()
+	killGroup := func() { _ = syscall.Kill(-pgid, syscall.SIGKILL) }
+
 	// Our own pipes, not cmd.Stdout = writer: Wait then returns when the
 	// shell exits, instead of waiting for every process holding the pipe.
 	cmd := exec.Command("/bin/sh", "-c", args.Command)
 	cmd.Dir = root
 	cmd.Env = shellEnv(root)
 	cmd.Stdout, cmd.Stderr = stdoutW, stderrW
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pgid: pgid}
 	err = cmd.Start()
 	closeAll(stdoutW, stderrW) // the child has its copies
 	if err != nil {
 		return nil, fmt.Errorf("shell: start: %w", err)
 	}
-	pgid := cmd.Process.Pid
-	killGroup := func() { _ = syscall.Kill(-pgid, syscall.SIGKILL) }
 
 	var stdout, stderr cappedBuffer
 	var readers sync.WaitGroup
@@ -119,7 +126,6 @@ func (w Workspace) runShell(ctx context.Context, in tool.Input) (json.RawMessage
 		defer close(watcherDone)
 		select {
 		case <-tctx.Done():
-			// The shell is not reaped yet, so its pid still names the group.
 			killed.Store(true)
 			killGroup()
 		case <-exited:
@@ -128,8 +134,7 @@ func (w Workspace) runShell(ctx context.Context, in tool.Input) (json.RawMessage
 	waitErr := cmd.Wait()
 	close(exited)
 	<-watcherDone
-	// Kill what the command left running in its group. Leftovers keep the
-	// group's id in use, so it cannot name another group here.
+	// Kill what the command left running in its group.
 	killGroup()
 
 	drained := make(chan struct{})
@@ -159,6 +164,39 @@ func (w Workspace) runShell(ctx context.Context, in tool.Input) (json.RawMessage
 		TimedOut:  killed.Load(),
 	}
 	return marshal(out)
+}
+
+// startSentinel starts the leader of a new process group for a shell
+// command: a shell that reads a pipe whose only writer is this process
+// and, at its end, kills the group. When this process dies, even by
+// SIGKILL, the kernel closes the pipe, so the command dies with the worker
+// instead of running on. (SysProcAttr.Pdeathsig would only signal the
+// shell itself, not what it started.) Until stop reaps the sentinel, pgid
+// names this group and no other. stop closes the pipe, kills the group and
+// reaps the sentinel.
+func startSentinel() (pgid int, stop func(), err error) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return 0, nil, err
+	}
+	sentinel := exec.Command("/bin/sh", "-c", "read _; kill -s KILL 0")
+	sentinel.Stdin = r
+	sentinel.Env = []string{}
+	sentinel.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	err = sentinel.Start()
+	r.Close()
+	if err != nil {
+		w.Close()
+		return 0, nil, err
+	}
+	pgid = sentinel.Process.Pid
+	return pgid, func() {
+		// Closing w here also keeps it reachable until now: its finalizer
+		// would otherwise close it, and kill the command, at any GC.
+		w.Close()
+		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		_ = sentinel.Wait()
+	}, nil
 }
 
 // exitCode reports a process's exit status the way shells do: 128+signal

@@ -3,6 +3,7 @@ package builtin
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
@@ -12,12 +13,15 @@ import (
 	"io"
 	"io/fs"
 	"os"
-	"path/filepath"
+	"path"
+	"reflect"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
 	"unicode/utf8"
 
+	"github.com/toolgate/toolgate/confine"
 	"github.com/toolgate/toolgate/tool"
 )
 
@@ -57,7 +61,7 @@ func Tools(ws Workspace) []tool.Tool {
 			Description: "Return the arguments unchanged. Useful to test the tool pipeline.",
 			Schema:      json.RawMessage(`{"type":"object"}`),
 			Run:         runEcho,
-			Options:     tool.Options{Timeout: 5 * time.Second, Retry: tool.RetryPolicy{MaxAttempts: 3}},
+			Options:     tool.Options{Timeout: 5 * time.Second, Retry: tool.RetryPolicy{MaxAttempts: 3}, Idempotent: true},
 		},
 		{
 			Name:        ReadFileTool,
@@ -72,7 +76,7 @@ func Tools(ws Workspace) []tool.Tool {
 				"additionalProperties": false
 			}`),
 			Run:     ws.readFile,
-			Options: tool.Options{Timeout: 30 * time.Second, Retry: tool.RetryPolicy{MaxAttempts: 3}},
+			Options: tool.Options{Timeout: 30 * time.Second, Retry: tool.RetryPolicy{MaxAttempts: 3}, Idempotent: true},
 		},
 		{
 			Name:        ListDirTool,
@@ -85,7 +89,7 @@ func Tools(ws Workspace) []tool.Tool {
 				"additionalProperties": false
 			}`),
 			Run:     ws.listDir,
-			Options: tool.Options{Timeout: 30 * time.Second, Retry: tool.RetryPolicy{MaxAttempts: 3}},
+			Options: tool.Options{Timeout: 30 * time.Second, Retry: tool.RetryPolicy{MaxAttempts: 3}, Idempotent: true},
 		},
 		{
 			Name:        WriteFileTool,
@@ -164,11 +168,22 @@ func (w Workspace) readFile(_ context.Context, in tool.Input) (json.RawMessage, 
 		}
 		limit = *args.MaxBytes
 	}
-	root, p, err := w.resolveArg(args.Path)
+	ws, rel, err := w.open(args.Path)
 	if err != nil {
 		return nil, err
 	}
-	fi, err := os.Stat(p)
+	defer ws.Close()
+	// O_NONBLOCK: opening a FIFO must not block. The type is checked on the
+	// opened file, so it cannot change after the check.
+	f, real, err := ws.OpenFile(rel, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, fileErr("read", args.Path, err)
+	}
+	defer f.Close()
+	if err := w.guard("read", args.Path, ws, real); err != nil {
+		return nil, err
+	}
+	fi, err := f.Stat()
 	if err != nil {
 		return nil, fileErr("read", args.Path, err)
 	}
@@ -176,19 +191,13 @@ func (w Workspace) readFile(_ context.Context, in tool.Input) (json.RawMessage, 
 		return nil, tool.Permanent(fmt.Errorf("read %q: is a directory (use list_dir)", args.Path))
 	}
 	if !fi.Mode().IsRegular() {
-		// Opening a FIFO or a device could block or never end.
 		return nil, tool.Permanent(fmt.Errorf("read %q: not a regular file", args.Path))
 	}
-	f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
-	if err != nil {
-		return nil, fileErr("read", args.Path, err)
-	}
-	defer f.Close()
 	data, err := io.ReadAll(io.LimitReader(f, limit+1))
 	if err != nil {
 		return nil, fileErr("read", args.Path, err)
 	}
-	out := readOutput{Path: relTo(root, p), Size: fi.Size()}
+	out := readOutput{Path: real, Size: fi.Size()}
 	if int64(len(data)) > limit {
 		data = trimPartialRune(data[:limit])
 		out.Truncated = true
@@ -227,32 +236,42 @@ func (w Workspace) listDir(_ context.Context, in tool.Input) (json.RawMessage, e
 	if args.Path == "" {
 		args.Path = "."
 	}
-	root, p, err := w.resolveArg(args.Path)
+	ws, rel, err := w.open(args.Path)
 	if err != nil {
 		return nil, err
 	}
-	fi, err := os.Stat(p)
+	defer ws.Close()
+	dir, err := ws.OpenDir(rel)
 	if err != nil {
 		return nil, fileErr("list", args.Path, err)
 	}
-	if !fi.IsDir() {
-		return nil, tool.Permanent(fmt.Errorf("list %q: not a directory", args.Path))
+	defer dir.Close()
+	if err := w.guard("list", args.Path, ws, dir.Rel()); err != nil {
+		return nil, err
 	}
-	des, err := os.ReadDir(p) // sorted by name
+	f, _, err := dir.OpenFile(".", os.O_RDONLY, 0)
 	if err != nil {
 		return nil, fileErr("list", args.Path, err)
 	}
-	out := listOutput{Path: relTo(root, p), Entries: make([]listEntry, 0, min(len(des), MaxListEntries))}
-	for _, de := range des {
+	names, err := f.Readdirnames(-1)
+	f.Close()
+	if err != nil {
+		return nil, fileErr("list", args.Path, err)
+	}
+	slices.Sort(names)
+	out := listOutput{Path: dir.Rel(), Entries: make([]listEntry, 0, min(len(names), MaxListEntries))}
+	for _, name := range names {
 		if len(out.Entries) == MaxListEntries {
 			out.Truncated = true
 			break
 		}
-		info, err := de.Info()
+		// Through the opened directory, not by path: the entry is this
+		// directory's, whatever happened to its name.
+		info, err := dir.Root().Lstat(name)
 		if err != nil {
-			continue // removed since ReadDir
+			continue // removed since it was listed
 		}
-		e := listEntry{Name: de.Name()}
+		e := listEntry{Name: name}
 		switch mode := info.Mode(); {
 		case mode&fs.ModeSymlink != 0:
 			e.Type = "symlink"
@@ -284,13 +303,18 @@ type writeMarker struct {
 	BytesWritten int    `json:"bytes_written"`
 }
 
-// writeFile writes or appends content. Idempotency, keyed on the call ID:
-// an overwrite is an atomic rename of a complete temporary file, so
-// repeating it leaves the same file. An append records a marker,
-// MarkerDir/<sha256(callID, path)>, after writing; a call that finds its
-// marker returns the recorded result without appending again. A crash
-// between the append and the marker could still append twice, which is
-// why the tool is not retried. Calls without a call ID keep no marker.
+// writeFile writes or appends content. The parent directory is opened
+// once and everything happens through it, so a directory swapped for a
+// symlink meanwhile cannot redirect the write. A file with more than one
+// hard link is refused: another of its names may be outside the workspace.
+//
+// Idempotency, keyed on the call ID: an overwrite is an atomic rename of a
+// complete temporary file, so repeating it leaves the same file. An append
+// records a marker, MarkerDir/<sha256(callID, path)>, after writing; a
+// call that finds its marker returns the recorded result without appending
+// again. A crash between the append and the marker could still append
+// twice, which is why the tool is not retried. Calls without a call ID
+// keep no marker.
 func (w Workspace) writeFile(_ context.Context, in tool.Input) (json.RawMessage, error) {
 	var args struct {
 		Path    string  `json:"path"`
@@ -303,24 +327,44 @@ func (w Workspace) writeFile(_ context.Context, in tool.Input) (json.RawMessage,
 	if args.Content == nil {
 		return nil, tool.Permanent(errors.New("decode arguments: content is required"))
 	}
-	root, p, err := w.resolveArg(args.Path)
+	ws, rel, err := w.open(args.Path)
 	if err != nil {
 		return nil, err
 	}
-	rel := relTo(root, p)
-	if rel == MarkerDir || strings.HasPrefix(rel, MarkerDir+"/") {
-		return nil, tool.Permanent(fmt.Errorf("write %q: %s is reserved for toolgate", args.Path, MarkerDir))
-	}
-	if fi, err := os.Stat(p); err == nil && fi.IsDir() {
+	defer ws.Close()
+	if rel == "." {
 		return nil, tool.Permanent(fmt.Errorf("write %q: is a directory", args.Path))
 	}
-	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+	// Checked before creating parent directories, and again below on where
+	// the parent really is.
+	if err := w.checkWrite(args.Path, ws, rel); err != nil {
+		return nil, err
+	}
+	if err := ws.MkdirAll(path.Dir(rel), 0o755); err != nil {
 		return nil, fileErr("write", args.Path, err)
 	}
+	dir, err := ws.OpenDir(path.Dir(rel))
+	if err != nil {
+		return nil, fileErr("write", args.Path, err)
+	}
+	defer dir.Close()
+	name := path.Base(rel)
+	target := path.Join(dir.Rel(), name)
+	if err := w.checkWrite(args.Path, ws, target); err != nil {
+		return nil, err
+	}
+	if fi, err := dir.Root().Lstat(name); err == nil {
+		if fi.IsDir() {
+			return nil, tool.Permanent(fmt.Errorf("write %q: is a directory", args.Path))
+		}
+		if err := refuseHardLinks(args.Path, fi); err != nil {
+			return nil, err
+		}
+	}
 	data := []byte(*args.Content)
-	out := writeOutput{Path: rel, BytesWritten: len(data)}
+	out := writeOutput{Path: target, BytesWritten: len(data)}
 	if !args.Append {
-		if err := atomicWrite(p, data); err != nil {
+		if err := atomicWrite(dir.Root(), name, data); err != nil {
 			return nil, fileErr("write", args.Path, err)
 		}
 		return marshal(out)
@@ -328,19 +372,19 @@ func (w Workspace) writeFile(_ context.Context, in tool.Input) (json.RawMessage,
 
 	var marker string
 	if in.CallID != "" {
-		sum := sha256.Sum256([]byte(in.CallID + "\x00" + rel))
-		marker = filepath.Join(root, MarkerDir, hex.EncodeToString(sum[:]))
-		if b, err := os.ReadFile(marker); err == nil {
+		sum := sha256.Sum256([]byte(in.CallID + "\x00" + target))
+		marker = hex.EncodeToString(sum[:])
+		if b, err := ws.Root().ReadFile(MarkerDir + "/" + marker); err == nil {
 			var m writeMarker
-			if err := json.Unmarshal(b, &m); err == nil && m.CallID == in.CallID && m.Path == rel {
+			if err := json.Unmarshal(b, &m); err == nil && m.CallID == in.CallID && m.Path == target {
 				out.BytesWritten, out.AlreadyApplied = m.BytesWritten, true
 				return marshal(out)
 			}
 		}
 	}
-	f, err := os.OpenFile(p, os.O_WRONLY|os.O_APPEND|os.O_CREATE|syscall.O_NOFOLLOW, 0o644)
+	f, err := w.openAppend(args.Path, ws, dir, name, target)
 	if err != nil {
-		return nil, fileErr("append to", args.Path, err)
+		return nil, err
 	}
 	_, werr := f.Write(data)
 	if cerr := f.Close(); werr == nil {
@@ -350,12 +394,8 @@ func (w Workspace) writeFile(_ context.Context, in tool.Input) (json.RawMessage,
 		return nil, fileErr("append to", args.Path, werr)
 	}
 	if marker != "" {
-		b, _ := json.Marshal(writeMarker{CallID: in.CallID, Path: rel, BytesWritten: len(data)})
-		err := os.MkdirAll(filepath.Dir(marker), 0o755)
-		if err == nil {
-			err = atomicWrite(marker, b)
-		}
-		if err != nil {
+		b, _ := json.Marshal(writeMarker{CallID: in.CallID, Path: target, BytesWritten: len(data)})
+		if err := saveMarker(ws, marker, b); err != nil {
 			// The data is there; say so, so nobody appends it again.
 			return nil, tool.Permanent(fmt.Errorf("appended %d bytes to %q but could not record the call marker: %w", len(data), args.Path, stripPath(err)))
 		}
@@ -363,22 +403,86 @@ func (w Workspace) writeFile(_ context.Context, in tool.Input) (json.RawMessage,
 	return marshal(out)
 }
 
-// atomicWrite replaces p with data through a temporary file in the same
-// directory, keeping p's permissions if it exists (0644 otherwise).
-func atomicWrite(p string, data []byte) (err error) {
-	mode := fs.FileMode(0o644)
-	if fi, err := os.Stat(p); err == nil {
-		mode = fi.Mode().Perm()
+// openAppend opens name in dir for appending, creating it if it does not
+// exist. target is where name is, relative to the workspace root.
+func (w Workspace) openAppend(userPath string, ws, dir *confine.Dir, name, target string) (*os.File, error) {
+	f, real, err := dir.OpenFile(name, os.O_WRONLY|os.O_APPEND|syscall.O_NONBLOCK, 0)
+	if errors.Is(err, fs.ErrNotExist) {
+		// O_EXCL never follows a symlink: the new file is target itself.
+		f, real, err = dir.OpenFile(name, os.O_WRONLY|os.O_APPEND|os.O_CREATE|os.O_EXCL, 0o644)
 	}
-	f, err := os.CreateTemp(filepath.Dir(p), ".toolgate-tmp-*")
+	if err != nil {
+		return nil, fileErr("append to", userPath, err)
+	}
+	fi, err := f.Stat()
+	switch {
+	case err != nil:
+		err = fileErr("append to", userPath, err)
+	case !fi.Mode().IsRegular():
+		err = tool.Permanent(fmt.Errorf("append to %q: not a regular file", userPath))
+	case real != target: // name became a symlink since it was checked
+		err = w.checkWrite(userPath, ws, real)
+	}
+	if err == nil {
+		err = refuseHardLinks(userPath, fi)
+	}
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
+// checkWrite refuses to write rel, a path relative to the workspace root:
+// toolgate's own MarkerDir, or a path Guard refuses.
+func (w Workspace) checkWrite(userPath string, ws *confine.Dir, rel string) error {
+	if rel == MarkerDir || strings.HasPrefix(rel, MarkerDir+"/") {
+		return tool.Permanent(fmt.Errorf("write %q: %s is reserved for toolgate", userPath, MarkerDir))
+	}
+	return w.guard("write", userPath, ws, rel)
+}
+
+// refuseHardLinks refuses a regular file with more than one name: writing
+// it in place would change it under its other names too, which may be
+// outside the workspace; replacing it would silently cut it off from them.
+func refuseHardLinks(userPath string, fi fs.FileInfo) error {
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok || !fi.Mode().IsRegular() || st.Nlink <= 1 {
+		return nil
+	}
+	return tool.Permanent(fmt.Errorf("write %q: the file has %d hard links, and toolgate does not write to a file that also has names elsewhere (possibly outside the workspace)", userPath, st.Nlink))
+}
+
+// saveMarker records an append marker under MarkerDir.
+func saveMarker(ws *confine.Dir, name string, data []byte) error {
+	if err := ws.MkdirAll(MarkerDir, 0o755); err != nil {
+		return err
+	}
+	dir, err := ws.OpenDir(MarkerDir)
 	if err != nil {
 		return err
 	}
-	tmp := f.Name()
+	defer dir.Close()
+	return atomicWrite(dir.Root(), name, data)
+}
+
+// atomicWrite replaces name in dir with data through a temporary file in
+// dir, keeping the permissions of the file it replaces (0644 for a new
+// one).
+func atomicWrite(dir *os.Root, name string, data []byte) (err error) {
+	mode := fs.FileMode(0o644)
+	if fi, err := dir.Lstat(name); err == nil && fi.Mode().IsRegular() {
+		mode = fi.Mode().Perm()
+	}
+	tmp := ".toolgate-tmp-" + rand.Text()
+	f, err := dir.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
 	defer func() {
 		if err != nil {
 			_ = f.Close()
-			_ = os.Remove(tmp)
+			_ = dir.Remove(tmp)
 		}
 	}()
 	if _, err = f.Write(data); err != nil {
@@ -393,20 +497,34 @@ func atomicWrite(p string, data []byte) (err error) {
 	if err = f.Close(); err != nil {
 		return err
 	}
-	return os.Rename(tmp, p)
+	return dir.Rename(tmp, name)
 }
 
-// resolveArg resolves a path argument; a refusal is permanent.
-func (w Workspace) resolveArg(p string) (root, resolved string, err error) {
-	root, err = w.root()
+// open opens the workspace and resolves p in it (see Resolve), to a path
+// relative to the root. Failures are permanent.
+func (w Workspace) open(p string) (*confine.Dir, string, error) {
+	ws, err := confine.Open(w.Root)
 	if err != nil {
-		return "", "", tool.Permanent(err)
+		return nil, "", tool.Permanent(err)
 	}
-	resolved, err = resolveIn(root, p)
+	rel, err := ws.Resolve(p)
 	if err != nil {
-		return "", "", tool.Permanent(err)
+		ws.Close()
+		return nil, "", tool.Permanent(err)
 	}
-	return root, resolved, nil
+	return ws, rel, nil
+}
+
+// guard asks Guard about rel (relative to the workspace root), where a
+// tool is about to act; a refusal is permanent.
+func (w Workspace) guard(op, userPath string, ws *confine.Dir, rel string) error {
+	if w.Guard == nil {
+		return nil
+	}
+	if err := w.Guard(ws.Abs(rel)); err != nil {
+		return tool.Permanent(fmt.Errorf("%s %q: %w", op, userPath, err))
+	}
+	return nil
 }
 
 // decodeArgs decodes a call's arguments strictly; a failure is permanent.
@@ -417,9 +535,65 @@ func decodeArgs(raw json.RawMessage, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		return tool.Permanent(fmt.Errorf("decode arguments: %w", err))
+		return tool.Permanent(fmt.Errorf("decode arguments: %s", argsProblem(err)))
 	}
 	return nil
+}
+
+// argsProblem says what is wrong with arguments that did not decode, in
+// JSON's terms: the model wrote JSON, not Go.
+func argsProblem(err error) string {
+	var te *json.UnmarshalTypeError
+	var se *json.SyntaxError
+	switch {
+	case errors.As(err, &te) && te.Field == "":
+		return "the arguments must be a JSON object, not " + jsonValue(te.Value)
+	case errors.As(err, &te):
+		return fmt.Sprintf("argument %q must be %s, not %s", te.Field, jsonType(te.Type), jsonValue(te.Value))
+	case errors.As(err, &se):
+		return "the arguments are not valid JSON: " + se.Error()
+	case errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, io.EOF):
+		return "the arguments are not valid JSON: they end too soon"
+	}
+	return strings.TrimPrefix(err.Error(), "json: ") // e.g. unknown field "x"
+}
+
+// jsonValue names the JSON value an UnmarshalTypeError found: "array",
+// "bool", "number 1.5", ...
+func jsonValue(v string) string {
+	switch v {
+	case "array", "object":
+		return "an " + v
+	case "bool":
+		return "a boolean"
+	case "string", "number":
+		return "a " + v
+	}
+	if n, ok := strings.CutPrefix(v, "number "); ok {
+		return n
+	}
+	return v
+}
+
+// jsonType names the JSON type a Go type takes.
+func jsonType(t reflect.Type) string {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch t.Kind() {
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "a whole number"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.Slice, reflect.Array:
+		return "an array"
+	}
+	return "an object"
 }
 
 // marshal encodes a tool's output without HTML escaping, which would
@@ -438,8 +612,9 @@ func marshal(v any) (json.RawMessage, error) {
 // host path, as permanent when retrying cannot help.
 func fileErr(op, userPath string, err error) error {
 	err = fmt.Errorf("%s %q: %w", op, userPath, stripPath(err))
-	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission) ||
-		errors.Is(err, syscall.ENOTDIR) || errors.Is(err, syscall.EISDIR) || errors.Is(err, syscall.ELOOP) {
+	if errors.Is(err, fs.ErrNotExist) || errors.Is(err, fs.ErrPermission) || errors.Is(err, fs.ErrExist) ||
+		errors.Is(err, ErrOutsideWorkspace) || errors.Is(err, syscall.ENOTDIR) ||
+		errors.Is(err, syscall.EISDIR) || errors.Is(err, syscall.ELOOP) || errors.Is(err, syscall.ENXIO) {
 		return tool.Permanent(err)
 	}
 	return err

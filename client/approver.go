@@ -69,33 +69,14 @@ func (c *Client) Pending(ctx context.Context, f ListFilter) ([]CallSummary, erro
 
 // List lists calls, newest first, with one visibility query.
 func (c *Client) List(ctx context.Context, f ListFilter) ([]CallSummary, error) {
-	conds := []string{"WorkflowType = '" + workflows.ToolCallWorkflowType + "'"}
-	eq := func(key temporal.SearchAttributeKey, v string) {
-		if v != "" {
-			conds = append(conds, fmt.Sprintf("%s = '%s'", key.GetName(), quote(v)))
-		}
-	}
-	eq(workflows.AttrSession, f.Session)
-	eq(workflows.AttrTool, f.Tool)
-	eq(workflows.AttrRequester, f.Requester)
-	switch f.Status {
-	case "":
-	case "decided":
-		conds = append(conds, "ExecutionStatus = 'Completed'")
-	case string(workflows.StatusPending):
-		conds = append(conds, "ExecutionStatus = 'Running'")
-		eq(workflows.AttrStatus, f.Status)
-	default:
-		eq(workflows.AttrStatus, f.Status)
-	}
-	if !f.Since.IsZero() {
-		conds = append(conds, fmt.Sprintf("%s >= '%s'", workflows.AttrRequestedAt.GetName(), f.Since.UTC().Format(time.RFC3339)))
+	q, err := listQuery(f)
+	if err != nil {
+		return nil, err
 	}
 	limit := f.Limit
 	if limit <= 0 {
 		limit = 500
 	}
-	q := strings.Join(conds, " AND ")
 	var out []CallSummary
 	var token []byte
 	for len(out) < limit {
@@ -120,7 +101,57 @@ func (c *Client) List(ctx context.Context, f ListFilter) ([]CallSummary, error) 
 	return out, nil
 }
 
-func quote(s string) string { return strings.ReplaceAll(s, "'", "\\'") }
+// listStatuses are the values ListFilter.Status may take.
+var listStatuses = []workflows.Status{"decided", workflows.StatusOK, workflows.StatusDenied, workflows.StatusTimedOut,
+	workflows.StatusError, workflows.StatusUnknown, workflows.StatusEvaluating, workflows.StatusPending, workflows.StatusRunning}
+
+// listQuery builds the visibility query of a filter. Every value is
+// checked first (the identifier rule; a known status), so none can leave
+// its quotes; quote escapes them all the same.
+func listQuery(f ListFilter) (string, error) {
+	conds := []string{"WorkflowType = '" + workflows.ToolCallWorkflowType + "'"}
+	eq := func(key temporal.SearchAttributeKey, v string) {
+		conds = append(conds, fmt.Sprintf("%s = '%s'", key.GetName(), quote(v)))
+	}
+	for _, c := range []struct {
+		field, value string
+		key          temporal.SearchAttributeKey
+	}{
+		{"session", f.Session, workflows.AttrSession},
+		{"tool", f.Tool, workflows.AttrTool},
+		{"requester", f.Requester, workflows.AttrRequester},
+	} {
+		if c.value == "" {
+			continue
+		}
+		if err := ValidateID(c.field, c.value); err != nil {
+			return "", err
+		}
+		eq(c.key, c.value)
+	}
+	switch {
+	case f.Status == "":
+	case !slices.Contains(listStatuses, workflows.Status(f.Status)):
+		return "", &InputError{Field: "status", Problem: "must be one of decided, ok, denied, timed_out, error, evaluating, pending, running"}
+	case f.Status == "decided":
+		conds = append(conds, "ExecutionStatus = 'Completed'")
+	case f.Status == string(workflows.StatusPending):
+		conds = append(conds, "ExecutionStatus = 'Running'")
+		eq(workflows.AttrStatus, f.Status)
+	default:
+		eq(workflows.AttrStatus, f.Status)
+	}
+	if !f.Since.IsZero() {
+		conds = append(conds, fmt.Sprintf("%s >= '%s'", workflows.AttrRequestedAt.GetName(), f.Since.UTC().Format(time.RFC3339)))
+	}
+	return strings.Join(conds, " AND "), nil
+}
+
+// quote escapes a value for a single-quoted visibility query string:
+// backslashes first, then quotes.
+func quote(s string) string {
+	return strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(s)
+}
 
 func summaryFrom(e *workflowpb.WorkflowExecutionInfo) (CallSummary, error) {
 	sa, err := searchAttributes(e.GetSearchAttributes())
@@ -185,7 +216,10 @@ func searchAttributes(raw *commonpb.SearchAttributes) (callAttributes, error) {
 // recorded. A refused decision changes nothing and returns
 // ErrUnknownCall, *AlreadyDecidedError or *RefusedError.
 func (c *Client) Decide(ctx context.Context, callID string, d policy.Decision) (policy.Decision, error) {
-	if err := d.Validate(); err != nil {
+	if err := ValidateID("call_id", callID); err != nil {
+		return policy.Decision{}, err
+	}
+	if err := d.ValidateIncoming(); err != nil {
 		return policy.Decision{}, &RefusedError{Type: workflows.ErrTypeInvalidDecision, Message: "invalid decision: " + err.Error()}
 	}
 	h, err := c.tc.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
@@ -231,16 +265,20 @@ func (c *Client) Session(ctx context.Context, session string) (workflows.Session
 }
 
 // Revoke removes a sticky decision (key: usually the tool name); the next
-// call asks again.
-func (c *Client) Revoke(ctx context.Context, session, key string) error {
-	return c.updateSession(ctx, session, workflows.UpdateRevoke, key, nil)
+// call asks again. by must be allowed to act on the call the decision was
+// taken on (its groups, or "*").
+func (c *Client) Revoke(ctx context.Context, session, key string, by policy.Approver) error {
+	req := workflows.RevokeRequest{Key: key, By: by.Name, Groups: by.Groups}
+	return c.updateSession(ctx, session, workflows.UpdateRevoke, req, nil)
 }
 
 // EndSession ends a session: its waiting calls are denied and its sticky
-// decisions forgotten. It returns how many calls were denied.
-func (c *Client) EndSession(ctx context.Context, session, by string) (int, error) {
+// decisions forgotten. It returns how many calls were denied. by must be
+// allowed to act on every waiting call and sticky decision (or hold "*").
+func (c *Client) EndSession(ctx context.Context, session string, by policy.Approver) (int, error) {
 	var denied int
-	err := c.updateSession(ctx, session, workflows.UpdateEnd, by, &denied)
+	req := workflows.EndRequest{By: by.Name, Groups: by.Groups}
+	err := c.updateSession(ctx, session, workflows.UpdateEnd, req, &denied)
 	return denied, err
 }
 

@@ -4,12 +4,14 @@
 package client
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"regexp"
 	"time"
 
@@ -70,18 +72,37 @@ type CallRequest struct {
 	Requester string
 }
 
+// idPattern is the one rule for identifiers: call IDs, sessions, tool
+// names, token names. Such a value is safe in a workflow ID, a visibility
+// query, a URL path, a log line and a Slack message.
 var idPattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:@-]{0,127}$`)
+
+// ValidateID checks an identifier (a call ID, a session, a tool name, a
+// token's name) against toolgate's one rule for them: 1-128 ASCII letters,
+// digits and . _ : @ -, starting with a letter or digit. The error is an
+// *InputError naming field; it never repeats the value.
+func ValidateID(field, value string) error {
+	switch {
+	case value == "":
+		return &InputError{Field: field, Problem: "is required"}
+	case !idPattern.MatchString(value):
+		return &InputError{Field: field, Problem: "must be 1-128 characters of letters, digits and . _ : @ -, starting with a letter or digit"}
+	}
+	return nil
+}
 
 // Validate refuses a request that cannot become a call, naming the field.
 func (r *CallRequest) Validate() error {
-	if !idPattern.MatchString(r.Session) {
-		return &InputError{Field: "session", Problem: "must be 1-128 characters of letters, digits and . _ : @ -, starting with a letter or digit"}
+	if err := ValidateID("session", r.Session); err != nil {
+		return err
 	}
-	if r.CallID != "" && !idPattern.MatchString(r.CallID) {
-		return &InputError{Field: "call_id", Problem: "must be 1-128 characters of letters, digits and . _ : @ -, starting with a letter or digit"}
+	if r.CallID != "" {
+		if err := ValidateID("call_id", r.CallID); err != nil {
+			return err
+		}
 	}
-	if r.Tool == "" {
-		return &InputError{Field: "tool", Problem: "is required"}
+	if err := ValidateID("tool", r.Tool); err != nil {
+		return err
 	}
 	if len(r.Args) == 0 {
 		r.Args = json.RawMessage("{}")
@@ -89,16 +110,39 @@ func (r *CallRequest) Validate() error {
 	if len(r.Args) > MaxArgsBytes {
 		return &InputError{Field: "args", Problem: fmt.Sprintf("are %d bytes, over the %d-byte limit", len(r.Args), MaxArgsBytes)}
 	}
-	var obj map[string]json.RawMessage
-	if err := json.Unmarshal(r.Args, &obj); err != nil {
-		return &InputError{Field: "args", Problem: "must be a JSON object: " + err.Error()}
+	if problem := notAnObject(r.Args); problem != "" {
+		return &InputError{Field: "args", Problem: problem}
 	}
 	return nil
 }
 
+// notAnObject says what is wrong with raw when it is not a JSON object, in
+// JSON's words; "" when it is one.
+func notAnObject(raw json.RawMessage) string {
+	var v any
+	if err := json.Unmarshal(raw, &v); err != nil {
+		return "must be a JSON object; this is not valid JSON"
+	}
+	switch v.(type) {
+	case map[string]any:
+		return ""
+	case []any:
+		return "must be a JSON object, not an array"
+	case string:
+		return "must be a JSON object, not a string"
+	case float64:
+		return "must be a JSON object, not a number"
+	case bool:
+		return "must be a JSON object, not a boolean"
+	}
+	return "must be a JSON object, not null"
+}
+
 // Submit starts the call's workflow and returns its call ID. Submitting a
-// call ID that exists returns it again (the tool never runs twice); the
-// same ID for another session or tool is refused.
+// call ID that exists returns it again (the tool never runs twice) when the
+// request is the same call; the same ID with another session, tool,
+// requester or arguments is refused with an *InputError wrapping
+// ErrCallIDTaken.
 func (c *Client) Submit(ctx context.Context, req CallRequest) (string, error) {
 	if err := req.Validate(); err != nil {
 		return "", err
@@ -133,25 +177,43 @@ func (c *Client) Submit(ctx context.Context, req CallRequest) (string, error) {
 	return req.CallID, nil
 }
 
-// checkSameCall refuses a resubmitted call ID that names another call.
+// checkSameCall accepts a resubmitted call ID only for the very call it
+// names: the same session, tool, requester and arguments (compared as JSON
+// values, so spacing and key order do not matter). The refusal says nothing
+// about that call, which may be another agent's.
 func (c *Client) checkSameCall(ctx context.Context, req CallRequest) error {
-	desc, err := c.tc.DescribeWorkflowExecution(ctx, workflows.CallWorkflowID(req.CallID), "")
-	if err != nil {
-		return fmt.Errorf("describe existing call %s: %w", req.CallID, err)
-	}
-	sa, err := searchAttributes(desc.GetWorkflowExecutionInfo().GetSearchAttributes())
+	first, err := c.Request(ctx, req.CallID)
 	if err != nil {
 		return err
 	}
-	if sa.session != req.Session || sa.tool != req.Tool {
-		return &InputError{Field: "call_id", Problem: fmt.Sprintf("%q is already used by a %s call in session %s", req.CallID, sa.tool, sa.session)}
+	if first.Session != req.Session || first.Tool != req.Tool || first.Requester != req.Requester || !sameJSON(first.Args, req.Args) {
+		return &InputError{Field: "call_id", Problem: fmt.Sprintf("%q is already taken by another call; use a new call ID", req.CallID), Err: ErrCallIDTaken}
 	}
 	return nil
+}
+
+// sameJSON reports whether a and b hold the same JSON value. Numbers are
+// compared by their text, so 1 and 1.0 differ: a doubt refuses the call.
+func sameJSON(a, b []byte) bool {
+	va, errA := decodeJSON(a)
+	vb, errB := decodeJSON(b)
+	return errA == nil && errB == nil && reflect.DeepEqual(va, vb)
+}
+
+func decodeJSON(b []byte) (any, error) {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	var v any
+	err := dec.Decode(&v)
+	return v, err
 }
 
 // Wait blocks until the call has a Result, or ctx ends.
 func (c *Client) Wait(ctx context.Context, callID string) (workflows.Result, error) {
 	var r workflows.Result
+	if err := ValidateID("call_id", callID); err != nil {
+		return r, err
+	}
 	err := c.tc.GetWorkflow(ctx, workflows.CallWorkflowID(callID), "").Get(ctx, &r)
 	if err != nil {
 		if waitEnded(ctx, err) {
@@ -192,6 +254,9 @@ type Status struct {
 
 // Status returns where the call stands now, without waiting.
 func (c *Client) Status(ctx context.Context, callID string) (Status, error) {
+	if err := ValidateID("call_id", callID); err != nil {
+		return Status{}, err
+	}
 	wid := workflows.CallWorkflowID(callID)
 	desc, err := c.tc.DescribeWorkflowExecution(ctx, wid, "")
 	if err != nil {

@@ -16,13 +16,23 @@ import (
 // ErrUnknownCall is returned for a call ID that names no call.
 var ErrUnknownCall = errors.New("unknown call")
 
+// ErrCallIDTaken is the cause (errors.Is) of the *InputError that refuses
+// a call ID already naming another call: another session, tool, requester
+// or other arguments. The HTTP API answers it with 409.
+var ErrCallIDTaken = errors.New("call ID is taken")
+
 // InputError is a request that names a bad field.
 type InputError struct {
 	Field   string
 	Problem string
+	// Err is the cause, for errors.Is; optional.
+	Err error
 }
 
 func (e *InputError) Error() string { return e.Field + " " + e.Problem }
+
+// Unwrap returns the cause.
+func (e *InputError) Unwrap() error { return e.Err }
 
 // AlreadyDecidedError refuses a decision for a call that has one, or that
 // timed out. It says by whom and when.

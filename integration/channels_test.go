@@ -407,7 +407,7 @@ func TestChannels(t *testing.T) {
 		assert.Equal(t, http.StatusOK, e.slackPost(click(post, msgTS, "U_BOB", "approve", e.slack.ResponseURL("sl-2-bob")), time.Now(), slackSecret))
 		got = e.waitResponses("sl-2-bob", 1)
 		assert.Equal(t, "ephemeral", got[0].JSON["response_type"])
-		assert.Contains(t, got[0].Text(), "bob may not decide call sl-2: it is asked of [ops]")
+		assert.Contains(t, got[0].Text(), "bob may not decide call sl-2: it is asked of ops; their groups: finance. Nothing was recorded.")
 
 		assert.Equal(t, "pending", e.status("sl-2"))
 		assert.Empty(t, e.updates(msgTS))

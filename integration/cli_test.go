@@ -236,20 +236,28 @@ func TestCLIVerbs(t *testing.T) {
 		assert.Equal(t, 1, r.code)
 	})
 
-	t.Run("a resubmitted call ID returns the first outcome", func(t *testing.T) {
+	t.Run("a resubmitted call ID returns the first outcome; another call under it is refused", func(t *testing.T) {
 		d := d.in(t)
 		runs := filepath.Join(d.workspace, "once.txt")
-		d.callJSON(5, "--session", "s-idem", "--id", "once", "--wait", "300ms", "shell", `{"command":"echo run >> once.txt; echo first"}`)
+		args := `{"command":"echo run >> once.txt; echo first"}`
+		d.callJSON(5, "--session", "s-idem", "--id", "once", "--wait", "300ms", "shell", args)
 		require.Equal(t, 0, d.cli("approve", "once", "--by", "alice").code)
-		first := d.callJSON(0, "--session", "s-idem", "--id", "once", "--wait", "30s", "shell", `{"command":"echo run >> once.txt; echo first"}`)
-		again := d.callJSON(0, "--session", "s-idem", "--id", "once", "shell", `{"command":"echo run >> once.txt; echo second"}`)
+		first := d.callJSON(0, "--session", "s-idem", "--id", "once", "--wait", "30s", "shell", args)
+		again := d.callJSON(0, "--session", "s-idem", "--id", "once", "shell", `{ "command" : "echo run >> once.txt; echo first" }`)
 		assert.Equal(t, first["output"], again["output"])
 		assert.Equal(t, first["finished_at"], again["finished_at"])
 		assert.Equal(t, 1, countLines(t, runs), "the tool ran once")
 
-		r := d.cli("call", "--session", "s-other", "--id", "once", "shell", `{"command":"true"}`)
-		assert.Equal(t, 2, r.code)
-		assert.Contains(t, r.stderr, `"once" is already used by a shell call in session s-idem`)
+		for _, other := range [][]string{
+			{"--session", "s-idem", "--id", "once", "shell", `{"command":"echo run >> once.txt; echo second"}`}, // other arguments
+			{"--session", "s-other", "--id", "once", "shell", args},                                             // another session
+		} {
+			r := d.cli(append([]string{"call"}, other...)...)
+			assert.Equal(t, 2, r.code, r.stderr)
+			assert.Contains(t, r.stderr, `call_id "once" is already taken by another call`)
+			assert.NotContains(t, r.stderr, "s-idem", "the error does not reveal the first call")
+		}
+		assert.Equal(t, 1, countLines(t, runs), "the tool still ran once")
 	})
 }
 

@@ -83,7 +83,7 @@ func (s *Slack) Resolve(ctx context.Context, o activities.Outcome, receipts []ac
 			continue
 		}
 		_, _, _, err := s.opts.API.UpdateMessageContext(ctx, ch, ts,
-			slack.MsgOptionText(fmt.Sprintf("%s call %s: %s", o.Call.Tool, o.Call.ID, outcomeText(o)), false),
+			slack.MsgOptionText(escape(fmt.Sprintf("%s call %s: %s", o.Call.Tool, o.Call.ID, outcomeText(o))), false),
 			slack.MsgOptionBlocks(blocks...),
 		)
 		var se slack.SlackErrorResponse
@@ -121,13 +121,13 @@ func slackError(doing string, err error) error {
 }
 
 // noticeFallback is the notification text (and what clients without Block
-// Kit show).
+// Kit show). Slack reads it as mrkdwn, so it is escaped like the blocks.
 func noticeFallback(n activities.Notice) string {
 	s := headline(n) + " — call " + n.Call.ID + " in session " + n.Call.Session
 	if n.Request.Message != "" {
 		s += ": " + n.Request.Message
 	}
-	return s
+	return escape(s)
 }
 
 // Block Kit identifiers. The actions block of a notice is

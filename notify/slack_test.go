@@ -194,3 +194,24 @@ func TestDenyReasonModal(t *testing.T) {
 	require.NoError(t, err)
 	assert.True(t, strings.Contains(string(b), `"block_id":"reason"`), string(b))
 }
+
+func TestSlackFallbackTextIsEscaped(t *testing.T) {
+	s, fake := slackChannel(t)
+	ctx := context.Background()
+	n := notice(activities.NoticeWaiting, 1)
+	n.Request.Message = `Fetch <http://evil|click me>? <!channel> & <@U123>`
+	r, err := s.Notify(ctx, n)
+	require.NoError(t, err)
+	text := fake.Calls("chat.postMessage")[0].Text()
+	for _, raw := range []string{"<!channel>", "<http://evil|click me>", "<@U123>", " & "} {
+		assert.NotContains(t, text, raw, "the fallback text cannot ping, link or mention")
+	}
+	assert.Contains(t, text, "Fetch &lt;http://evil|click me&gt;? &lt;!channel&gt; &amp; &lt;@U123&gt;", "shown as typed")
+
+	o := activities.Outcome{Event: activities.EventDecided, Call: n.Call, Decision: "denied", DecidedBy: "<!here>", Channel: "<http://evil|x>"}
+	require.NoError(t, s.Resolve(ctx, o, []activities.Receipt{r}))
+	text = fake.Calls("chat.update")[0].Text()
+	assert.NotContains(t, text, "<!here>")
+	assert.NotContains(t, text, "<http://evil|x>")
+	assert.Contains(t, text, "&lt;!here&gt;")
+}

@@ -8,6 +8,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 )
 
@@ -100,10 +102,16 @@ type Decision struct {
 	EditedArgs json.RawMessage `json:"edited_args,omitempty"`
 	// DecidedBy names the approver (a person, "policy", a handler's name).
 	DecidedBy string `json:"decided_by"`
+	// DeciderGroups are the approver groups DecidedBy acts for ("*" is
+	// every group), from their token or the approvers file. The workflow
+	// checks them against the call's groups on every path, sticky
+	// decisions included, and keeps them with the decision for the audit.
+	DeciderGroups []string `json:"decider_groups,omitempty"`
 	// Channel is where the decision came from: cli, api, inbox, slack,
 	// email, signal, handler, session, timeout, policy.
 	Channel string `json:"channel"`
-	// DecidedAt is set by toolgate when the decision is applied.
+	// DecidedAt is set by toolgate when the decision is applied; a value
+	// in a request is ignored.
 	DecidedAt time.Time `json:"decided_at,omitzero"`
 	// Comment is a free note for the audit trail; the model never sees it.
 	Comment string `json:"comment,omitempty"`
@@ -132,4 +140,92 @@ func (d Decision) Validate() error {
 		return fmt.Errorf("edited arguments are only allowed with approved_with_edits, not %s", d.Kind)
 	}
 	return nil
+}
+
+// ReservedChannels are the channels toolgate sets itself; a decision that
+// arrives from outside may not claim one.
+var ReservedChannels = []string{"session", "policy", "timeout", "handler"}
+
+// ValidateIncoming checks a decision that arrives from outside toolgate (a
+// person through the API, inbox, Slack, email, CLI or a raw update): it must
+// be valid, name its approver without surrounding spaces, and not claim a
+// channel toolgate reserves.
+func (d Decision) ValidateIncoming() error {
+	if err := d.Validate(); err != nil {
+		return err
+	}
+	if err := CheckIdentity("decided_by", d.DecidedBy); err != nil {
+		return err
+	}
+	if slices.Contains(ReservedChannels, d.Channel) {
+		return fmt.Errorf("channel %q is reserved for decisions toolgate takes itself", d.Channel)
+	}
+	for _, g := range d.DeciderGroups {
+		if err := CheckIdentity("decider group", g); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// CheckIdentity refuses an empty name or one with leading or trailing
+// spaces: " alice" must never pass for "alice" or slip past a check.
+func CheckIdentity(field, name string) error {
+	if name == "" {
+		return fmt.Errorf("%s is empty", field)
+	}
+	if strings.TrimSpace(name) != name {
+		return fmt.Errorf("%s %q has leading or trailing spaces", field, name)
+	}
+	return nil
+}
+
+// Approver is who decides: a name and the approver groups they act for.
+type Approver struct {
+	Name string
+	// Groups are the approver groups; "*" is every group.
+	Groups []string
+}
+
+// Approver returns who took the decision.
+func (d Decision) Approver() Approver {
+	return Approver{Name: d.DecidedBy, Groups: d.DeciderGroups}
+}
+
+// ErrSelfApproval is MayDecide's refusal of an approver who requested the
+// call.
+var ErrSelfApproval = errors.New("they requested the call")
+
+// NotInGroupsError is MayDecide's refusal of an approver whose groups do
+// not meet the call's.
+type NotInGroupsError struct {
+	Asked, Theirs []string
+}
+
+func (e *NotInGroupsError) Error() string {
+	theirs := "none"
+	if len(e.Theirs) > 0 {
+		theirs = strings.Join(e.Theirs, ", ")
+	}
+	return fmt.Sprintf("it is asked of %s; their groups: %s", strings.Join(e.Asked, ", "), theirs)
+}
+
+// MayDecide says why a may not decide a call that requester submitted and
+// that is asked of groups (empty: any approver), or nil when it may. It is
+// the one rule for every path: a direct decision, a sticky decision handed
+// to another call, a bulk decision.
+func (a Approver) MayDecide(requester string, groups []string) error {
+	if requester != "" && a.Name == requester {
+		return ErrSelfApproval
+	}
+	return a.MayAct(groups)
+}
+
+// MayAct is MayDecide without the requester rule: the rule for ending a
+// session or revoking a sticky decision, which only take permissions away.
+func (a Approver) MayAct(groups []string) error {
+	if len(groups) == 0 || slices.ContainsFunc(a.Groups, func(g string) bool { return g == "*" || slices.Contains(groups, g) }) {
+		return nil
+	}
+	return &NotInGroupsError{Asked: groups, Theirs: a.Groups}
 }

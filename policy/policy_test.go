@@ -103,3 +103,49 @@ func TestDecisionKindJSONRoundTrip(t *testing.T) {
 	assert.True(t, ApprovedForSession.Sticky() && DeniedAlways.Sticky() && !Approved.Sticky())
 	assert.True(t, ApprovedWithEdits.Approves() && !DeniedWithReason.Approves())
 }
+
+func TestApproverMayDecide(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		approver  Approver
+		requester string
+		groups    []string
+		want      string
+	}{
+		{"no groups asked: anyone", Approver{Name: "alice"}, "agent-1", nil, ""},
+		{"one of the groups", Approver{Name: "alice", Groups: []string{"ops"}}, "agent-1", []string{"finance", "ops"}, ""},
+		{"every group", Approver{Name: "root", Groups: []string{"*"}}, "agent-1", []string{"finance"}, ""},
+		{"another group", Approver{Name: "fin1", Groups: []string{"finance"}}, "agent-1", []string{"ops"}, "it is asked of ops; their groups: finance"},
+		{"no group", Approver{Name: "carol"}, "agent-1", []string{"ops"}, "it is asked of ops; their groups: none"},
+		{"own call, even with every group", Approver{Name: "root", Groups: []string{"*"}}, "root", nil, "they requested the call"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.approver.MayDecide(tc.requester, tc.groups)
+			if tc.want == "" {
+				require.NoError(t, err)
+				return
+			}
+			require.EqualError(t, err, tc.want)
+		})
+	}
+	require.ErrorIs(t, Approver{Name: "root"}.MayDecide("root", nil), ErrSelfApproval)
+}
+
+func TestValidateIncomingRefusesWhatToolgateSetsItself(t *testing.T) {
+	ok := Decision{Kind: Approved, DecidedBy: "alice", Channel: "api", DeciderGroups: []string{"ops"}}
+	require.NoError(t, ok.ValidateIncoming())
+	for name, mutate := range map[string]func(*Decision){
+		"reserved channel session": func(d *Decision) { d.Channel = "session" },
+		"reserved channel policy":  func(d *Decision) { d.Channel = "policy" },
+		"reserved channel timeout": func(d *Decision) { d.Channel = "timeout" },
+		"reserved channel handler": func(d *Decision) { d.Channel = "handler" },
+		"leading space":            func(d *Decision) { d.DecidedBy = " alice" },
+		"trailing space":           func(d *Decision) { d.DecidedBy = "alice\t" },
+		"spaced group":             func(d *Decision) { d.DeciderGroups = []string{"ops "} },
+		"no identity":              func(d *Decision) { d.DecidedBy = "" },
+	} {
+		d := ok
+		mutate(&d)
+		require.Error(t, d.ValidateIncoming(), name)
+	}
+}

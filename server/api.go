@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
+	"reflect"
 	"strings"
 	"time"
 
@@ -78,8 +80,30 @@ func (a *api) auth(h func(http.ResponseWriter, *http.Request, Principal), roles 
 			writeError(w, &apiError{http.StatusForbidden, "forbidden", fmt.Sprintf("%s holds a token with role %s; this needs role %s", p.Name, p.Role, joinRoles(roles))})
 			return
 		}
+		if err := checkPathIDs(r); err != nil {
+			writeError(w, err)
+			return
+		}
 		h(w, r, p)
 	})
+}
+
+// checkPathIDs refuses a request whose path holds a call ID or a session
+// that breaks the identifier rule (tgclient.ValidateID), before anything
+// is asked of Temporal. The sticky-decision key of a revoke is not an
+// identifier (e.g. "http_get|host=api.github.com") and is not checked.
+func checkPathIDs(r *http.Request) *apiError {
+	for _, name := range []string{"call_id", "session"} {
+		v := r.PathValue(name)
+		if v == "" {
+			continue // not in this route's pattern
+		}
+		var input *tgclient.InputError
+		if errors.As(tgclient.ValidateID(name, v), &input) {
+			return badRequest(input.Field, input.Problem)
+		}
+	}
+	return nil
 }
 
 func joinRoles(roles []Role) string {
@@ -236,7 +260,7 @@ func (a *api) session(w http.ResponseWriter, r *http.Request, _ Principal) {
 
 func (a *api) revoke(w http.ResponseWriter, r *http.Request, p Principal) {
 	session, key := r.PathValue("session"), r.PathValue("tool")
-	if err := a.calls.Revoke(r.Context(), session, key); err != nil {
+	if err := a.calls.Revoke(r.Context(), session, key, p.approver()); err != nil {
 		writeError(w, a.mapError(err))
 		return
 	}
@@ -246,7 +270,7 @@ func (a *api) revoke(w http.ResponseWriter, r *http.Request, p Principal) {
 
 func (a *api) endSession(w http.ResponseWriter, r *http.Request, p Principal) {
 	session := r.PathValue("session")
-	denied, err := a.calls.EndSession(r.Context(), session, p.Name)
+	denied, err := a.calls.EndSession(r.Context(), session, p.approver())
 	if err != nil {
 		writeError(w, a.mapError(err))
 		return
@@ -273,7 +297,8 @@ func durationParam(v, name string) (time.Duration, error) {
 	return d, nil
 }
 
-// decodeBody reads a JSON body strictly: size-capped, unknown fields refused.
+// decodeBody reads a JSON body strictly: size-capped, unknown fields
+// refused, nothing after the JSON value.
 func decodeBody(w http.ResponseWriter, r *http.Request, into any) error {
 	r.Body = http.MaxBytesReader(w, r.Body, MaxBodyBytes)
 	dec := json.NewDecoder(r.Body)
@@ -285,11 +310,51 @@ func decodeBody(w http.ResponseWriter, r *http.Request, into any) error {
 		case errors.As(err, &tooLarge):
 			return &apiError{http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("request body is over the %d-byte limit", MaxBodyBytes)}
 		case errors.As(err, &typeErr):
-			return badRequest(typeErr.Field, "must be a JSON "+typeErr.Type.Kind().String())
+			field := typeErr.Field
+			if field == "" {
+				field = "request body"
+			}
+			return badRequest(field, fmt.Sprintf("must be a JSON %s, not %s", jsonTypeOf(typeErr.Type), jsonValueName(typeErr.Value)))
 		case strings.HasPrefix(err.Error(), "json: unknown field"):
 			return badRequest(strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`), "is not a known field")
 		}
-		return &apiError{http.StatusBadRequest, "malformed_json", "request body is not valid JSON: " + err.Error()}
+		return &apiError{http.StatusBadRequest, "malformed_json", "request body is not valid JSON: " + strings.TrimPrefix(err.Error(), "json: ")}
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return &apiError{http.StatusBadRequest, "malformed_json", "request body has data after its JSON value"}
 	}
 	return nil
+}
+
+// jsonTypeOf names, in JSON's words, what a Go type decodes from.
+func jsonTypeOf(t reflect.Type) string {
+	switch t.Kind() {
+	case reflect.String:
+		return "string"
+	case reflect.Bool:
+		return "boolean"
+	case reflect.Slice, reflect.Array:
+		return "array"
+	case reflect.Map, reflect.Struct:
+		return "object"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64, reflect.Uint, reflect.Uint8,
+		reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Float32, reflect.Float64:
+		return "number"
+	}
+	return "value of another type"
+}
+
+// jsonValueName names what a json.UnmarshalTypeError found: "an array",
+// "a number" (its Value is e.g. "number -5" or "bool").
+func jsonValueName(value string) string {
+	kind, _, _ := strings.Cut(value, " ")
+	switch kind {
+	case "array", "object":
+		return "an " + kind
+	case "bool":
+		return "a boolean"
+	case "null":
+		return "null"
+	}
+	return "a " + kind
 }

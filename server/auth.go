@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
@@ -9,10 +10,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+
+	tgclient "github.com/toolgate/toolgate/client"
+	"github.com/toolgate/toolgate/policy"
 )
 
 // Role is what a token may do.
@@ -36,12 +39,19 @@ type Principal struct {
 	Groups []string
 }
 
-// mayDecide reports whether p may decide a call asked of groups.
+// mayDecide reports whether p may decide a call asked of groups, for
+// listings; the workflow itself checks every decision with the same rule.
 func (p Principal) mayDecide(groups []string) bool {
-	if p.Role == RoleAdmin || len(groups) == 0 {
-		return p.Role != RoleAgent
+	return p.Role != RoleAgent && p.approver().MayAct(groups) == nil
+}
+
+// approver is p as the workflows see a decider: an admin acts for every
+// group.
+func (p Principal) approver() policy.Approver {
+	if p.Role == RoleAdmin {
+		return policy.Approver{Name: p.Name, Groups: []string{"*"}}
 	}
-	return p.Role == RoleApprover && slices.ContainsFunc(p.Groups, func(g string) bool { return g == "*" || slices.Contains(groups, g) })
+	return policy.Approver{Name: p.Name, Groups: p.Groups}
 }
 
 // Tokens maps bearer tokens, by their SHA-256 hash, to principals. Tokens
@@ -77,9 +87,10 @@ func NewToken(prefix string) string {
 func NewTokens(entries []TokenEntry) (*Tokens, error) {
 	t := &Tokens{byHash: map[string]Principal{}}
 	for i, e := range entries {
+		if err := tgclient.ValidateID("name", e.Name); err != nil {
+			return nil, fmt.Errorf("token %d: %w", i+1, err)
+		}
 		switch {
-		case e.Name == "":
-			return nil, fmt.Errorf("token %d: name is required", i+1)
 		case e.Role != RoleAgent && e.Role != RoleApprover && e.Role != RoleAdmin:
 			return nil, fmt.Errorf("token %q: role %q is not agent, approver or admin", e.Name, e.Role)
 		case len(e.SHA256) != 64:
@@ -94,15 +105,18 @@ func NewTokens(entries []TokenEntry) (*Tokens, error) {
 	return t, nil
 }
 
+// tokensFile is the shape of a tokens file.
+type tokensFile struct {
+	Tokens []TokenEntry `yaml:"tokens"`
+}
+
 // LoadTokens reads a tokens file: `tokens: [{name, role, groups, sha256}]`.
 func LoadTokens(path string) (*Tokens, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("read tokens file: %w", err)
 	}
-	var file struct {
-		Tokens []TokenEntry `yaml:"tokens"`
-	}
+	var file tokensFile
 	dec := yaml.NewDecoder(strings.NewReader(string(data)))
 	dec.KnownFields(true)
 	if err := dec.Decode(&file); err != nil {
@@ -163,4 +177,20 @@ func LoadOrCreateDevTokens(dataDir string) (DevTokens, *Tokens, bool, error) {
 		{Name: DevApproverName, Role: RoleApprover, Groups: []string{"*"}, SHA256: HashToken(dt.Approver)},
 	})
 	return dt, tokens, created, err
+}
+
+// MarshalTokens returns a tokens file holding entries, as LoadTokens reads
+// it (`toolgate token new` prints it). Every value is quoted as YAML needs,
+// so a group "*" or a name with ":" loads back as written.
+func MarshalTokens(entries ...TokenEntry) ([]byte, error) {
+	var b bytes.Buffer
+	enc := yaml.NewEncoder(&b)
+	enc.SetIndent(2)
+	if err := enc.Encode(tokensFile{entries}); err != nil {
+		return nil, fmt.Errorf("encode tokens: %w", err)
+	}
+	if err := enc.Close(); err != nil {
+		return nil, fmt.Errorf("encode tokens: %w", err)
+	}
+	return b.Bytes(), nil
 }

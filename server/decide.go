@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 
@@ -27,7 +28,8 @@ type decisionRequest struct {
 // turns deny into denied_with_reason, args turn approve into
 // approved_with_edits.
 func (d decisionRequest) toDecision(p Principal, channel string) (policy.Decision, error) {
-	out := policy.Decision{DecidedBy: p.Name, Channel: channel, Reason: d.Reason, Comment: d.Comment}
+	approver := p.approver()
+	out := policy.Decision{DecidedBy: approver.Name, DeciderGroups: approver.Groups, Channel: channel, Reason: d.Reason, Comment: d.Comment}
 	switch d.Decision {
 	case "approve":
 		out.Kind = policy.Approved
@@ -78,31 +80,18 @@ func (a *api) decideOne(w http.ResponseWriter, r *http.Request, p Principal) {
 	writeJSON(w, http.StatusOK, map[string]any{"call_id": callID, "decision": applied})
 }
 
-// Decide checks that p may decide the call, then applies the decision
-// through the call's validated update. Every channel (API, inbox, Slack,
-// email) decides through here.
+// Decide applies p's decision through the call's validated update, which
+// checks p's groups and that p did not request the call. Every channel
+// (API, inbox, Slack, email) decides through here.
 func Decide(ctx context.Context, calls *tgclient.Client, p Principal, callID string, req decisionRequest, channel string) (policy.Decision, error) {
+	if p.Role == RoleAgent {
+		return policy.Decision{}, &apiError{http.StatusForbidden, "forbidden", "agent tokens cannot decide calls"}
+	}
 	d, err := req.toDecision(p, channel)
 	if err != nil {
 		return d, err
 	}
-	if err := authorize(ctx, calls, p, callID); err != nil {
-		return d, err
-	}
 	return calls.Decide(ctx, callID, d)
-}
-
-// authorize checks the approver's groups against the call's request. A
-// finished or unknown call is left to Decide, which says why it is refused.
-func authorize(ctx context.Context, calls *tgclient.Client, p Principal, callID string) error {
-	st, err := calls.Status(ctx, callID)
-	if err != nil || st.State == nil || st.State.Request == nil {
-		return nil
-	}
-	if !p.mayDecide(st.State.Request.Groups) {
-		return &apiError{http.StatusForbidden, "forbidden", fmt.Sprintf("%s may not decide call %s: it is asked of %v", p.Name, callID, st.State.Request.Groups)}
-	}
-	return nil
 }
 
 type bulkRequest struct {
@@ -184,11 +173,13 @@ func (a *api) checkDecidable(ctx context.Context, p Principal, d decisionRequest
 	if st.State.Status != workflows.StatusPending {
 		return &tgclient.RefusedError{Type: workflows.ErrTypeNotWaiting, Message: fmt.Sprintf("call %s is not waiting for a decision (status %s)", d.CallID, st.State.Status)}
 	}
-	if st.State.Call.Requester == p.Name {
-		return &tgclient.RefusedError{Type: workflows.ErrTypeSelfApproval, Message: p.Name + " requested call " + d.CallID + " and cannot decide it"}
-	}
-	if !p.mayDecide(st.State.Request.Groups) {
-		return &apiError{http.StatusForbidden, "forbidden", fmt.Sprintf("%s may not decide call %s: it is asked of %v", p.Name, d.CallID, st.State.Request.Groups)}
+	// The same rule as the workflow's, to refuse the whole batch up front;
+	// the workflow checks each decision again.
+	if err := p.approver().MayDecide(st.State.Call.Requester, st.State.Request.Groups); err != nil {
+		if errors.Is(err, policy.ErrSelfApproval) {
+			return &tgclient.RefusedError{Type: workflows.ErrTypeSelfApproval, Message: p.Name + " requested call " + d.CallID + " and cannot decide it"}
+		}
+		return &tgclient.RefusedError{Type: workflows.ErrTypeNotAuthorized, Message: fmt.Sprintf("%s may not decide call %s: %v", p.Name, d.CallID, err)}
 	}
 	return nil
 }

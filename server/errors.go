@@ -39,6 +39,8 @@ func (a *api) mapError(err error) error {
 	switch {
 	case errors.As(err, &ae):
 		return ae
+	case errors.Is(err, tgclient.ErrCallIDTaken):
+		return &apiError{http.StatusConflict, "conflict", err.Error()}
 	case errors.As(err, &input):
 		return badRequest(input.Field, input.Problem)
 	case errors.Is(err, tgclient.ErrUnknownCall):
@@ -51,6 +53,10 @@ func (a *api) mapError(err error) error {
 			return &apiError{http.StatusConflict, "not_waiting", refused.Message}
 		case workflows.ErrTypeSelfApproval:
 			return &apiError{http.StatusForbidden, "self_approval", refused.Message}
+		case workflows.ErrTypeNotAuthorized:
+			return &apiError{http.StatusForbidden, "forbidden", refused.Message}
+		case workflows.ErrTypeInvalidEdit:
+			return &apiError{http.StatusBadRequest, "invalid_edit", refused.Message}
 		case workflows.ErrTypeNoSticky, workflows.ErrTypeSessionEnded:
 			return &apiError{http.StatusNotFound, "not_found", refused.Message}
 		}

@@ -29,17 +29,28 @@ type inbox struct {
 	errs     *api // maps client errors exactly as the JSON API does
 	sessions *inboxSessions
 	now      func() time.Time
+	// secureCookies marks cookies Secure on every request, not only on
+	// those that came over TLS: the public URL is https, so a proxy in
+	// front terminates TLS.
+	secureCookies bool
 }
 
 func newInbox(cfg Config) *inbox {
 	return &inbox{
-		calls:    cfg.Calls,
-		tokens:   cfg.Tokens,
-		logger:   cfg.Logger,
-		errs:     &api{calls: cfg.Calls, tokens: cfg.Tokens, logger: cfg.Logger},
-		sessions: newInboxSessions(time.Now),
-		now:      time.Now,
+		calls:         cfg.Calls,
+		tokens:        cfg.Tokens,
+		logger:        cfg.Logger,
+		errs:          &api{calls: cfg.Calls, tokens: cfg.Tokens, logger: cfg.Logger},
+		sessions:      newInboxSessions(time.Now),
+		now:           time.Now,
+		secureCookies: isHTTPS(cfg.Notify.PublicURL),
 	}
+}
+
+// isHTTPS reports whether a public URL is an https one.
+func isHTTPS(publicURL string) bool {
+	u, err := url.Parse(publicURL)
+	return err == nil && strings.EqualFold(u.Scheme, "https")
 }
 
 // inboxRoute is one inbox endpoint.
@@ -111,6 +122,10 @@ func (i *inbox) page(h inboxHandler) http.Handler {
 			http.Redirect(w, r, "/login?next="+url.QueryEscape(r.URL.RequestURI()), http.StatusSeeOther)
 			return
 		}
+		if e := checkPathIDs(r); e != nil {
+			i.renderError(w, s, e.status, e.message)
+			return
+		}
 		h(w, r, s)
 	})
 }
@@ -133,6 +148,10 @@ func (i *inbox) form(h inboxHandler) http.Handler {
 		if !validCSRF(r.PostFormValue("csrf"), s.csrf) {
 			i.logger.Warn("Inbox form refused: missing or wrong CSRF token", zap.String("approver", s.principal.Name), zap.String("path", r.URL.Path))
 			renderForbidden(w, "This form did not come from an inbox page (its CSRF token is missing or wrong); nothing was done. Reload the page and try again.")
+			return
+		}
+		if e := checkPathIDs(r); e != nil {
+			i.renderError(w, s, e.status, e.message)
 			return
 		}
 		h(w, r, s)
@@ -306,7 +325,7 @@ func (i *inbox) renderSession(w http.ResponseWriter, r *http.Request, s *inboxSe
 
 func (i *inbox) revoke(w http.ResponseWriter, r *http.Request, s *inboxSession) {
 	session, key := r.PathValue("session"), r.PostFormValue("key")
-	if err := i.calls.Revoke(r.Context(), session, key); err != nil {
+	if err := i.calls.Revoke(r.Context(), session, key, s.principal.approver()); err != nil {
 		e := asAPIError(i.errs.mapError(err))
 		i.renderSession(w, r, s, e.status, session, e.message, "")
 		return
@@ -317,7 +336,7 @@ func (i *inbox) revoke(w http.ResponseWriter, r *http.Request, s *inboxSession) 
 
 func (i *inbox) endSession(w http.ResponseWriter, r *http.Request, s *inboxSession) {
 	session := r.PathValue("session")
-	denied, err := i.calls.EndSession(r.Context(), session, s.principal.Name)
+	denied, err := i.calls.EndSession(r.Context(), session, s.principal.approver())
 	if err != nil {
 		e := asAPIError(i.errs.mapError(err))
 		i.renderSession(w, r, s, e.status, session, e.message, "")

@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap"
 
 	tgclient "github.com/toolgate/toolgate/client"
+	"github.com/toolgate/toolgate/notify"
 	"github.com/toolgate/toolgate/policy"
 	"github.com/toolgate/toolgate/workflows"
 )
@@ -24,13 +25,19 @@ import (
 // before that.
 
 func newTestInbox(t *testing.T) (*inbox, http.Handler) {
+	return newTestInboxWith(t, Config{})
+}
+
+// newTestInboxWith is newTestInbox with cfg's Calls and Notify.
+func newTestInboxWith(t *testing.T, cfg Config) (*inbox, http.Handler) {
 	tokens, err := NewTokens([]TokenEntry{
 		{Name: "agent-1", Role: RoleAgent, SHA256: HashToken("agent-token")},
 		{Name: "alice", Role: RoleApprover, Groups: []string{"ops"}, SHA256: HashToken("approver-token")},
 		{Name: "root", Role: RoleAdmin, SHA256: HashToken("admin-token")},
 	})
 	require.NoError(t, err)
-	i := newInbox(Config{Tokens: tokens, Logger: zap.NewNop()})
+	cfg.Tokens, cfg.Logger = tokens, zap.NewNop()
+	i := newInbox(cfg)
 	mux := http.NewServeMux()
 	i.routes(mux)
 	return i, mux
@@ -352,4 +359,47 @@ func TestAgo(t *testing.T) {
 	}
 	now := time.Now()
 	assert.Equal(t, "due now", timeLeft(now, now))
+}
+
+func TestInboxCookiesAreSecureWhenThePublicURLIsHTTPS(t *testing.T) {
+	for publicURL, secure := range map[string]bool{"https://toolgate.example.com": true, "HTTPS://toolgate.example.com/": true, "http://127.0.0.1:7700": false, "": false} {
+		_, h := newTestInboxWith(t, Config{Notify: notify.Config{PublicURL: publicURL}})
+		// Plain HTTP, as a TLS-terminating proxy forwards it.
+		rec := serve(h, httptest.NewRequest("GET", "/login", nil))
+		lc := cookieNamed(rec, inboxLoginCookie)
+		require.NotNil(t, lc)
+		assert.Equal(t, secure, lc.Secure, "login cookie, public URL %q", publicURL)
+		c := signIn(t, h, "approver-token")
+		assert.Equal(t, secure, c.Secure, "session cookie, public URL %q", publicURL)
+	}
+}
+
+func TestInboxChecksIdentifiersInPaths(t *testing.T) {
+	temporal := &refusingTemporal{}
+	i, h := newTestInboxWith(t, Config{Calls: tgclient.New(temporal, "")})
+	c := signIn(t, h, "approver-token")
+	sess, _ := i.sessions.get(c.Value)
+	for path, field := range map[string]string{
+		"/calls/a%00b":                  "call_id",
+		"/calls/%ff":                    "call_id",
+		"/sessions/a%00b":               "session",
+		"/inbox/state.json?call=%ff":    "call_id",
+		"/audit?session=x%5C'+OR+1%3D1": "session",
+	} {
+		req := httptest.NewRequest("GET", path, nil)
+		req.AddCookie(c)
+		rec := serve(h, req)
+		assert.Equal(t, http.StatusBadRequest, rec.Code, path)
+		assert.Contains(t, rec.Body.String(), field+" must be", path)
+	}
+	for path, field := range map[string]string{
+		"/calls/%ff/decision":  "call_id",
+		"/sessions/%ff/end":    "session",
+		"/sessions/%ff/revoke": "session",
+	} {
+		rec := postForm(h, path, url.Values{"csrf": {sess.csrf}, "decision": {"approve"}, "key": {"shell"}}, c)
+		assert.Equal(t, http.StatusBadRequest, rec.Code, path)
+		assert.Contains(t, rec.Body.String(), field+" must be", path)
+	}
+	assert.Zero(t, temporal.requests, "nothing reached Temporal")
 }

@@ -94,12 +94,12 @@ func (i *inbox) session(r *http.Request) (*inboxSession, bool) {
 }
 
 // setCookie writes an HttpOnly, SameSite=Strict cookie; Secure when the
-// request came over TLS (behind a TLS-terminating proxy r.TLS is nil and
-// the cookie is not marked Secure).
-func setCookie(w http.ResponseWriter, r *http.Request, name, value string, ttl time.Duration) {
+// request came over TLS, or always when the public URL is https (behind a
+// TLS-terminating proxy r.TLS is nil).
+func (i *inbox) setCookie(w http.ResponseWriter, r *http.Request, name, value string, ttl time.Duration) {
 	c := &http.Cookie{
 		Name: name, Value: value, Path: "/",
-		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil,
+		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil || i.secureCookies,
 		MaxAge: int(ttl / time.Second),
 	}
 	if ttl <= 0 {
@@ -140,7 +140,7 @@ func (i *inbox) renderLogin(w http.ResponseWriter, r *http.Request, status int, 
 		token = c.Value
 	} else {
 		token = rand.Text()
-		setCookie(w, r, inboxLoginCookie, token, inboxLoginTTL)
+		i.setCookie(w, r, inboxLoginCookie, token, inboxLoginTTL)
 	}
 	i.render(w, status, "login", pageData{Title: "Sign in", CSRF: token, Error: errMsg, Notice: notice, Body: loginView{Next: next}})
 }
@@ -175,15 +175,15 @@ func (i *inbox) login(w http.ResponseWriter, r *http.Request) {
 		i.sessions.remove(old.id)
 	}
 	sess := i.sessions.create(p)
-	setCookie(w, r, InboxSessionCookie, sess.id, InboxSessionTTL)
-	setCookie(w, r, inboxLoginCookie, "", 0)
+	i.setCookie(w, r, InboxSessionCookie, sess.id, InboxSessionTTL)
+	i.setCookie(w, r, inboxLoginCookie, "", 0)
 	i.logger.Info("Inbox sign-in", zap.String("approver", p.Name))
 	http.Redirect(w, r, next, http.StatusSeeOther)
 }
 
 func (i *inbox) logout(w http.ResponseWriter, r *http.Request, s *inboxSession) {
 	i.sessions.remove(s.id)
-	setCookie(w, r, InboxSessionCookie, "", 0)
+	i.setCookie(w, r, InboxSessionCookie, "", 0)
 	i.logger.Info("Inbox sign-out", zap.String("approver", s.principal.Name))
 	http.Redirect(w, r, "/login?signed_out=1", http.StatusSeeOther)
 }

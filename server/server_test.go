@@ -6,6 +6,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -158,4 +159,32 @@ func TestMayDecide(t *testing.T) {
 	assert.True(t, all.mayDecide([]string{"finance"}))
 	assert.False(t, agent.mayDecide(nil))
 	assert.True(t, Principal{Role: RoleAdmin}.mayDecide([]string{"x"}))
+}
+
+func TestTokenNamesFollowTheIdentifierRule(t *testing.T) {
+	for _, name := range []string{"a\x00b", "\xff", "a b", "a#b", strings.Repeat("n", 10000)} {
+		_, err := NewTokens([]TokenEntry{{Name: name, Role: RoleAgent, SHA256: HashToken("t")}})
+		require.Error(t, err, "%q", name)
+		assert.True(t, strings.HasPrefix(err.Error(), "token 1: name must be"), err.Error())
+	}
+}
+
+func TestMarshalTokensLoadsBack(t *testing.T) {
+	entries := []TokenEntry{
+		{Name: "root", Role: RoleAdmin, SHA256: HashToken("t1")},
+		{Name: "dev-approver", Role: RoleApprover, Groups: []string{"*"}, SHA256: HashToken("t2")},
+		{Name: "ci:bot", Role: RoleAgent, SHA256: HashToken("t3")},
+		{Name: "alice@example.com", Role: RoleApprover, Groups: []string{"ops", "#oncall", "a: b", "- x", "&anchor", "!tag", "[x]", "{y}", "yes", "null", "'q'", `"dq"`, " pad "}, SHA256: HashToken("t4")},
+	}
+	file, err := MarshalTokens(entries...)
+	require.NoError(t, err)
+	path := filepath.Join(t.TempDir(), "tokens.yaml")
+	require.NoError(t, os.WriteFile(path, file, 0o600))
+	tokens, err := LoadTokens(path)
+	require.NoError(t, err, "%s", file)
+	for i, e := range entries {
+		p, ok := tokens.Lookup("t" + strconv.Itoa(i+1))
+		require.True(t, ok, e.Name)
+		assert.Equal(t, Principal{Name: e.Name, Role: e.Role, Groups: e.Groups}, p, "%s", file)
+	}
 }

@@ -189,7 +189,7 @@ func (s *slackInteractions) blockActions(w http.ResponseWriter, ic slack.Interac
 // nothing).
 func (s *slackInteractions) openReasonModal(ctx context.Context, p Principal, callID string, ic slack.InteractionCallback, reply func(context.Context, string)) {
 	if err := s.errs.checkDecidable(ctx, p, decisionRequest{CallID: callID, Decision: "deny"}, map[string]bool{}); err != nil {
-		reply(ctx, ":warning: "+asAPIError(s.errs.mapError(err)).message+" Nothing was recorded.")
+		reply(ctx, ":warning: "+strings.TrimSuffix(asAPIError(s.errs.mapError(err)).message, ".")+". Nothing was recorded.")
 		return
 	}
 	tool := ""
@@ -247,7 +247,7 @@ func (s *slackInteractions) decide(ctx context.Context, p Principal, callID stri
 	if err != nil {
 		msg := asAPIError(s.errs.mapError(err)).message
 		s.logger.Info("Slack decision refused", zap.String("callID", callID), zap.String("approver", p.Name), zap.String("decision", req.Decision), zap.String("refusal", msg))
-		reply(ctx, ":warning: "+msg+" Nothing was recorded.")
+		reply(ctx, ":warning: "+strings.TrimSuffix(msg, ".")+". Nothing was recorded.")
 		return
 	}
 	s.logger.Info("Decision", zap.String("callID", callID), zap.Stringer("decision", applied.Kind), zap.String("approver", p.Name), zap.String("channel", SlackChannel))

@@ -31,9 +31,13 @@ type Input struct {
 // Func runs a tool and returns its output as JSON.
 type Func func(ctx context.Context, in Input) (json.RawMessage, error)
 
-// RetryPolicy says how a failed tool is retried.
+// RetryPolicy says how a failed tool is retried. Only idempotent tools are
+// retried: Temporal runs an activity at least once, so a retried attempt
+// may repeat a side effect the lost attempt already had.
 type RetryPolicy struct {
-	// MaxAttempts counts the first attempt; 1 means no retry. Default 3.
+	// MaxAttempts counts the first attempt; 1 means no retry. Default 1,
+	// or 3 for a tool with Options.Idempotent; more than 1 needs
+	// Idempotent.
 	MaxAttempts int32 `json:"max_attempts,omitempty"`
 	// InitialInterval is the wait before the first retry; default 1s.
 	InitialInterval time.Duration `json:"initial_interval,omitempty"`
@@ -50,6 +54,13 @@ type Options struct {
 	// runs), so a call whose worker died is retried or failed in seconds.
 	HeartbeatTimeout time.Duration `json:"heartbeat_timeout,omitempty"`
 	Retry            RetryPolicy   `json:"retry"`
+	// Idempotent declares that running the tool twice with the same
+	// Input.CallID has the effect of running it once (at-least-once is
+	// then safe). Idempotent tools are retried (default 3 attempts); a
+	// tool that is not runs exactly one attempt, and a lost attempt (its
+	// worker died, or it ran past Timeout) ends the call with status
+	// unknown: it may or may not have run. Default false.
+	Idempotent bool `json:"idempotent,omitempty"`
 }
 
 // Tool is a function an agent may ask to run.
@@ -96,6 +107,9 @@ func NewRegistry() *Registry { return &Registry{tools: map[string]entry{}} }
 func (r *Registry) Register(t Tool) error {
 	if t.Name == "" || t.Run == nil {
 		return errors.New("register tool: name and Run are required")
+	}
+	if t.Options.Retry.MaxAttempts > 1 && !t.Options.Idempotent {
+		return fmt.Errorf("register tool %q: %d attempts need Options.Idempotent: a retry may run a side effect twice", t.Name, t.Options.Retry.MaxAttempts)
 	}
 	e := entry{tool: t}
 	if len(t.Schema) > 0 {
@@ -209,7 +223,10 @@ func withDefaults(o Options) Options {
 		o.Timeout = time.Minute
 	}
 	if o.Retry.MaxAttempts <= 0 {
-		o.Retry.MaxAttempts = 3
+		o.Retry.MaxAttempts = 1
+		if o.Idempotent {
+			o.Retry.MaxAttempts = 3
+		}
 	}
 	if o.Retry.InitialInterval <= 0 {
 		o.Retry.InitialInterval = time.Second

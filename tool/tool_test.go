@@ -57,6 +57,15 @@ func TestRegister(t *testing.T) {
 	got, ok := r.Lookup("a")
 	require.True(t, ok)
 	assert.Equal(t, time.Minute, got.Options.Timeout, "defaults are applied")
-	assert.Equal(t, int32(3), got.Options.Retry.MaxAttempts)
+	assert.Equal(t, int32(1), got.Options.Retry.MaxAttempts, "a tool that does not say it is idempotent runs once")
 	assert.Equal(t, []string{"a"}, r.Names())
+}
+
+func TestOnlyIdempotentToolsAreRetried(t *testing.T) {
+	r := NewRegistry()
+	require.NoError(t, r.Register(Tool{Name: "get", Run: noop, Options: Options{Idempotent: true}}))
+	got, _ := r.Lookup("get")
+	assert.Equal(t, int32(3), got.Options.Retry.MaxAttempts, "idempotent tools are retried by default")
+	err := r.Register(Tool{Name: "pay", Run: noop, Options: Options{Retry: RetryPolicy{MaxAttempts: 3}}})
+	assert.ErrorContains(t, err, `register tool "pay": 3 attempts need Options.Idempotent`)
 }

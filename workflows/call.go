@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"time"
 
+	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
@@ -37,12 +38,13 @@ var notifyOptions = workflow.ActivityOptions{
 // errors: every outcome for the agent, denials included, is a Result.
 func ToolCallWorkflow(ctx workflow.Context, in CallInput) (Result, error) {
 	c := newCallRun(ctx, in)
+	c.authorizeSticky = workflow.GetVersion(ctx, changeAuthorizeSticky, workflow.DefaultVersion, 1) >= 1
 	if err := c.registerHandlers(ctx); err != nil {
 		return Result{}, err
 	}
 	r, err := c.run(ctx)
 	c.awaitTold(ctx)
-	c.awaitAnnouncements(ctx)
+	c.handOverNotices(ctx)
 	return r, err
 }
 
@@ -57,13 +59,28 @@ type callRun struct {
 	registered bool
 	// told is the signal to the session still in flight, if any.
 	told workflow.Future
-	// sent are the notices in flight or sent; announcing counts the
-	// outcome announcements still running.
+	// notices carries messages to the call's NoticesWorkflow, once one is
+	// started; noticesBusy is set while they are being delivered.
+	notices     workflow.Channel
+	noticesBusy bool
+	// sent and announcing are the notices and outcome announcements of
+	// runs from before the NoticesWorkflow, which sent them themselves.
 	sent       []sent
 	announcing int
 	// originalArgs and note are set when an approver edited the arguments.
 	originalArgs json.RawMessage
 	note         string
+	// authorizeSticky: sticky decisions and decision signals are held to
+	// the groups and requester rules (runs started before replay without).
+	authorizeSticky bool
+	// checkingEdit is set while edited arguments are checked by the
+	// policy; other decisions wait. editEval is the policy's verdict on
+	// edited arguments accepted at decision time.
+	checkingEdit bool
+	editEval     *activities.Evaluation
+	// registeredAt is when the call asked its session; the approval
+	// schedule (escalation) counts from it, as the session does.
+	registeredAt time.Time
 }
 
 func newCallRun(ctx workflow.Context, in CallInput) *callRun {
@@ -88,11 +105,13 @@ func (c *callRun) registerHandlers(ctx workflow.Context) error {
 		for {
 			var req DecideRequest
 			decideCh.Receive(ctx, &req)
-			if err := c.validateDecision(ctx, req); err != nil {
+			if err := c.validateSignalledDecision(ctx, req); err != nil {
 				workflow.GetLogger(ctx).Warn("Ignored invalid decision signal", "callID", c.state.Call.ID, "error", err)
 				continue
 			}
-			_, _ = c.decide(ctx, req)
+			if _, err := c.decide(ctx, req); err != nil {
+				workflow.GetLogger(ctx).Warn("Ignored refused decision signal", "callID", c.state.Call.ID, "error", err)
+			}
 		}
 	})
 	sessionCh := workflow.GetSignalChannel(ctx, SignalSessionDecision)
@@ -109,9 +128,47 @@ func (c *callRun) registerHandlers(ctx workflow.Context) error {
 	return nil
 }
 
+// validateSignalledDecision is validateDecision for the signal, which
+// replays: runs started before the groups rule replay without it.
+func (c *callRun) validateSignalledDecision(ctx workflow.Context, req DecideRequest) error {
+	if !c.authorizeSticky {
+		return c.validateDecisionV0(req)
+	}
+	return c.validateDecision(ctx, req)
+}
+
 // validateDecision refuses, before anything reaches history, a decision
-// that cannot apply to this call.
+// that cannot apply to this call: another call's, a late one, a malformed
+// one, one that claims a reserved channel, or one its author may not take
+// (their groups do not cover the call's groups at this moment, escalation
+// included, or they requested the call).
 func (c *callRun) validateDecision(ctx workflow.Context, req DecideRequest) error {
+	if err := c.validateDecisionV0(req); err != nil {
+		return err
+	}
+	if err := req.Decision.ValidateIncoming(); err != nil {
+		return temporal.NewApplicationError("invalid decision: "+err.Error(), ErrTypeInvalidDecision)
+	}
+	if c.checkingEdit {
+		return temporal.NewApplicationError("call "+c.state.Call.ID+" is being decided: another approver's edited arguments are being checked", ErrTypeNotWaiting)
+	}
+	if err := req.Decision.Approver().MayDecide(c.state.Call.Requester, c.state.Request.Groups); err != nil {
+		return refusalOf(req.Decision.DecidedBy, c.state.Call.ID, err)
+	}
+	return nil
+}
+
+// refusalOf turns a policy.Approver refusal into the update's error.
+func refusalOf(by, callID string, err error) error {
+	if errors.Is(err, policy.ErrSelfApproval) {
+		return temporal.NewApplicationError(by+" requested call "+callID+" and cannot decide it", ErrTypeSelfApproval)
+	}
+	return temporal.NewApplicationError(fmt.Sprintf("%s may not decide call %s: %v", by, callID, err), ErrTypeNotAuthorized)
+}
+
+// validateDecisionV0 is the check of the first release, kept for the
+// signals of runs started before the groups rule.
+func (c *callRun) validateDecisionV0(req DecideRequest) error {
 	if req.CallID != c.state.Call.ID {
 		return temporal.NewApplicationError(fmt.Sprintf("decision names call %q but this is call %q", req.CallID, c.state.Call.ID), ErrTypeInvalidDecision)
 	}
@@ -134,10 +191,56 @@ func (c *callRun) validateDecision(ctx workflow.Context, req DecideRequest) erro
 	return nil
 }
 
-// decide applies a validated decision and returns it as recorded.
+// decide applies a validated decision and returns it as recorded. Edited
+// arguments are checked by the policy first: a refusal goes back to the
+// approver and the call keeps waiting.
 func (c *callRun) decide(ctx workflow.Context, req DecideRequest) (policy.Decision, error) {
-	c.apply(ctx, req.Decision)
+	d := req.Decision
+	if c.authorizeSticky {
+		d.DecidedAt = workflow.Now(ctx) // never taken from the request
+		if d.Kind == policy.ApprovedWithEdits {
+			if err := c.checkEditAtDecision(ctx, d); err != nil {
+				return policy.Decision{}, err
+			}
+		}
+	}
+	c.apply(ctx, d)
 	return *c.state.Decision, nil
+}
+
+// checkEditAtDecision runs the policy on edited arguments while the
+// approver waits for the answer. The edit is refused when the tool's
+// schema or the policy refuses it, or when the policy would ask groups
+// the approver is not in (an edit must not move a call to another group's
+// rule). On success the verdict is kept for the tool's run.
+func (c *callRun) checkEditAtDecision(ctx workflow.Context, d policy.Decision) error {
+	c.checkingEdit = true
+	defer func() { c.checkingEdit = false }()
+	edited := c.state.Call
+	edited.Args = d.EditedArgs
+	var ev activities.Evaluation
+	lctx := workflow.WithLocalActivityOptions(ctx, localOptions)
+	if err := workflow.ExecuteLocalActivity(lctx, a.Evaluate, activities.EvaluateInput{Call: edited}).Get(ctx, &ev); err != nil {
+		return temporal.NewApplicationError("edited arguments could not be checked: "+err.Error(), ErrTypeInvalidEdit)
+	}
+	refuse := func(why string) error {
+		return temporal.NewApplicationError("edited arguments refused: "+why+"; the call still waits for a decision", ErrTypeInvalidEdit)
+	}
+	switch {
+	case ev.Problem != "":
+		return refuse(ev.Problem)
+	case ev.Denied:
+		return refuse("the policy denies them: " + ev.Reason)
+	case ev.Ask != nil:
+		if err := d.Approver().MayDecide(c.state.Call.Requester, ev.Ask.Groups); err != nil {
+			return refuse(fmt.Sprintf("with them the call is asked of %v: %v", ev.Ask.Groups, err))
+		}
+	}
+	if c.state.Decision != nil || c.state.Status != StatusPending {
+		return temporal.NewApplicationError("call "+c.state.Call.ID+" stopped waiting while the edit was checked (status "+string(c.state.Status)+")", ErrTypeNotWaiting)
+	}
+	c.editEval = &ev
+	return nil
 }
 
 func (c *callRun) apply(ctx workflow.Context, d policy.Decision) {
@@ -176,7 +279,7 @@ func (c *callRun) run(ctx workflow.Context) (Result, error) {
 			return c.finish(ctx, StatusDenied, denialReason(c.state.Decision), nil), nil
 		}
 		if c.state.Decision.Kind == policy.ApprovedWithEdits {
-			if r, stop := c.checkEditedArgs(ctx); stop {
+			if r, stop := c.useEditedArgs(ctx); stop {
 				return r, nil
 			}
 		}
@@ -205,7 +308,7 @@ func (c *callRun) evaluate(ctx workflow.Context, call policy.Call, lookupSticky 
 // returns with a Decision set or the status timed_out.
 func (c *callRun) askForDecision(ctx workflow.Context, req policy.ApprovalRequest) error {
 	c.state.Request = &req
-	if c.eval.Sticky != nil { // found at evaluation: the session is not asked
+	if c.eval.Sticky != nil && c.stickyCovers(*c.eval.Sticky) { // found at evaluation: the session is not asked
 		c.apply(ctx, *c.eval.Sticky)
 		return nil
 	}
@@ -256,20 +359,41 @@ func (c *callRun) waitForPerson(ctx workflow.Context, req policy.ApprovalRequest
 			Comment: "nobody answered within " + timeout.String() + "; the rule approves on timeout"})
 	default:
 		c.state.Status = StatusTimedOut
-		c.announce(ctx, activities.Outcome{Event: activities.EventTimedOut, Status: string(StatusTimedOut), At: workflow.Now(ctx), Reason: c.timeoutReason()})
+		c.announce(ctx, activities.Outcome{Event: activities.EventTimedOut, Status: string(StatusTimedOut), At: workflow.Now(ctx), Reason: c.timeoutReason(),
+			Decision: "timed_out", DecidedBy: "timeout", Channel: "timeout"})
 		return
 	}
-	c.announce(ctx, activities.Outcome{Event: activities.EventDecided, Status: string(c.state.Status), At: workflow.Now(ctx), Reason: c.state.Decision.Reason})
+	// The decided event says what happens next: the tool runs, or not.
+	next := StatusRunning
+	if !c.state.Decision.Kind.Approves() {
+		next = StatusDenied
+	}
+	c.announce(ctx, activities.Outcome{Event: activities.EventDecided, Status: string(next), At: workflow.Now(ctx), Reason: c.state.Decision.Reason})
 }
 
 func (c *callRun) timeoutReason() string {
 	return fmt.Sprintf("no approver answered within %s; the call was denied", c.state.Request.EffectiveTimeout())
 }
 
+// stickyCovers reports whether a sticky decision found at evaluation may
+// decide this call: its author could have decided it directly.
+func (c *callRun) stickyCovers(d policy.Decision) bool {
+	return !c.authorizeSticky || d.Approver().MayDecide(c.state.Call.Requester, c.state.Request.Groups) == nil
+}
+
 // registerWithSession parks the call in its session. The session answers
 // with SignalSessionDecision.
 func (c *callRun) registerWithSession(ctx workflow.Context, key string) error {
-	reg := Registration{CallID: c.state.Call.ID, Tool: c.state.Call.Tool, StickyKey: key, At: workflow.Now(ctx)}
+	now := workflow.Now(ctx)
+	reg := Registration{CallID: c.state.Call.ID, Tool: c.state.Call.Tool, StickyKey: key, At: now}
+	if c.authorizeSticky {
+		req := c.state.Request
+		reg.Requester, reg.Groups = c.state.Call.Requester, req.Groups
+		if req.EscalateAfter > 0 && len(req.EscalateTo) > 0 {
+			reg.EscalateTo, reg.EscalateAt = req.EscalateTo, now.Add(req.EscalateAfter)
+		}
+		c.registeredAt = now
+	}
 	return c.signalSession(ctx, SignalRegister, reg)
 }
 
@@ -328,6 +452,9 @@ func (c *callRun) tellSession(ctx workflow.Context, key string) {
 		return // the session decided it and already forgot the call
 	case d != nil && d.Kind.Sticky():
 		sticky := StickyDecision{Key: key, Tool: c.state.Call.Tool, Decision: *d, FromCall: c.state.Call.ID}
+		if c.authorizeSticky {
+			sticky.Groups = c.state.Request.Groups
+		}
 		f = workflow.SignalExternalWorkflow(ctx, sessionID, "", SignalSticky, sticky)
 	default:
 		f = workflow.SignalExternalWorkflow(ctx, sessionID, "", SignalDone, c.state.Call.ID)
@@ -356,14 +483,20 @@ func (c *callRun) awaitTold(ctx workflow.Context) {
 	c.told = nil
 }
 
-// checkEditedArgs runs the policy again on arguments an approver edited.
-// The person has seen them, so "ask" counts as approved; a refusal or a
-// problem stops the call.
-func (c *callRun) checkEditedArgs(ctx workflow.Context) (Result, bool) {
+// useEditedArgs switches the call to arguments an approver edited. An edit
+// taken through the decide update or signal was checked when it was made;
+// one from the coded handler (or a run from before that check) is checked
+// now: the person has seen them, so "ask" counts as approved; a refusal or
+// a problem stops the call.
+func (c *callRun) useEditedArgs(ctx workflow.Context) (Result, bool) {
 	c.originalArgs = c.state.Call.Args
 	c.state.Call.Args = c.state.Decision.EditedArgs
 	c.note = fmt.Sprintf("%s edited the arguments before approving: %s became %s",
 		c.state.Decision.DecidedBy, compact(c.originalArgs), compact(c.state.Call.Args))
+	if c.editEval != nil {
+		c.eval = *c.editEval
+		return Result{}, false
+	}
 	if err := c.evaluate(ctx, c.state.Call, false); err != nil {
 		return c.finish(ctx, StatusError, err.Error(), nil), true
 	}
@@ -401,6 +534,10 @@ func (c *callRun) execute(ctx workflow.Context) (Result, error) {
 
 	var output json.RawMessage
 	if err := workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, toolActivityOptions(c.eval)), a.RunTool, call).Get(ctx, &output); err != nil {
+		if lost, ok := lostAttempt(err); ok && !c.eval.ToolOptions.Idempotent {
+			return c.finish(ctx, StatusUnknown, "the tool may or may not have run: "+lost+
+				". Do not assume either; check its effects before asking to run it again", nil), nil
+		}
 		return c.finish(ctx, StatusError, "tool failed: "+rootCause(err), nil), nil
 	}
 
@@ -509,6 +646,23 @@ func compact(raw json.RawMessage) string {
 		return string(raw)
 	}
 	return b.String()
+}
+
+// lostAttempt says how an attempt was lost when Temporal stopped waiting
+// for it (no heartbeat: the worker died; past its start-to-close timeout)
+// rather than hearing the tool fail: the tool may have had its effect.
+func lostAttempt(err error) (string, bool) {
+	var timeoutErr *temporal.TimeoutError
+	if !errors.As(err, &timeoutErr) {
+		return "", false
+	}
+	switch timeoutErr.TimeoutType() {
+	case enumspb.TIMEOUT_TYPE_HEARTBEAT:
+		return "its worker stopped answering while it ran (heartbeat timeout)", true
+	case enumspb.TIMEOUT_TYPE_START_TO_CLOSE:
+		return "it did not finish within its timeout", true
+	}
+	return "", false
 }
 
 // rootCause unwraps Temporal's activity error to the tool's own message.

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/mock"
+	"github.com/stretchr/testify/require"
 	"github.com/stretchr/testify/suite"
 	"go.temporal.io/sdk/testsuite"
 
@@ -42,6 +43,7 @@ func (s *CallSuite) SetupTest() {
 	s.env.RegisterActivity(newActivities(s.policy, s.runs, s.hooks, s.channel))
 	s.env.RegisterWorkflow(ToolCallWorkflow)
 	s.env.RegisterWorkflow(SessionWorkflow)
+	s.env.RegisterWorkflow(NoticesWorkflow)
 	s.env.RegisterWorkflow(harnessWorkflow)
 	s.start = s.env.Now()
 }
@@ -197,7 +199,7 @@ func (s *CallSuite) TestApprovedWithEditedArgumentsRunsTheEditedCall() {
 	s.Contains(r.Note, "notes/b.txt")
 }
 
-func (s *CallSuite) TestEditedArgumentsThePolicyRefusesAreDenied() {
+func (s *CallSuite) TestEditedArgumentsThePolicyRefusesAreRefusedToTheApprover() {
 	s.policy.refuse = func(c policy.Call) string {
 		var a struct{ Path string }
 		_ = json.Unmarshal(c.Args, &a)
@@ -208,21 +210,25 @@ func (s *CallSuite) TestEditedArgumentsThePolicyRefusesAreDenied() {
 	}
 	d := decision(policy.ApprovedWithEdits, "alice")
 	d.EditedArgs = json.RawMessage(`{"path":"/etc/passwd","content":"x"}`)
-	decideAt(s.env, time.Hour, "c1", d)
+	refused := decideAt(s.env, time.Hour, "c1", d)
 	bad := decision(policy.ApprovedWithEdits, "alice")
 	bad.EditedArgs = json.RawMessage(`{"path":"ok.txt"}`) // fails the schema
-	decideAt(s.env, time.Hour, "c2", bad)
+	invalid := decideAt(s.env, time.Hour, "c2", bad)
+	decideAt(s.env, 2*time.Hour, "c1", decision(policy.Denied, "alice"))
+	decideAt(s.env, 2*time.Hour, "c2", decision(policy.Denied, "alice"))
 	rs := s.runSession(harnessInput{Calls: []CallInput{
 		call("c1", "write", `{"path":"a.txt","content":"x"}`),
 		call("c2", "write", `{"path":"b.txt","content":"x"}`),
 	}})
 
-	s.Equal(StatusDenied, rs[0].Status)
-	s.Equal("edited arguments refused by policy: /etc/passwd is protected", rs[0].Reason)
-	s.JSONEq(`{"path":"a.txt","content":"x"}`, string(rs[0].OriginalArgs))
-	s.Equal(StatusError, rs[1].Status)
-	s.Contains(rs[1].Reason, "edited arguments refused")
-	s.Contains(rs[1].Reason, "content")
+	s.Require().Error(refused.failed)
+	s.Contains(refused.failed.Error(), "edited arguments refused: the policy denies them: /etc/passwd is protected; the call still waits")
+	s.Require().Error(invalid.failed)
+	s.Contains(invalid.failed.Error(), "content")
+	for i, r := range rs {
+		s.Equal(StatusDenied, r.Status, "call %d kept waiting and was then denied", i+1)
+		s.Equal(2*time.Hour, r.DecidedAt.Sub(s.start))
+	}
 	s.Zero(s.runs.total())
 }
 
@@ -373,7 +379,7 @@ func (s *CallSuite) TestRevokedStickyDecisionAsksAgain() {
 	s.env.RegisterDelayedCallback(func() {
 		revokeErr = s.env.UpdateWorkflowByID(SessionWorkflowID("s1"), UpdateRevoke, "revoke", &testsuite.TestUpdateCallback{
 			OnAccept: func() {}, OnReject: func(err error) { revokeErr = err }, OnComplete: func(any, error) {},
-		}, "write")
+		}, RevokeRequest{Key: "write", By: "alice"})
 	}, 4*time.Hour)
 	decideAt(s.env, 6*time.Hour, "c3", decision(policy.Denied, "bob"))
 	rs := s.runSession(harnessInput{Sequential: true, Gap: 2 * time.Hour, Calls: []CallInput{
@@ -432,6 +438,25 @@ func (s *CallSuite) TestToolFailureIsAnErrorResultAfterRetries() {
 	s.Len(ends, 2, "each attempt is observed")
 }
 
+func (s *CallSuite) TestALostAttemptOfANonIdempotentToolIsUnknownAndNotRetried() {
+	r := s.runOne(call("c1", "slow", `{}`))
+
+	s.Equal(StatusUnknown, r.Status)
+	s.Contains(r.Reason, "the tool may or may not have run: it did not finish within its timeout")
+	s.Contains(r.Reason, "Do not assume either")
+	s.Equal(1, s.runs.count("c1"), "a tool that is not idempotent gets one attempt")
+	s.True(r.Status.Final())
+}
+
+func (s *CallSuite) TestALostAttemptOfAnIdempotentToolIsAnError() {
+	// (The test environment does not retry timeouts; the server does, and
+	// the integration tests check that a non-idempotent tool is not.)
+	r := s.runOne(call("c1", "slowRead", `{}`))
+
+	s.Equal(StatusError, r.Status, "running it again was safe, so the outcome is known")
+	s.Contains(r.Reason, "tool failed: timed out")
+}
+
 type errorString string
 
 func (e errorString) Error() string { return string(e) }
@@ -483,7 +508,7 @@ func (s *CallSuite) TestRemindersAndEscalationUntilADecision() {
 		s.Require().NoError(v.Get(&st))
 		groupsAfterEscalation = st.Request.Groups
 	}, 100*time.Minute)
-	decideAt(s.env, 150*time.Minute, "c1", decision(policy.Approved, "carol"))
+	decideAt(s.env, 150*time.Minute, "c1", approverIn(policy.Approved, "carol", "leads"))
 	rs := s.runSession(harnessInput{Calls: []CallInput{call("c1", "write", `{"path":"a","content":"x"}`)}})
 
 	s.Equal(StatusOK, rs[0].Status)
@@ -537,6 +562,7 @@ func (s *CallSuite) TestCodedHandlerDecidesOrDefersToAPerson() {
 	env.RegisterActivity(acts)
 	env.RegisterWorkflow(ToolCallWorkflow)
 	env.RegisterWorkflow(SessionWorkflow)
+	env.RegisterWorkflow(NoticesWorkflow)
 	env.RegisterWorkflow(harnessWorkflow)
 	decideAt(env, time.Hour, "c2", decision(policy.Denied, "alice"))
 	env.ExecuteWorkflow(harnessWorkflow, harnessInput{Session: "s1", Calls: []CallInput{
@@ -553,4 +579,73 @@ func (s *CallSuite) TestCodedHandlerDecidesOrDefersToAPerson() {
 	s.Empty(rs[0].Notices, "nobody was notified for a call the handler decided")
 	s.Equal(StatusDenied, rs[1].Status)
 	s.Equal("alice", rs[1].DecidedBy)
+}
+
+// downChannel refuses every notice and outcome, like a Slack that is down.
+type downChannel struct{ fakeChannel }
+
+func (d *downChannel) Notify(context.Context, activities.Notice) (activities.Receipt, error) {
+	return activities.Receipt{}, errorString("slack.com: connection refused")
+}
+
+func (d *downChannel) Resolve(context.Context, activities.Outcome, []activities.Receipt) error {
+	return errorString("slack.com: connection refused")
+}
+
+func TestADeadChannelNeverHoldsBackTheResult(t *testing.T) {
+	var ts testsuite.WorkflowTestSuite
+	ts.SetLogger(quietLogger{})
+	env := ts.NewTestWorkflowEnvironment()
+	p := &testPolicy{ask: map[string]policy.ApprovalRequest{"write": {Message: "write?"}}}
+	env.RegisterActivity(newActivities(p, &runLog{runs: map[string]int{}}, &hookLog{}, &downChannel{}))
+	env.RegisterWorkflow(ToolCallWorkflow)
+	env.RegisterWorkflow(SessionWorkflow)
+	env.RegisterWorkflow(NoticesWorkflow)
+	env.RegisterWorkflow(harnessWorkflow)
+	decideAt(env, time.Hour, "c1", decision(policy.Approved, "alice"))
+	env.ExecuteWorkflow(harnessWorkflow, harnessInput{Session: "s1", Calls: []CallInput{call("c1", "write", `{"path":"a","content":"x"}`)}})
+
+	require.NoError(t, env.GetWorkflowError())
+	var rs []Result
+	require.NoError(t, env.GetWorkflowResult(&rs))
+	require.Equal(t, StatusOK, rs[0].Status)
+	require.Equal(t, rs[0].DecidedAt, rs[0].FinishedAt, "the Result is final as soon as the tool ran, while the channel is still retried")
+}
+
+func (s *CallSuite) TestOutcomeEventsSayWhoDecidedAndWhatComesNext() {
+	s.policy.ask["write"] = policy.ApprovalRequest{Message: "write?", Timeout: 3 * time.Hour}
+	decideAt(s.env, time.Hour, "c1", decision(policy.Approved, "alice"))
+	denied := decision(policy.DeniedWithReason, "bob")
+	denied.Reason = "not today"
+	decideAt(s.env, time.Hour, "c2", denied)
+	s.runSession(harnessInput{Calls: []CallInput{
+		call("c1", "write", `{"path":"a","content":"x"}`),
+		call("c2", "write", `{"path":"b","content":"x"}`),
+		call("c3", "write", `{"path":"c","content":"x"}`), // nobody answers
+	}})
+
+	byCall := map[string][]activities.Outcome{}
+	for _, o := range s.channel.outcomes {
+		byCall[o.Call.ID] = append(byCall[o.Call.ID], o)
+	}
+	s.Require().Len(byCall["c1"], 2)
+	decided, executed := byCall["c1"][0], byCall["c1"][1]
+	s.Equal(activities.Outcome{Event: activities.EventDecided, Call: decided.Call, Status: "running", Decision: "approved", DecidedBy: "alice", Channel: "cli", At: decided.At}, decided)
+	s.Equal(activities.EventExecuted, executed.Event)
+	s.Equal("ok", executed.Status)
+	s.Equal("alice", executed.DecidedBy)
+
+	s.Require().Len(byCall["c2"], 1, "a denied call is not executed")
+	s.Equal("denied", byCall["c2"][0].Status)
+	s.Equal("denied_with_reason", byCall["c2"][0].Decision)
+	s.Equal("not today", byCall["c2"][0].Reason)
+
+	s.Require().Len(byCall["c3"], 1)
+	timedOut := byCall["c3"][0]
+	s.Equal(activities.EventTimedOut, timedOut.Event)
+	s.Equal("timed_out", timedOut.Status)
+	s.Equal("timed_out", timedOut.Decision)
+	s.Equal("timeout", timedOut.DecidedBy)
+	s.Equal("timeout", timedOut.Channel)
+	s.Contains(timedOut.Reason, "no approver answered within 3h0m0s")
 }

@@ -25,6 +25,8 @@ type testPolicy struct {
 	ask    map[string]policy.ApprovalRequest
 	deny   map[string]string
 	refuse func(call policy.Call) string // extra refusal on arguments
+	// askFor, when set, decides by arguments which request a call gets.
+	askFor func(call policy.Call) (policy.ApprovalRequest, bool)
 	before func(call policy.Call) error
 	after  func(call policy.Call, out json.RawMessage) error
 	quotas map[string]policy.Quota
@@ -42,6 +44,11 @@ func (p *testPolicy) EvaluateApproval(_ context.Context, call policy.Call) (*pol
 	if p.refuse != nil {
 		if reason := p.refuse(call); reason != "" {
 			return nil, policy.Deny(reason)
+		}
+	}
+	if p.askFor != nil {
+		if req, ok := p.askFor(call); ok {
+			return &req, nil
 		}
 	}
 	if req, ok := p.ask[call.Tool]; ok {
@@ -146,12 +153,22 @@ func testTools(runs *runLog) *tool.Registry {
 		tool.Tool{Name: "leak", Run: record(func(context.Context, tool.Input) (json.RawMessage, error) {
 			return json.RawMessage(`{"env":"TOKEN=sk-live-123"}`), nil
 		})},
-		tool.Tool{Name: "broken", Options: tool.Options{Retry: tool.RetryPolicy{MaxAttempts: 2}},
+		tool.Tool{Name: "broken", Options: tool.Options{Retry: tool.RetryPolicy{MaxAttempts: 2}, Idempotent: true},
 			Run: record(func(context.Context, tool.Input) (json.RawMessage, error) {
 				return nil, errors.New("disk full")
 			})},
+		// slow and slowRead outlast their timeout: the attempt is lost.
+		tool.Tool{Name: "slow", Options: tool.Options{Timeout: 50 * time.Millisecond},
+			Run: record(blockUntilDone)},
+		tool.Tool{Name: "slowRead", Options: tool.Options{Timeout: 50 * time.Millisecond, Idempotent: true,
+			Retry: tool.RetryPolicy{InitialInterval: time.Millisecond}}, Run: record(blockUntilDone)},
 	)
 	return r
+}
+
+func blockUntilDone(ctx context.Context, _ tool.Input) (json.RawMessage, error) {
+	<-ctx.Done()
+	return nil, ctx.Err()
 }
 
 // harnessInput runs a session and several calls side by side, as children
@@ -201,7 +218,8 @@ func decision(kind policy.DecisionKind, by string) policy.Decision {
 // updateOutcome is what the approver's update call saw.
 type updateOutcome struct {
 	sent     bool
-	rejected error
+	rejected error // by the validator
+	failed   error // by the handler, after the validator accepted
 	applied  bool
 }
 
@@ -219,7 +237,7 @@ func decideAt(env *testsuite.TestWorkflowEnvironment, after time.Duration, callI
 		err := env.UpdateWorkflowByID(CallWorkflowID(callID), UpdateDecide, updateID, &testsuite.TestUpdateCallback{
 			OnAccept:   func() {},
 			OnReject:   func(err error) { o.rejected = err },
-			OnComplete: func(_ any, err error) { o.applied = err == nil },
+			OnComplete: func(_ any, err error) { o.applied, o.failed = err == nil, err },
 		}, DecideRequest{CallID: callID, Decision: d})
 		if err != nil {
 			o.rejected = err

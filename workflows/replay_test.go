@@ -39,6 +39,7 @@ func newReplayer(callWorkflow func(workflow.Context, CallInput) (Result, error))
 	r := worker.NewWorkflowReplayer()
 	r.RegisterWorkflowWithOptions(callWorkflow, workflow.RegisterOptions{Name: ToolCallWorkflowType})
 	r.RegisterWorkflowWithOptions(SessionWorkflow, workflow.RegisterOptions{Name: SessionWorkflowType})
+	r.RegisterWorkflowWithOptions(NoticesWorkflow, workflow.RegisterOptions{Name: NoticesWorkflowType})
 	return r
 }
 

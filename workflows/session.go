@@ -17,6 +17,7 @@ import (
 // before its history grows large and ends on UpdateEnd or when idle.
 func SessionWorkflow(ctx workflow.Context, in SessionInput) error {
 	s := &sessionRun{in: in, state: in.State}
+	s.authorizeSticky = workflow.GetVersion(ctx, changeAuthorizeSticky, workflow.DefaultVersion, 1) >= 1
 	if err := s.registerHandlers(ctx); err != nil {
 		return err
 	}
@@ -29,7 +30,15 @@ type sessionRun struct {
 	// handled counts the messages of this run, for the test-only
 	// continue-as-new limit.
 	handled int
+	// authorizeSticky: hand a sticky decision only to calls its author may
+	// decide. Runs started before that rule replay without it.
+	authorizeSticky bool
 }
+
+// changeAuthorizeSticky is the workflow.GetVersion change ID of the rule
+// that a sticky decision decides only calls its author could decide
+// directly (groups, escalation, no self-approval), in both workflows.
+const changeAuthorizeSticky = "authorize-sticky"
 
 func (s *sessionRun) registerHandlers(ctx workflow.Context) error {
 	if err := workflow.SetQueryHandler(ctx, QuerySession, func() (SessionView, error) {
@@ -173,7 +182,7 @@ func (s *sessionRun) register(ctx workflow.Context, r Registration) {
 		s.send(ctx, r.CallID, &policy.Decision{Kind: policy.DeniedWithReason, Reason: "the session has ended", DecidedBy: "session", Channel: "session"})
 		return
 	}
-	if i := s.stickyIndex(r.StickyKey); i >= 0 {
+	if i := s.stickyIndex(r.StickyKey); i >= 0 && s.mayHand(ctx, s.state.Sticky[i], r) {
 		s.send(ctx, r.CallID, fromSticky(s.state.Sticky[i]))
 		return
 	}
@@ -195,13 +204,28 @@ func (s *sessionRun) recordSticky(ctx workflow.Context, d StickyDecision) {
 	}
 	var still []Registration
 	for _, w := range s.state.Waiting {
-		if w.StickyKey == d.Key {
+		if w.StickyKey == d.Key && s.mayHand(ctx, d, w) {
 			s.send(ctx, w.CallID, fromSticky(d))
 		} else {
 			still = append(still, w)
 		}
 	}
 	s.state.Waiting = still
+}
+
+// mayHand reports whether the sticky decision d may decide the waiting or
+// registering call r: only if its author could have decided r directly,
+// with r's groups at this moment (escalation included) and r's requester.
+// A call it may not decide keeps waiting for a person.
+func (s *sessionRun) mayHand(ctx workflow.Context, d StickyDecision, r Registration) bool {
+	if !s.authorizeSticky {
+		return true
+	}
+	err := d.Decision.Approver().MayDecide(r.Requester, r.groupsAt(workflow.Now(ctx)))
+	if err != nil {
+		workflow.GetLogger(ctx).Info("Sticky decision does not cover call", "session", s.in.Session, "callID", r.CallID, "error", err)
+	}
+	return err == nil
 }
 
 // fromSticky is the decision a call receives from a sticky decision: the
@@ -211,8 +235,11 @@ func fromSticky(d StickyDecision) *policy.Decision {
 		Kind:      d.Decision.Kind,
 		Reason:    d.Decision.Reason,
 		DecidedBy: d.Decision.DecidedBy,
-		Channel:   "session",
-		Comment:   fmt.Sprintf("sticky decision %s taken by %s via %s on call %s", d.Decision.Kind, d.Decision.DecidedBy, d.Decision.Channel, d.FromCall),
+		// The author's groups go along, so the call can tell who may
+		// have decided it.
+		DeciderGroups: d.Decision.DeciderGroups,
+		Channel:       "session",
+		Comment:       fmt.Sprintf("sticky decision %s taken by %s via %s on call %s", d.Decision.Kind, d.Decision.DecidedBy, d.Decision.Channel, d.FromCall),
 	}
 }
 
@@ -232,42 +259,66 @@ func (s *sessionRun) stickyIndex(key string) int {
 	return slices.IndexFunc(s.state.Sticky, func(d StickyDecision) bool { return d.Key == key })
 }
 
-func (s *sessionRun) validateRevoke(key string) error {
-	if s.stickyIndex(key) < 0 {
-		return temporal.NewApplicationError(fmt.Sprintf("session %s has no sticky decision for %q", s.in.Session, key), ErrTypeNoSticky)
+// validateRevoke allows revoking a sticky decision to whoever may act on
+// the call it was taken on (its groups, or "*").
+func (s *sessionRun) validateRevoke(req RevokeRequest) error {
+	if err := policy.CheckIdentity("who revokes (by)", req.By); err != nil {
+		return temporal.NewApplicationError("revoke: "+err.Error(), ErrTypeInvalidDecision)
+	}
+	i := s.stickyIndex(req.Key)
+	if i < 0 {
+		return temporal.NewApplicationError(fmt.Sprintf("session %s has no sticky decision for %q", s.in.Session, req.Key), ErrTypeNoSticky)
+	}
+	if err := req.approver().MayAct(s.state.Sticky[i].Groups); err != nil {
+		return temporal.NewApplicationError(fmt.Sprintf("%s may not revoke the sticky decision for %q: %v", req.By, req.Key, err), ErrTypeNotAuthorized)
 	}
 	return nil
 }
 
 // revoke forgets a sticky decision: the next call of that key asks again.
-func (s *sessionRun) revoke(ctx workflow.Context, key string) (StickyDecision, error) {
+func (s *sessionRun) revoke(ctx workflow.Context, req RevokeRequest) (StickyDecision, error) {
 	s.handled++
-	i := s.stickyIndex(key)
+	i := s.stickyIndex(req.Key)
 	removed := s.state.Sticky[i]
 	s.state.Sticky = slices.Delete(s.state.Sticky, i, i+1)
-	workflow.GetLogger(ctx).Info("Sticky decision revoked", "session", s.in.Session, "key", key)
+	workflow.GetLogger(ctx).Info("Sticky decision revoked", "session", s.in.Session, "key", req.Key, "approver", req.By)
 	return removed, nil
 }
 
-func (s *sessionRun) validateEnd(by string) error {
-	if by == "" {
-		return temporal.NewApplicationError("ending a session needs the identity of who ends it", ErrTypeInvalidDecision)
+// validateEnd allows ending the session to whoever may act on every call
+// waiting in it and every sticky decision it holds (an admin's "*" always
+// may): ending denies the first and forgets the second.
+func (s *sessionRun) validateEnd(ctx workflow.Context, req EndRequest) error {
+	if err := policy.CheckIdentity("who ends the session (by)", req.By); err != nil {
+		return temporal.NewApplicationError("end session: "+err.Error(), ErrTypeInvalidDecision)
 	}
 	if s.state.Ended {
 		return temporal.NewApplicationError("session "+s.in.Session+" has already ended", ErrTypeSessionEnded)
+	}
+	now := workflow.Now(ctx)
+	for _, w := range s.state.Waiting {
+		if err := req.approver().MayAct(w.groupsAt(now)); err != nil {
+			return temporal.NewApplicationError(fmt.Sprintf("%s may not end session %s: waiting call %s: %v", req.By, s.in.Session, w.CallID, err), ErrTypeNotAuthorized)
+		}
+	}
+	for _, d := range s.state.Sticky {
+		if err := req.approver().MayAct(d.Groups); err != nil {
+			return temporal.NewApplicationError(fmt.Sprintf("%s may not end session %s: sticky decision for %q: %v", req.By, s.in.Session, d.Key, err), ErrTypeNotAuthorized)
+		}
 	}
 	return nil
 }
 
 // end denies every waiting call and ends the session; it returns how many
 // calls were denied.
-func (s *sessionRun) end(ctx workflow.Context, by string) (int, error) {
+func (s *sessionRun) end(ctx workflow.Context, req EndRequest) (int, error) {
 	s.handled++
 	waiting := s.state.Waiting
 	s.state.Waiting = nil
 	s.state.Ended = true
 	for _, w := range waiting {
-		s.send(ctx, w.CallID, &policy.Decision{Kind: policy.DeniedWithReason, Reason: "the session was ended by " + by, DecidedBy: by, Channel: "session"})
+		s.send(ctx, w.CallID, &policy.Decision{Kind: policy.DeniedWithReason, Reason: "the session was ended by " + req.By,
+			DecidedBy: req.By, DeciderGroups: req.Groups, Channel: "session"})
 	}
 	return len(waiting), nil
 }

@@ -129,7 +129,7 @@ func TestSessionRevokeOfUnknownStickyIsRefused(t *testing.T) {
 	env.RegisterDelayedCallback(func() {
 		env.UpdateWorkflow(UpdateRevoke, "r1", &testsuite.TestUpdateCallback{
 			OnAccept: func() {}, OnReject: func(err error) { refused = err }, OnComplete: func(any, error) {},
-		}, "write")
+		}, RevokeRequest{Key: "write", By: "alice"})
 	}, time.Minute)
 	env.ExecuteWorkflow(SessionWorkflow, SessionInput{Session: "s1", IdleTimeout: time.Hour})
 

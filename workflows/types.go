@@ -7,11 +7,13 @@ package workflows
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/toolgate/toolgate/activities"
 	"github.com/toolgate/toolgate/policy"
 )
 
@@ -22,6 +24,7 @@ const TaskQueue = "toolgate"
 const (
 	ToolCallWorkflowType = "ToolCallWorkflow"
 	SessionWorkflowType  = "SessionWorkflow"
+	NoticesWorkflowType  = "NoticesWorkflow"
 )
 
 // Message names. Clients use them to talk to the workflows.
@@ -50,16 +53,17 @@ const (
 	// SignalSessionDecision (session → call) answers a registration or
 	// hands down a sticky decision taken on another call.
 	SignalSessionDecision = "session-decision"
-	// UpdateRevoke removes a sticky decision; argument: the sticky key
-	// (usually the tool name).
+	// UpdateRevoke removes a sticky decision; argument: a RevokeRequest.
 	UpdateRevoke = "revoke"
-	// UpdateEnd ends the session; argument: who ends it.
+	// UpdateEnd ends the session; argument: an EndRequest.
 	UpdateEnd = "end"
 	// QuerySession returns the SessionView.
 	QuerySession = "session"
 	// QuerySticky returns the sticky decision for a key, or null: what a
 	// call registering now would be told.
 	QuerySticky = "sticky"
+	// SignalNotices (call → its NoticesWorkflow) carries a NoticesMessage.
+	SignalNotices = "notices"
 )
 
 // Error types carried by refused updates (temporal.ApplicationError.Type()).
@@ -70,6 +74,12 @@ const (
 	ErrTypeSelfApproval    = "SelfApproval"
 	ErrTypeNoSticky        = "NoStickyDecision"
 	ErrTypeSessionEnded    = "SessionEnded"
+	// ErrTypeNotAuthorized: the decider's groups do not cover the call
+	// (or, for a session, every call the request touches).
+	ErrTypeNotAuthorized = "NotAuthorized"
+	// ErrTypeInvalidEdit: edited arguments that the tool's schema or the
+	// policy refuses; the call keeps waiting.
+	ErrTypeInvalidEdit = "InvalidEdit"
 )
 
 // Metrics the workflows emit through the worker's metrics handler (not
@@ -101,10 +111,13 @@ var (
 // resubmitted call is the same workflow.
 func CallWorkflowID(callID string) string { return "toolgate/call/" + callID }
 
+// NoticesWorkflowID derives the ID of a call's NoticesWorkflow.
+func NoticesWorkflowID(callID string) string { return "toolgate/notices/" + callID }
+
 // SessionWorkflowID derives the session workflow's ID.
 func SessionWorkflowID(session string) string { return "toolgate/session/" + session }
 
-// Status is where a call stands. The first four are final.
+// Status is where a call stands. The first five are final.
 type Status string
 
 const (
@@ -112,6 +125,10 @@ const (
 	StatusDenied   Status = "denied"
 	StatusTimedOut Status = "timed_out"
 	StatusError    Status = "error"
+	// StatusUnknown: the tool's attempt was lost (its worker died, or it
+	// ran past its timeout) and the tool is not idempotent, so it was not
+	// retried: it may or may not have run.
+	StatusUnknown Status = "unknown"
 	// StatusEvaluating: the policy is judging the call, or the session is
 	// being asked for a sticky decision.
 	StatusEvaluating Status = "evaluating"
@@ -123,14 +140,58 @@ const (
 
 // Final reports whether the status is an outcome.
 func (s Status) Final() bool {
-	return s == StatusOK || s == StatusDenied || s == StatusTimedOut || s == StatusError
+	return s == StatusOK || s == StatusDenied || s == StatusTimedOut || s == StatusError || s == StatusUnknown
 }
 
 // DecideRequest is the argument of UpdateDecide and SignalDecide. It names
 // the call it decides, so a decision sent to the wrong workflow is refused.
+// The decider's groups travel in Decision.DeciderGroups and are checked by
+// the workflow, whatever the path.
 type DecideRequest struct {
 	CallID   string          `json:"call_id"`
 	Decision policy.Decision `json:"decision"`
+}
+
+// EndRequest is the argument of UpdateEnd: who ends the session, and the
+// approver groups they act for ("*" for an admin).
+type EndRequest struct {
+	By     string   `json:"by"`
+	Groups []string `json:"groups,omitempty"`
+}
+
+// UnmarshalJSON also reads the bare name that earlier clients sent, so
+// recorded histories replay.
+func (r *EndRequest) UnmarshalJSON(b []byte) error {
+	type plain EndRequest
+	if len(b) > 0 && b[0] == '"' {
+		*r = EndRequest{}
+		return json.Unmarshal(b, &r.By)
+	}
+	return json.Unmarshal(b, (*plain)(r))
+}
+
+func (r EndRequest) approver() policy.Approver { return policy.Approver{Name: r.By, Groups: r.Groups} }
+
+// RevokeRequest is the argument of UpdateRevoke: the sticky key (usually
+// the tool name), who revokes it, and their approver groups.
+type RevokeRequest struct {
+	Key    string   `json:"key"`
+	By     string   `json:"by"`
+	Groups []string `json:"groups,omitempty"`
+}
+
+// UnmarshalJSON also reads the bare key that earlier clients sent.
+func (r *RevokeRequest) UnmarshalJSON(b []byte) error {
+	type plain RevokeRequest
+	if len(b) > 0 && b[0] == '"' {
+		*r = RevokeRequest{}
+		return json.Unmarshal(b, &r.Key)
+	}
+	return json.Unmarshal(b, (*plain)(r))
+}
+
+func (r RevokeRequest) approver() policy.Approver {
+	return policy.Approver{Name: r.By, Groups: r.Groups}
 }
 
 // CallInput starts a ToolCallWorkflow.
@@ -197,12 +258,44 @@ type CallState struct {
 	Result *Result `json:"result,omitempty"`
 }
 
-// Registration is a call's SignalRegister to its session.
+// NoticesInput starts a call's NoticesWorkflow.
+type NoticesInput struct {
+	// Channels are the notification channels to use, by name.
+	Channels []string `json:"channels"`
+	// First is the call's first notice (waiting).
+	First activities.Notice `json:"first"`
+}
+
+// NoticesMessage is one message from a call to its NoticesWorkflow: a
+// notice to send, an outcome to announce, or both absent with Last.
+type NoticesMessage struct {
+	Notice  *activities.Notice  `json:"notice,omitempty"`
+	Outcome *activities.Outcome `json:"outcome,omitempty"`
+	// Last says the call sends nothing more.
+	Last bool `json:"last,omitempty"`
+}
+
+// Registration is a call's SignalRegister to its session. Requester,
+// Groups and the escalation let the session hand a sticky decision only to
+// calls its author could have decided directly.
 type Registration struct {
 	CallID    string    `json:"call_id"`
 	Tool      string    `json:"tool"`
 	StickyKey string    `json:"sticky_key"`
 	At        time.Time `json:"at"`
+	Requester string    `json:"requester,omitempty"`
+	// Groups may decide the call; EscalateTo may too from EscalateAt on.
+	Groups     []string  `json:"groups,omitempty"`
+	EscalateTo []string  `json:"escalate_to,omitempty"`
+	EscalateAt time.Time `json:"escalate_at,omitzero"`
+}
+
+// groupsAt returns the groups that may decide the call at now.
+func (r Registration) groupsAt(now time.Time) []string {
+	if r.EscalateAt.IsZero() || now.Before(r.EscalateAt) {
+		return r.Groups
+	}
+	return append(slices.Clone(r.Groups), r.EscalateTo...)
 }
 
 // StickyDecision is a decision that holds for a whole session.
@@ -210,8 +303,10 @@ type StickyDecision struct {
 	Key      string          `json:"key"`
 	Tool     string          `json:"tool"`
 	Decision policy.Decision `json:"decision"`
-	// FromCall is the call on which it was taken.
-	FromCall string `json:"from_call"`
+	// FromCall is the call on which it was taken; Groups are the groups
+	// that call was asked of (who may revoke the decision).
+	FromCall string   `json:"from_call"`
+	Groups   []string `json:"groups,omitempty"`
 }
 
 // SessionDecision is the session's answer to a call: Decision is nil when

@@ -19,8 +19,24 @@ type approverAPI interface {
 	Pending(ctx context.Context, f tgclient.ListFilter) ([]tgclient.CallSummary, error)
 	Decide(ctx context.Context, callID string, d policy.Decision) (policy.Decision, error)
 	Session(ctx context.Context, session string) (workflows.SessionView, error)
-	Revoke(ctx context.Context, session, key string) error
-	EndSession(ctx context.Context, session, by string) (int, error)
+	Revoke(ctx context.Context, session, key string, by policy.Approver) error
+	EndSession(ctx context.Context, session string, by policy.Approver) (int, error)
+}
+
+// deciderFlags are --by and --groups: who decides over Temporal, and the
+// approver groups they act for. Over --api the token says both.
+type deciderFlags struct {
+	by     string
+	groups []string
+}
+
+func (f *deciderFlags) add(cmd *cobra.Command, verb, defaultBy string) {
+	cmd.Flags().StringVar(&f.by, "by", defaultBy, "who "+verb+", recorded with the decision (over --api the token names you)")
+	cmd.Flags().StringSliceVar(&f.groups, "groups", nil, `approver groups you act for over Temporal ("*": every group); a call asked of groups needs one of them (over --api the token's groups count)`)
+}
+
+func (f *deciderFlags) approver() policy.Approver {
+	return policy.Approver{Name: f.by, Groups: f.groups}
 }
 
 var (

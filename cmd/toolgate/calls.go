@@ -131,6 +131,9 @@ func (a *app) awaitOutcome(ctx context.Context, c *tgclient.Client, callID strin
 	if st.Result != nil {
 		return a.printResult(*st.Result, asJSON)
 	}
+	if st.State.Result != nil { // final, the workflow is finishing up
+		return a.printResult(*st.State.Result, asJSON)
+	}
 	a.printWaiting(*st.State, asJSON)
 	return &exitError{code: exitStillWaiting, err: errors.New("")}
 }
@@ -160,6 +163,8 @@ func (a *app) printResult(r workflows.Result, asJSON bool) error {
 			return &exitError{code: exitUsage, err: errors.New("")}
 		}
 		return &exitError{code: exitToolErr, err: errors.New("")}
+	case workflows.StatusUnknown:
+		return &exitError{code: exitUnknown, err: errors.New("")}
 	default:
 		return &exitError{code: exitToolErr, err: errors.New("")}
 	}

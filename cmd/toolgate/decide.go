@@ -13,8 +13,9 @@ import (
 
 func (a *app) approveCommand() *cobra.Command {
 	var (
-		by, editedArgs, comment string
-		forSession              bool
+		decider             deciderFlags
+		editedArgs, comment string
+		forSession          bool
 	)
 	cmd := &cobra.Command{
 		Use:   "approve CALL_ID --by NAME [--for-session] [--args EDITED_JSON]",
@@ -26,7 +27,7 @@ checks them again. Exit status 0 when the decision was taken; 1 with the
 reason when it was refused (unknown call, already decided, timed out).`,
 		Args: exactArgs("CALL_ID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			d := policy.Decision{Kind: policy.Approved, DecidedBy: by, Channel: "cli", Comment: comment}
+			d := policy.Decision{Kind: policy.Approved, DecidedBy: decider.by, DeciderGroups: decider.groups, Channel: "cli", Comment: comment}
 			switch {
 			case forSession && editedArgs != "":
 				return usageError("--for-session and --args cannot be combined: edited arguments approve one call")
@@ -41,7 +42,7 @@ reason when it was refused (unknown call, already decided, timed out).`,
 			return a.decide(cmd, args[0], d)
 		},
 	}
-	cmd.Flags().StringVar(&by, "by", "", "who approves, recorded with the decision (required unless --api: then the token names you)")
+	decider.add(cmd, "approves (required unless --api)", "")
 	cmd.Flags().BoolVar(&forSession, "for-session", false, "approve this tool for the rest of the session")
 	cmd.Flags().StringVar(&editedArgs, "args", "", "run the call with these arguments instead (JSON object)")
 	cmd.Flags().StringVar(&comment, "comment", "", "a note for the audit trail")
@@ -52,8 +53,9 @@ reason when it was refused (unknown call, already decided, timed out).`,
 
 func (a *app) denyCommand() *cobra.Command {
 	var (
-		by, reason, comment string
-		always              bool
+		decider         deciderFlags
+		reason, comment string
+		always          bool
 	)
 	cmd := &cobra.Command{
 		Use:   "deny CALL_ID --by NAME [--reason TEXT] [--always]",
@@ -63,7 +65,7 @@ call's result. --always also denies every later call of the same tool in
 the session (and the calls of that tool waiting now).`,
 		Args: exactArgs("CALL_ID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			d := policy.Decision{Kind: policy.Denied, DecidedBy: by, Channel: "cli", Reason: reason, Comment: comment}
+			d := policy.Decision{Kind: policy.Denied, DecidedBy: decider.by, DeciderGroups: decider.groups, Channel: "cli", Reason: reason, Comment: comment}
 			switch {
 			case always:
 				d.Kind = policy.DeniedAlways
@@ -73,7 +75,7 @@ the session (and the calls of that tool waiting now).`,
 			return a.decide(cmd, args[0], d)
 		},
 	}
-	cmd.Flags().StringVar(&by, "by", "", "who denies, recorded with the decision (required unless --api: then the token names you)")
+	decider.add(cmd, "denies (required unless --api)", "")
 	cmd.Flags().StringVar(&reason, "reason", "", "why; the model reads it")
 	cmd.Flags().BoolVar(&always, "always", false, "deny this tool for the rest of the session")
 	cmd.Flags().StringVar(&comment, "comment", "", "a note for the audit trail")

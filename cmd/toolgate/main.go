@@ -28,6 +28,7 @@ const (
 	exitDenied       = 3 // denied by policy, person, sticky decision or timeout
 	exitToolErr      = 4 // the tool or a hook failed
 	exitStillWaiting = 5 // --wait ran out; the call goes on
+	exitUnknown      = 6 // the tool's attempt was lost: it may or may not have run
 )
 
 func main() {

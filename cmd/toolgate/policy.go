@@ -19,7 +19,7 @@ func (a *app) policyCommand() *cobra.Command {
 	cmd := &cobra.Command{Use: "policy", Short: "Check a policy file, try it on a call, or see what it would change"}
 	var workspace string
 	load := func(file string) (*rules.Policy, error) {
-		p, err := rules.Load(file, rules.Options{Workspace: workspace})
+		p, err := rules.Load(file, rules.CheckOptions(workspace))
 		if err != nil {
 			return nil, &exitError{code: exitUsage, err: err}
 		}
@@ -34,7 +34,7 @@ func (a *app) policyCommand() *cobra.Command {
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(a.stdout, "%s: ok (version %s)\n", args[0], p.Version())
+			fmt.Fprintf(a.stdout, "%s: ok (version %s, checked with workspace %s)\n", args[0], p.Version(), p.Workspace())
 			return nil
 		},
 	}
@@ -85,7 +85,7 @@ of the changes (allow -> ask, ask -> deny, ...). Nothing is changed.`,
 	whatif.Flags().DurationVar(&since, "since", 7*24*time.Hour, "how far back to look (e.g. 24h, 168h)")
 	a.conn.addFlags(whatif)
 	for _, sub := range []*cobra.Command{check, eval, whatif} {
-		sub.Flags().StringVar(&workspace, "workspace", "", "workspace directory the file's conditions and guards use, when the file sets none")
+		sub.Flags().StringVar(&workspace, "workspace", "", "workspace directory the file's conditions and guards use, when the file sets none (default: the current directory)")
 		cmd.AddCommand(sub)
 	}
 	return cmd

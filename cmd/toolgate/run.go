@@ -301,15 +301,22 @@ func (a *app) startWorker(ctx context.Context, tc client.Client, f workerFlags, 
 	if err := worker.EnsureSearchAttributes(ctx, tc, a.conn.namespace); err != nil {
 		a.logger.Warn("Could not register toolgate's search attributes; an administrator must (see README)", zap.Error(err))
 	}
-	tools := tool.NewRegistry()
-	for _, t := range builtin.Tools(builtin.Workspace{Root: ws}) {
-		if err := tools.Register(t); err != nil {
-			return nil, nil, "", err
-		}
-	}
 	pol, middleware, err := a.loadPolicy(ctx, f.policyFile, ws)
 	if err != nil {
 		return nil, nil, "", err
+	}
+	// The tools check the policy's protected paths again on the path they
+	// actually opened, so a symlink swapped in after evaluation cannot
+	// lead them there.
+	workspace := builtin.Workspace{Root: ws}
+	if r, ok := pol.(*rules.Reloader); ok {
+		workspace.Guard = r.CheckPath
+	}
+	tools := tool.NewRegistry()
+	for _, t := range builtin.Tools(workspace) {
+		if err := tools.Register(t); err != nil {
+			return nil, nil, "", err
+		}
 	}
 	sdkworker.SetStickyWorkflowCacheSize(f.cacheSize)
 	w, err := worker.New(tc, worker.Options{

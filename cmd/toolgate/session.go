@@ -42,25 +42,32 @@ func (a *app) sessionCommand() *cobra.Command {
 		}),
 	}
 	show.Flags().BoolVar(&asJSON, "json", false, "print as JSON")
+	var revoker, ender deciderFlags
 	revoke := &cobra.Command{
 		Use:   "revoke SESSION TOOL",
 		Short: "Forget a sticky decision: the tool asks again",
-		Args:  exactArgs("SESSION", "TOOL"),
+		Long: `Forget a sticky decision: the next call of the tool asks again. Over
+Temporal, --groups must cover the groups of the call the decision was taken
+on ("*" for an admin); over --api the token's groups count.`,
+		Args: exactArgs("SESSION", "TOOL"),
 		RunE: a.withApprover(func(cmd *cobra.Command, c approverAPI, args []string) error {
-			if err := c.Revoke(cmd.Context(), args[0], args[1]); err != nil {
+			if err := c.Revoke(cmd.Context(), args[0], args[1], revoker.approver()); err != nil {
 				return sessionError(err)
 			}
 			fmt.Fprintf(a.stdout, "session %s: sticky decision for %s revoked\n", args[0], args[1])
 			return nil
 		}),
 	}
-	var by string
+	revoker.add(revoke, "revokes", "cli")
 	end := &cobra.Command{
 		Use:   "end SESSION",
 		Short: "End a session: deny its waiting calls and forget its sticky decisions",
-		Args:  exactArgs("SESSION"),
+		Long: `End a session: deny its waiting calls and forget its sticky decisions. It
+needs groups that cover every waiting call and every sticky decision of
+the session ("*", or an admin token over --api).`,
+		Args: exactArgs("SESSION"),
 		RunE: a.withApprover(func(cmd *cobra.Command, c approverAPI, args []string) error {
-			denied, err := c.EndSession(cmd.Context(), args[0], by)
+			denied, err := c.EndSession(cmd.Context(), args[0], ender.approver())
 			if err != nil {
 				return sessionError(err)
 			}
@@ -68,7 +75,7 @@ func (a *app) sessionCommand() *cobra.Command {
 			return nil
 		}),
 	}
-	end.Flags().StringVar(&by, "by", "cli", "who ends the session (recorded)")
+	ender.add(end, "ends the session", "cli")
 	for _, sub := range []*cobra.Command{show, revoke, end} {
 		a.conn.addFlags(sub)
 		a.api.add(sub)

@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -29,11 +28,11 @@ SHA-256 hash. Give the token to its owner; keep the entry in the file that
 			if _, err := server.NewTokens([]server.TokenEntry{entry}); err != nil {
 				return usageError("%v", err)
 			}
-			fmt.Fprintf(a.stdout, "token: %s\n\nadd to the tokens file:\ntokens:\n  - name: %s\n    role: %s\n", token, entry.Name, entry.Role)
-			if len(groups) > 0 {
-				fmt.Fprintf(a.stdout, "    groups: [%s]\n", strings.Join(groups, ", "))
+			file, err := server.MarshalTokens(entry)
+			if err != nil {
+				return err
 			}
-			fmt.Fprintf(a.stdout, "    sha256: %s\n", entry.SHA256)
+			fmt.Fprintf(a.stdout, "token: %s\n\nadd to the tokens file:\n%s", token, file)
 			return nil
 		},
 	}

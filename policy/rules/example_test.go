@@ -3,6 +3,7 @@ package rules
 import (
 	"context"
 	"encoding/json"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -76,4 +77,23 @@ func TestExamplePolicy(t *testing.T) {
 
 	big, _ := json.Marshal(map[string]string{"content": strings.Repeat("x", 300_000)})
 	assert.ErrorContains(t, p.AfterCall(context.Background(), call("read_file", `{}`), big), "over the 262144-byte limit")
+}
+
+// TestExamplePolicyChecksAsShipped loads examples/policy.yaml the way
+// `toolgate policy check` and `eval` do without --workspace: the file sets
+// no workspace (the worker gives its own), so the current directory stands
+// in, and the file loads with its examples passing.
+func TestExamplePolicyChecksAsShipped(t *testing.T) {
+	p, err := Load("../../examples/policy.yaml", CheckOptions(""))
+	require.NoError(t, err)
+	wd, err := os.Getwd()
+	require.NoError(t, err)
+	assert.Equal(t, wd, p.Workspace())
+	assert.Equal(t, ActionDeny, p.Evaluate(call("read_file", `{"path":"/etc/passwd"}`)).Action)
+	assert.Equal(t, ActionAllow, p.Evaluate(call("read_file", `{"path":"rules.go"}`)).Action)
+
+	dir := t.TempDir()
+	p, err = Load("../../examples/policy.yaml", CheckOptions(dir))
+	require.NoError(t, err)
+	assert.Equal(t, dir, p.Workspace(), "--workspace wins over the current directory")
 }

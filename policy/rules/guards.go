@@ -5,33 +5,49 @@ import (
 	"fmt"
 	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 
-	"github.com/toolgate/toolgate/builtin"
+	"github.com/toolgate/toolgate/confine"
 )
 
-// guards are the `guards:` section: checks on path arguments that run
-// before any rule.
+// builtinPathArgs are the path arguments of toolgate's built-in file tools
+// (package builtin). They are always confined to the workspace, whatever
+// the file says: a file without guards still cannot send read_file,
+// list_dir or write_file outside it.
+var builtinPathArgs = map[string]string{
+	"read_file":  "path",
+	"list_dir":   "path",
+	"write_file": "path",
+}
+
+// guards check path arguments before any rule: those the `guards:`
+// section names, and the built-in tools' (builtinPathArgs).
 type guards struct {
 	root      string   // absolute and clean; "" when no workspace is known
-	pathArgs  []string // argument names holding paths
+	pathArgs  []string // argument names holding paths; none without a guards section
 	protected []string // globs over workspace-relative slash paths
 }
 
 // check refuses a call whose path arguments escape the root or name a
-// protected path. A call whose arguments cannot be decoded is refused too,
-// since its paths cannot be checked.
+// protected path. A call with path arguments to check whose arguments
+// cannot be decoded is refused too, since its paths cannot be checked.
 func (g *guards) check(in *input) (Verdict, bool) {
-	if g == nil {
+	names := g.pathArgs
+	builtinArg, isBuiltin := builtinPathArgs[in.call.Tool]
+	if isBuiltin && !slices.Contains(names, builtinArg) {
+		names = append(slices.Clip(names), builtinArg)
+	}
+	if len(names) == 0 {
 		return Verdict{}, false
 	}
 	if in.argsErr != nil {
 		return g.refuse(in.argsErr.Error() + "; the path guards cannot check them"), true
 	}
 	args := in.args.(map[string]any)
-	for _, name := range g.pathArgs {
+	for _, name := range names {
 		for _, p := range pathValues(args[name]) {
-			if reason := g.checkPath(name, p); reason != "" {
+			if reason := g.checkPath(name, p, isBuiltin && name == builtinArg); reason != "" {
 				return g.refuse(reason), true
 			}
 		}
@@ -63,46 +79,71 @@ func pathValues(v any) []string {
 
 // checkPath returns why p may not be used, or "". With a root, p is judged
 // lexically and, when the root exists, once more after resolving symlinks
-// (builtin.Workspace.Resolve), so a link cannot lead out of the workspace
-// or into a protected path. Without a root, p (made relative by dropping a
-// leading "/") is only matched against the protected globs.
-func (g *guards) checkPath(arg, p string) string {
+// (confine.Resolve), so a link cannot lead out of the workspace or into a
+// protected path. Without a root, p (made relative by dropping a leading
+// "/") is only matched against the protected globs, except that a
+// built-in tool's path climbing out with ".." is refused.
+func (g *guards) checkPath(arg, p string, builtinTool bool) string {
 	if p == "" {
 		return ""
 	}
 	if strings.ContainsRune(p, 0) {
 		return fmt.Sprintf("argument %s: path %q contains a NUL byte", arg, p)
 	}
+	outside := fmt.Sprintf("argument %s: path %q is outside the workspace", arg, p)
 	if g.root == "" {
-		rel := strings.TrimLeft(path.Clean(filepath.ToSlash(p)), "/")
-		return g.checkProtected(arg, p, rel)
+		clean := path.Clean(filepath.ToSlash(p))
+		if builtinTool && (clean == ".." || strings.HasPrefix(clean, "../")) {
+			return outside
+		}
+		return g.checkProtected(arg, p, strings.TrimLeft(clean, "/"))
 	}
 	abs := p
 	if !filepath.IsAbs(abs) {
 		abs = filepath.Join(g.root, abs)
 	}
-	rel, inside := relativeTo(g.root, filepath.Clean(abs))
+	rel, inside := confine.Rel(g.root, filepath.Clean(abs))
 	if !inside {
-		return fmt.Sprintf("argument %s: path %q is outside the workspace", arg, p)
+		return outside
 	}
 	if reason := g.checkProtected(arg, p, rel); reason != "" {
 		return reason
 	}
-	resolved, err := builtin.Workspace{Root: g.root}.Resolve(p)
-	if errors.Is(err, builtin.ErrOutsideWorkspace) {
-		return fmt.Sprintf("argument %s: path %q leads outside the workspace through a symbolic link", arg, p)
-	}
+	realRoot, err := filepath.EvalSymlinks(g.root)
 	if err != nil {
 		return "" // e.g. the root does not exist: the lexical check stands
 	}
+	resolved, err := confine.Resolve(realRoot, p)
+	if errors.Is(err, confine.ErrOutside) {
+		return fmt.Sprintf("argument %s: path %q leads outside the workspace through a symbolic link", arg, p)
+	}
+	if err != nil {
+		return "" // the tool reports what is wrong with the path
+	}
+	rel, _ = confine.Rel(realRoot, resolved)
+	return g.checkProtected(arg, p, rel)
+}
+
+// checkFile refuses a file a tool is about to act on, by its real path
+// (absolute, no symlinks): outside the root, or protected.
+func (g *guards) checkFile(realPath string) error {
+	if g.root == "" {
+		return nil // no workspace known; the tool confines itself
+	}
 	realRoot, err := filepath.EvalSymlinks(g.root)
 	if err != nil {
-		return ""
+		return errors.New("the policy's workspace directory cannot be found")
 	}
-	if rel, inside := relativeTo(realRoot, resolved); inside {
-		return g.checkProtected(arg, p, rel)
+	rel, inside := confine.Rel(realRoot, realPath)
+	if !inside {
+		return errors.New("the file is outside the workspace")
 	}
-	return ""
+	for _, glob := range g.protected {
+		if matchPathGlob(glob, rel) {
+			return fmt.Errorf("path %q is protected (%s)", rel, glob)
+		}
+	}
+	return nil
 }
 
 func (g *guards) checkProtected(arg, p, rel string) string {
@@ -112,16 +153,6 @@ func (g *guards) checkProtected(arg, p, rel string) string {
 		}
 	}
 	return ""
-}
-
-// relativeTo returns the clean absolute p relative to root with slashes,
-// and whether p is root or below it.
-func relativeTo(root, p string) (string, bool) {
-	rel, err := filepath.Rel(root, p)
-	if err != nil || filepath.IsAbs(rel) || rel == ".." || strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
-		return "", false
-	}
-	return filepath.ToSlash(rel), true
 }
 
 // matchPathGlob matches a slash path against a glob anchored at the

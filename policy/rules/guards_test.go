@@ -167,3 +167,68 @@ after:
 	assert.EqualError(t, err, `confidential (output matches the reject pattern of after-call rule "both")`, "decoded strings are checked too")
 	assert.NoError(t, p.AfterCall(ctx, call("both", `{}`), small))
 }
+
+// TestBuiltinToolsConfinedWithoutGuards: the built-in file tools' path
+// argument is confined to the workspace whatever the file says, even
+// without a guards section.
+func TestBuiltinToolsConfinedWithoutGuards(t *testing.T) {
+	ws := t.TempDir()
+	p := parse(t, "default: allow\n", Options{Workspace: ws})
+	for _, tool := range []string{"read_file", "list_dir", "write_file"} {
+		for _, path := range []string{"../../etc/x", "/etc/x", "a/../../x"} {
+			v := p.Evaluate(call(tool, `{"path":"`+path+`","content":"x"}`))
+			assert.Equal(t, ActionDeny, v.Action, "%s %s: %+v", tool, path, v)
+			assert.Equal(t, RuleGuards, v.Rule)
+			assert.Equal(t, `argument path: path "`+path+`" is outside the workspace`, v.Reason)
+		}
+		assert.Equal(t, ActionAllow, p.Evaluate(call(tool, `{"path":"notes/a.txt","content":"x"}`)).Action, tool)
+	}
+	// Other tools' arguments are the file's business (guards: path_args).
+	assert.Equal(t, ActionAllow, p.Evaluate(call("x", `{"path":"../../etc/x"}`)).Action)
+	// Arguments that cannot be checked are refused.
+	v := p.Evaluate(call("write_file", `["../../etc/x"]`))
+	assert.Equal(t, ActionDeny, v.Action)
+	assert.Equal(t, "arguments are a JSON array, not an object; the path guards cannot check them", v.Reason)
+
+	// Without any workspace, a path that climbs out with .. is still refused.
+	p = parse(t, "default: allow\n")
+	v = p.Evaluate(call("write_file", `{"path":"../../etc/x","content":"x"}`))
+	assert.Equal(t, ActionDeny, v.Action)
+	assert.Contains(t, v.Reason, `"../../etc/x" is outside the workspace`)
+}
+
+// TestCheckPath judges files by where they really are, as the built-in
+// tools report them right before they act.
+func TestCheckPath(t *testing.T) {
+	ws, err := filepath.EvalSymlinks(t.TempDir())
+	require.NoError(t, err)
+	p := parse(t, "guards:\n  protected_paths: [.git/**, \"**/*.pem\"]\n", Options{Workspace: ws})
+	assert.NoError(t, p.CheckPath(filepath.Join(ws, "src", "main.go")))
+	assert.NoError(t, p.CheckPath(ws))
+	assert.EqualError(t, p.CheckPath(filepath.Join(ws, ".git")), `path ".git" is protected (.git/**)`)
+	assert.EqualError(t, p.CheckPath(filepath.Join(ws, ".git", "config")), `path ".git/config" is protected (.git/**)`)
+	assert.EqualError(t, p.CheckPath(filepath.Join(ws, "a", "k.pem")), `path "a/k.pem" is protected (**/*.pem)`)
+	assert.EqualError(t, p.CheckPath("/etc/passwd"), "the file is outside the workspace")
+
+	// A workspace named through a symlink is compared by its real path.
+	link := filepath.Join(t.TempDir(), "link")
+	require.NoError(t, os.Symlink(ws, link))
+	p = parse(t, "guards:\n  protected_paths: [.git/**]\n", Options{Workspace: link})
+	assert.Error(t, p.CheckPath(filepath.Join(ws, ".git", "HEAD")))
+	assert.NoError(t, p.CheckPath(filepath.Join(ws, "a.txt")))
+
+	// Without guards the workspace still bounds the files.
+	p = parse(t, "default: ask\n", Options{Workspace: ws})
+	assert.NoError(t, p.CheckPath(filepath.Join(ws, ".git", "config")))
+	assert.Error(t, p.CheckPath("/etc/passwd"))
+
+	// Without a workspace there is nothing to compare with.
+	assert.NoError(t, parse(t, "default: ask\n").CheckPath("/etc/passwd"))
+
+	// A Reloader checks with its current policy.
+	file := filepath.Join(t.TempDir(), "policy.yaml")
+	require.NoError(t, os.WriteFile(file, []byte("guards:\n  protected_paths: [.env]\n"), 0o600))
+	r, err := NewReloader(file, Options{Workspace: ws}, nil)
+	require.NoError(t, err)
+	assert.EqualError(t, r.CheckPath(filepath.Join(ws, ".env")), `path ".env" is protected (.env)`)
+}

@@ -36,6 +36,20 @@ func Load(path string, opts Options) (*Policy, error) {
 	return Parse(path, data, opts)
 }
 
+// CheckOptions are the options to load a file with away from the worker
+// that will serve it, as `toolgate policy check` and `eval` do. A file
+// that sets no workspace leaves it to the worker (Options.Workspace); to
+// check such a file, workspace (a --workspace flag) stands in, or else the
+// current directory, so that conditions reading `workspace`, and their
+// examples, are still compiled and run, and path guards judge paths as
+// they would in a workspace. A file's own `workspace:` wins over both.
+func CheckOptions(workspace string) Options {
+	if workspace == "" {
+		workspace = "."
+	}
+	return Options{Workspace: workspace}
+}
+
 // Parse parses a policy file's content; name is the file's name, used in
 // error messages, and its directory anchors relative workspace paths. A bad
 // file is refused with one "name:line: what is wrong" line per problem
@@ -439,7 +453,9 @@ func (l *loader) actionBody(r *rule, n *yaml.Node, f map[string]*yaml.Node, wher
 	}
 	if n := f["message"]; n != nil {
 		src := l.str(n, where+": message")
-		t, err := template.New(r.name).Funcs(templateFuncs).Parse(src)
+		// missingkey=error: an argument the call lacks fails the message
+		// (which then says so) instead of printing "<no value>".
+		t, err := template.New(r.name).Funcs(templateFuncs).Option("missingkey=error").Parse(src)
 		if err != nil {
 			l.errorf(n, "%s: message template: %v", where, err)
 		} else {
@@ -852,7 +868,8 @@ func (l *loader) after(n *yaml.Node) []*afterRule {
 
 func (l *loader) guards(n *yaml.Node, workspace string) *guards {
 	if n == nil {
-		return nil
+		// The built-in tools' paths are confined all the same.
+		return &guards{root: workspace}
 	}
 	f := l.fields(n, "guards", "workspace_root", "path_args", "protected_paths")
 	g := &guards{root: workspace, pathArgs: []string{"path"}}

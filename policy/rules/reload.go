@@ -182,6 +182,10 @@ func (r *Reloader) read() ([]byte, fileStamp, error) {
 // Version implements policy.Versioned with the current policy's version.
 func (r *Reloader) Version() string { return r.Current().Version() }
 
+// CheckPath is Policy.CheckPath of the current policy; give it to the
+// built-in tools as builtin.Workspace's Guard.
+func (r *Reloader) CheckPath(realPath string) error { return r.Current().CheckPath(realPath) }
+
 // Evaluate decides a call with the current policy (see Policy.Evaluate).
 func (r *Reloader) Evaluate(call policy.Call) Verdict { return r.Current().Evaluate(call) }
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"regexp"
 	"strings"
 	"text/template"
 	"time"
@@ -88,9 +89,31 @@ func (r *rule) render(in *input) (string, error) {
 	}
 	var b bytes.Buffer
 	if err := r.message.Execute(&limitedWriter{w: &b, n: maxMessageBytes + 1}, in.templateData()); err != nil && !errors.Is(err, errMessageTooLong) {
-		return truncate(fmt.Sprintf("Allow %s with arguments %s? (the message template of rule %q failed: %v)", in.call.Tool, in.argsText(), r.name, err), maxMessageBytes), err
+		problem := templateProblem(err)
+		return truncate(fmt.Sprintf("Allow %s with arguments %s? (the message template of rule %q failed on this call: %s)", in.call.Tool, in.argsText(), r.name, problem), maxMessageBytes), errors.New(problem)
 	}
 	return truncate(b.String(), maxMessageBytes), nil
+}
+
+var (
+	// templateErrRe splits text/template's execution errors, e.g.
+	// `template: w:1:9: executing "w" at <.args.path>: map has no entry
+	// for key "path"`, into the action and the cause.
+	templateErrRe = regexp.MustCompile(`at <(.+?)>: (.*)$`)
+	missingKeyRe  = regexp.MustCompile(`^map has no entry for key `)
+)
+
+// templateProblem says why a message template failed on a call, in the
+// terms of the template's author: the action that failed, not Go's types.
+func templateProblem(err error) string {
+	m := templateErrRe.FindStringSubmatch(err.Error())
+	switch {
+	case m == nil:
+		return "it cannot be written for these arguments"
+	case missingKeyRe.MatchString(m[2]):
+		return fmt.Sprintf("it uses %s, which the call does not set", m[1])
+	}
+	return fmt.Sprintf("it cannot evaluate {{%s}} on these arguments", m[1])
 }
 
 // stickyKey scopes sticky decisions: "" (the whole tool) without sticky_by,
@@ -193,14 +216,43 @@ func newInput(call policy.Call, workspace string) *input {
 	return in
 }
 
+// templateData is what message templates see. Arguments that are null
+// are left out, so that a template using one fails and says so, as for a
+// missing one, instead of printing "<no value>".
 func (in *input) templateData() map[string]any {
+	args := any(map[string]any{})
+	if in.argsErr == nil {
+		args = withoutNulls(in.args)
+	}
 	return map[string]any{
 		"tool":      in.call.Tool,
-		"args":      in.args,
+		"args":      args,
 		"session":   in.call.Session,
 		"requester": in.call.Requester,
 		"workspace": in.workspace,
 	}
+}
+
+// withoutNulls returns a copy of the decoded JSON value v in which objects
+// have no null members.
+func withoutNulls(v any) any {
+	switch t := v.(type) {
+	case map[string]any:
+		out := make(map[string]any, len(t))
+		for k, e := range t {
+			if e != nil {
+				out[k] = withoutNulls(e)
+			}
+		}
+		return out
+	case []any:
+		out := make([]any, len(t))
+		for i, e := range t {
+			out[i] = withoutNulls(e)
+		}
+		return out
+	}
+	return v
 }
 
 // argsText shows the arguments to a person, compact and bounded.

@@ -27,6 +27,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"path"
+	"strings"
 	"time"
 
 	"github.com/toolgate/toolgate/policy"
@@ -76,6 +77,65 @@ type Verdict struct {
 	Reason string `json:"reason,omitempty"`
 	// Request is what a person is asked; set only for ask.
 	Request *policy.ApprovalRequest `json:"request,omitempty"`
+}
+
+// MarshalJSON writes the verdict for people, as `toolgate policy eval`
+// prints it: the request's durations the way a policy file writes them
+// ("2h", "1h30m"), its timeout even when the rule leaves it to the
+// default, and on_timeout by name ("deny" or "allow"). It is for reading,
+// not for decoding back into a Verdict.
+func (v Verdict) MarshalJSON() ([]byte, error) {
+	type request struct {
+		Message       string   `json:"message"`
+		Groups        []string `json:"groups,omitempty"`
+		Timeout       string   `json:"timeout"`
+		OnTimeout     string   `json:"on_timeout"`
+		StickyKey     string   `json:"sticky_key,omitempty"`
+		Rule          string   `json:"rule,omitempty"`
+		RemindAfter   string   `json:"remind_after,omitempty"`
+		EscalateAfter string   `json:"escalate_after,omitempty"`
+		EscalateTo    []string `json:"escalate_to,omitempty"`
+	}
+	out := struct {
+		Action  Action   `json:"action"`
+		Rule    string   `json:"rule"`
+		Reason  string   `json:"reason,omitempty"`
+		Request *request `json:"request,omitempty"`
+	}{Action: v.Action, Rule: v.Rule, Reason: v.Reason}
+	if r := v.Request; r != nil {
+		onTimeout := "deny"
+		if r.OnTimeout == policy.TimeoutApprove {
+			onTimeout = "allow"
+		}
+		out.Request = &request{
+			Message:       r.Message,
+			Groups:        r.Groups,
+			Timeout:       formatDuration(r.EffectiveTimeout()),
+			OnTimeout:     onTimeout,
+			StickyKey:     r.StickyKey,
+			Rule:          r.Rule,
+			RemindAfter:   formatDuration(r.RemindAfter),
+			EscalateAfter: formatDuration(r.EscalateAfter),
+			EscalateTo:    r.EscalateTo,
+		}
+	}
+	return json.Marshal(out)
+}
+
+// formatDuration writes d as a policy file would, without zero minutes or
+// seconds: "2h", "30m", "1h30m", "1m30s"; "" for zero.
+func formatDuration(d time.Duration) string {
+	if d == 0 {
+		return ""
+	}
+	s := d.String() // e.g. "2h0m0s"
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
 }
 
 // Quota bounds how often tools may be called. The policy only parses and
@@ -183,9 +243,11 @@ func (p *Policy) Schedule(rule string) (Schedule, bool) {
 
 // Evaluate decides a call: guards first, then the deny, ask and allow tiers,
 // then the default action. It never panics and reads nothing but the call,
-// except that guards resolve symlinks under the workspace root. When the
-// file has guards, a call whose arguments are not a JSON object is refused
-// (its paths cannot be checked).
+// except that guards resolve symlinks under the workspace root. The
+// built-in file tools' path argument is always confined to the workspace,
+// with or without a guards section. A call whose path arguments are to be
+// checked but whose arguments are not a JSON object is refused (its paths
+// cannot be checked).
 //
 // A rule whose condition fails on the call (see the package comment) makes
 // the call ask a person, with a message naming the rule and the error.
@@ -231,6 +293,15 @@ func (p *Policy) Evaluate(call policy.Call) Verdict {
 	}
 	return p.fallbackVerdict(in)
 }
+
+// CheckPath refuses a file a tool is about to act on, given where it
+// really is (absolute, symlinks resolved): a file outside the workspace,
+// or one the guards' protected_paths protect. Evaluate judges the path a
+// call names; the built-in tools call CheckPath (as builtin.Workspace's
+// Guard) on the file they actually opened, so that a symlink swapped in
+// after the evaluation cannot lead them to a protected file. Without a
+// workspace it accepts every path.
+func (p *Policy) CheckPath(realPath string) error { return p.guards.checkFile(realPath) }
 
 // failedVerdict asks a person about a call on which r's condition failed.
 // Its sticky key includes the call's ID, so that a sticky decision taken

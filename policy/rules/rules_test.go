@@ -408,3 +408,78 @@ func mustAbs(t testing.TB, p string) string {
 	require.NoError(t, err)
 	return abs
 }
+
+// TestMessageTemplateMissingArgument: a message that uses an argument the
+// call lacks (or sends as null) says so in the template's terms, never
+// with Go's "<no value>" or "%!q(<nil>)".
+func TestMessageTemplateMissingArgument(t *testing.T) {
+	p := parse(t, `
+rules:
+  - name: write
+    tool: write_file
+    action: ask
+    message: 'Write to {{printf "%q" .args.path}}?'
+  - name: plain
+    tool: other
+    action: ask
+    message: 'Run {{.args.opts.name}}?'
+`)
+	for _, tc := range []struct{ tool, args, want string }{
+		{"write_file", `{"content":"x"}`, `Allow write_file with arguments {"content":"x"}? (the message template of rule "write" failed on this call: it uses .args.path, which the call does not set)`},
+		{"write_file", `{"content":"x","path":null}`, `Allow write_file with arguments {"content":"x","path":null}? (the message template of rule "write" failed on this call: it uses .args.path, which the call does not set)`},
+		{"other", `{"opts":{}}`, `Allow other with arguments {"opts":{}}? (the message template of rule "plain" failed on this call: it uses .args.opts.name, which the call does not set)`},
+		{"other", `{"opts":{"name":null}}`, `Allow other with arguments {"opts":{"name":null}}? (the message template of rule "plain" failed on this call: it uses .args.opts.name, which the call does not set)`},
+	} {
+		v := p.Evaluate(call(tc.tool, tc.args))
+		assert.Equal(t, tc.want, v.Request.Message, tc.args)
+	}
+	assert.Equal(t, `Write to "a.txt"?`, p.Evaluate(call("write_file", `{"path":"a.txt"}`)).Request.Message)
+
+	// An optional argument is read with index, which does not fail.
+	p = parse(t, `
+rules:
+  - name: write
+    tool: write_file
+    action: ask
+    message: '{{if index .args "append"}}Append to{{else}}Write{{end}} {{.args.path}}?'
+`)
+	assert.Equal(t, `Write a.txt?`, p.Evaluate(call("write_file", `{"path":"a.txt"}`)).Request.Message)
+	assert.Equal(t, `Write a.txt?`, p.Evaluate(call("write_file", `{"path":"a.txt","append":null}`)).Request.Message)
+	assert.Equal(t, `Append to a.txt?`, p.Evaluate(call("write_file", `{"path":"a.txt","append":true}`)).Request.Message)
+}
+
+// TestVerdictJSON: a verdict is printed (`toolgate policy eval`) with
+// durations and on_timeout as the file writes them.
+func TestVerdictJSON(t *testing.T) {
+	p := parse(t, `
+rules:
+  - name: write
+    tool: write_file
+    action: ask
+    message: 'Write?'
+    timeout: 2h
+    on_timeout: allow
+    remind_after: 30m
+    escalate_after: 90m
+    escalate_to: [leads]
+  - name: plain
+    tool: other
+    action: ask
+    message: 'Other?'
+`)
+	raw, err := json.Marshal(p.Evaluate(call("write_file", `{}`)))
+	require.NoError(t, err)
+	assert.JSONEq(t, `{"action":"ask","rule":"write","reason":"rule \"write\" asks","request":{
+		"message":"Write?","timeout":"2h","on_timeout":"allow","rule":"write",
+		"remind_after":"30m","escalate_after":"1h30m","escalate_to":["leads"]}}`, string(raw))
+
+	// The defaults are shown as they apply.
+	raw, err = json.Marshal(p.Evaluate(call("other", `{}`)))
+	require.NoError(t, err)
+	assert.JSONEq(t, `{"action":"ask","rule":"plain","reason":"rule \"plain\" asks","request":{
+		"message":"Other?","timeout":"24h","on_timeout":"deny","rule":"plain"}}`, string(raw))
+
+	raw, err = json.Marshal(p.Evaluate(call("x", `[1]`)))
+	require.NoError(t, err)
+	assert.NotContains(t, string(raw), "json:")
+}

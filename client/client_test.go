@@ -1,0 +1,195 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	enumspb "go.temporal.io/api/enums/v1"
+	historypb "go.temporal.io/api/history/v1"
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
+
+	"github.com/toolgate/toolgate/policy"
+	"github.com/toolgate/toolgate/workflows"
+)
+
+// fakeTemporal stands in for Temporal with at most one existing call: a
+// start fails with "already started" when there is one, and the call's
+// history is its start event. It counts what was asked of it; any other
+// method panics (the embedded interface is nil).
+type fakeTemporal struct {
+	client.Client
+	existing     *policy.Call
+	historyReads int
+	lists        int
+}
+
+func (f *fakeTemporal) ExecuteWorkflow(context.Context, client.StartWorkflowOptions, any, ...any) (client.WorkflowRun, error) {
+	if f.existing != nil {
+		return nil, serviceerror.NewWorkflowExecutionAlreadyStarted("workflow execution already started", "", "")
+	}
+	return nil, nil
+}
+
+func (f *fakeTemporal) GetWorkflowHistory(context.Context, string, string, bool, enumspb.HistoryEventFilterType) client.HistoryEventIterator {
+	f.historyReads++
+	input, err := converter.GetDefaultDataConverter().ToPayloads(workflows.CallInput{Call: *f.existing})
+	if err != nil {
+		panic(err)
+	}
+	start := &historypb.HistoryEvent{Attributes: &historypb.HistoryEvent_WorkflowExecutionStartedEventAttributes{
+		WorkflowExecutionStartedEventAttributes: &historypb.WorkflowExecutionStartedEventAttributes{Input: input},
+	}}
+	return &events{list: []*historypb.HistoryEvent{start}}
+}
+
+func (f *fakeTemporal) ListWorkflow(context.Context, *workflowservice.ListWorkflowExecutionsRequest) (*workflowservice.ListWorkflowExecutionsResponse, error) {
+	f.lists++
+	return &workflowservice.ListWorkflowExecutionsResponse{}, nil
+}
+
+// events is a history that fits in one page.
+type events struct{ list []*historypb.HistoryEvent }
+
+func (e *events) HasNext() bool { return len(e.list) > 0 }
+
+func (e *events) Next() (*historypb.HistoryEvent, error) {
+	ev := e.list[0]
+	e.list = e.list[1:]
+	return ev, nil
+}
+
+func TestValidateID(t *testing.T) {
+	for _, ok := range []string{"s1", "call-0123abcd", "agent@example.com", "ci:bot", "mcp__fs__read_file", "v1.2", strings.Repeat("a", 128)} {
+		assert.NoError(t, ValidateID("session", ok), "%q", ok)
+	}
+	for _, bad := range []string{"", "a\x00b", "\xff", "a b", "-a", ".a", "a/b", "a#b", "a\\b", "a'b", "é", strings.Repeat("a", 129), strings.Repeat("t", 10000)} {
+		err := ValidateID("tool", bad)
+		var input *InputError
+		require.ErrorAs(t, err, &input, "%q", bad)
+		assert.Equal(t, "tool", input.Field)
+		assert.Less(t, len(err.Error()), 150, "the value is not echoed back")
+	}
+}
+
+func TestCallRequestValidate(t *testing.T) {
+	base := CallRequest{Session: "s1", Tool: "shell", CallID: "c1"}
+	cases := []struct {
+		name       string
+		edit       func(*CallRequest)
+		field, msg string
+	}{
+		{"NUL in the session", func(r *CallRequest) { r.Session = "a\x00b" }, "session", "session must be"},
+		{"invalid UTF-8 call ID", func(r *CallRequest) { r.CallID = "\xff" }, "call_id", "call_id must be"},
+		{"10,000-character tool", func(r *CallRequest) { r.Tool = strings.Repeat("t", 10000) }, "tool", "tool must be"},
+		{"no tool", func(r *CallRequest) { r.Tool = "" }, "tool", "tool is required"},
+		{"args array", func(r *CallRequest) { r.Args = json.RawMessage(`[1, 2]`) }, "args", "args must be a JSON object, not an array"},
+		{"args string", func(r *CallRequest) { r.Args = json.RawMessage(` "rm -rf /"`) }, "args", "args must be a JSON object, not a string"},
+		{"args number", func(r *CallRequest) { r.Args = json.RawMessage(`-5`) }, "args", "args must be a JSON object, not a number"},
+		{"args boolean", func(r *CallRequest) { r.Args = json.RawMessage(`true`) }, "args", "args must be a JSON object, not a boolean"},
+		{"args null", func(r *CallRequest) { r.Args = json.RawMessage(`null`) }, "args", "args must be a JSON object, not null"},
+		{"args not JSON", func(r *CallRequest) { r.Args = json.RawMessage(`{"a":`) }, "args", "args must be a JSON object; this is not valid JSON"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			r := base
+			c.edit(&r)
+			err := r.Validate()
+			var input *InputError
+			require.ErrorAs(t, err, &input)
+			assert.Equal(t, c.field, input.Field)
+			assert.True(t, strings.HasPrefix(err.Error(), c.msg), "%q does not start with %q", err, c.msg)
+			for _, internal := range []string{"json:", "map[", "Go value", "unmarshal"} {
+				assert.NotContains(t, err.Error(), internal, "no Go internals in the message")
+			}
+		})
+	}
+	ok := base
+	require.NoError(t, ok.Validate())
+	assert.JSONEq(t, `{}`, string(ok.Args), "no args means {}")
+}
+
+func TestSubmitNewCallReadsNoHistory(t *testing.T) {
+	fake := &fakeTemporal{}
+	id, err := New(fake, "").Submit(context.Background(), CallRequest{CallID: "c1", Session: "s1", Tool: "shell", Args: json.RawMessage(`{}`), Requester: "agent-1"})
+	require.NoError(t, err)
+	assert.Equal(t, "c1", id)
+	assert.Zero(t, fake.historyReads, "a new call costs the start only")
+}
+
+func TestSubmitSameCallIDAgain(t *testing.T) {
+	first := policy.Call{ID: "c1", Session: "secret-session", Tool: "write_file", Requester: "agent-1",
+		Args: json.RawMessage(`{"path":"notes.txt","content":"XXX","opts":{"mode":420,"append":false}}`)}
+	same := CallRequest{CallID: "c1", Session: first.Session, Tool: first.Tool, Requester: first.Requester,
+		Args: json.RawMessage(`{ "opts": {"append": false, "mode": 420}, "content": "XXX",
+			"path": "notes.txt" }`)}
+
+	t.Run("the same call is the same call, whatever the JSON layout", func(t *testing.T) {
+		fake := &fakeTemporal{existing: &first}
+		id, err := New(fake, "").Submit(context.Background(), same)
+		require.NoError(t, err)
+		assert.Equal(t, "c1", id)
+		assert.Equal(t, 1, fake.historyReads, "the first call's arguments are read once, only because it exists")
+	})
+
+	for name, edit := range map[string]func(*CallRequest){
+		"other arguments": func(r *CallRequest) {
+			r.Args = json.RawMessage(`{"path":"notes.txt","content":"X","opts":{"mode":420,"append":false}}`)
+		},
+		"another number": func(r *CallRequest) {
+			r.Args = json.RawMessage(`{"path":"notes.txt","content":"XXX","opts":{"mode":421,"append":false}}`)
+		},
+		"fewer arguments": func(r *CallRequest) { r.Args = json.RawMessage(`{"path":"notes.txt","content":"XXX"}`) },
+		"another session": func(r *CallRequest) { r.Session = "other-session" },
+		"another tool":    func(r *CallRequest) { r.Tool = "shell" },
+		"another agent":   func(r *CallRequest) { r.Requester = "agent-2" },
+	} {
+		t.Run(name+" is refused", func(t *testing.T) {
+			req := same
+			edit(&req)
+			_, err := New(&fakeTemporal{existing: &first}, "").Submit(context.Background(), req)
+			require.ErrorIs(t, err, ErrCallIDTaken)
+			var input *InputError
+			require.ErrorAs(t, err, &input, "the CLI and the API treat it as bad input")
+			assert.Equal(t, "call_id", input.Field)
+			assert.Equal(t, `call_id "c1" is already taken by another call; use a new call ID`, err.Error())
+			for _, secret := range []string{"secret-session", "write_file", "agent-1", "XXX"} {
+				assert.NotContains(t, err.Error(), secret, "nothing about the first call leaks")
+			}
+		})
+	}
+}
+
+func TestListRefusesFilterValuesThatAreNotIdentifiers(t *testing.T) {
+	breakouts := []ListFilter{
+		{Session: `x\' OR ToolgateStatus = 'ok`},
+		{Session: `x' OR WorkflowType != '`},
+		{Tool: "shell\x00"},
+		{Requester: `\`},
+		{Status: `ok' OR ToolgateSession != 'x`},
+		{Status: "bogus"},
+	}
+	for _, f := range breakouts {
+		fake := &fakeTemporal{}
+		_, err := New(fake, "").List(context.Background(), f)
+		var input *InputError
+		require.ErrorAs(t, err, &input, "%+v", f)
+		assert.Zero(t, fake.lists, "nothing is sent to Temporal for %+v", f)
+	}
+
+	fake := &fakeTemporal{}
+	_, err := New(fake, "").List(context.Background(), ListFilter{Session: "s1", Tool: "shell", Requester: "agent-1", Status: "decided"})
+	require.NoError(t, err)
+	assert.Equal(t, 1, fake.lists)
+}
+
+func TestQuoteEscapesBackslashesAndQuotes(t *testing.T) {
+	assert.Equal(t, `x\\\' OR ToolgateStatus = \'ok`, quote(`x\' OR ToolgateStatus = 'ok`))
+	assert.Equal(t, `a\\`, quote(`a\`), "a trailing backslash cannot escape the closing quote")
+}
