@@ -1,6 +1,8 @@
 package integration
 
 import (
+	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -9,12 +11,20 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/client"
+
+	tgclient "github.com/toolgate/toolgate/client"
+	"github.com/toolgate/toolgate/policy"
+	"github.com/toolgate/toolgate/tool"
+	"github.com/toolgate/toolgate/worker"
+	"github.com/toolgate/toolgate/workflows"
 )
 
 // The gate holds on every path: decisions through a session, session ends,
@@ -22,6 +32,13 @@ import (
 
 const groupsPolicy = `default: ask
 rules:
+  - name: escalating
+    tool: shell
+    when: args.command.startsWith('esc')
+    action: ask
+    groups: [ops]
+    escalate_after: 2s
+    escalate_to: [finance]
   - name: finance
     tool: shell
     when: args.command.startsWith('fin')
@@ -82,6 +99,34 @@ func TestStickyDecisionsHoldToGroups(t *testing.T) {
 	require.Equal(t, http.StatusOK, r.status, r.raw)
 	assert.Equal(t, float64(1), r.body["denied_calls"])
 	assert.Equal(t, "denied", agent.do("GET", "/v1/calls/ops2?wait=30s", nil).body["status"])
+
+	t.Run("after an escalation the escalation group sees the call and may decide it", func(t *testing.T) {
+		r := agent.do("POST", "/v1/calls?wait=100ms", map[string]any{"session": "g2", "tool": "shell", "call_id": "esc1", "args": map[string]any{"command": "esc deploy"}})
+		require.Equal(t, http.StatusAccepted, r.status, r.raw)
+		listed := func() bool {
+			for _, c := range as("finance1").do("GET", "/v1/pending", nil).body["calls"].([]any) {
+				if c.(map[string]any)["call_id"] == "esc1" {
+					return true
+				}
+			}
+			return false
+		}
+		assert.False(t, listed(), "before the escalation finance does not see it")
+		require.Eventually(t, listed, 30*time.Second, 50*time.Millisecond)
+		r = as("finance1").do("POST", "/v1/calls/esc1/decision", map[string]any{"decision": "approve"})
+		require.Equal(t, http.StatusOK, r.status, r.raw)
+		assert.Equal(t, "ok", agent.do("GET", "/v1/calls/esc1?wait=30s", nil).body["status"])
+	})
+
+	t.Run("identifiers that are not identifiers are a 400 that names them", func(t *testing.T) {
+		for _, path := range []string{"/v1/calls/a%00b", "/v1/calls/%ff", "/v1/sessions/%ff"} {
+			r := as("root").do("GET", path, nil)
+			assert.Equal(t, http.StatusBadRequest, r.status, "%s: %s", path, r.raw)
+		}
+		r := agent.do("POST", "/v1/calls", map[string]any{"session": "g3", "tool": strings.Repeat("x", 10000), "args": map[string]any{}})
+		assert.Equal(t, http.StatusBadRequest, r.status, r.raw)
+		assert.Contains(t, r.errorMessage(), "tool")
+	})
 }
 
 // alive reports whether a process exists.
@@ -177,4 +222,39 @@ func TestChannelsThatHangOrRefuseNeverHoldBackTheResult(t *testing.T) {
 	res := agent.do("GET", "/v1/calls/d1?wait=20s", nil)
 	require.Equal(t, http.StatusOK, res.status, "the call completed while every channel still hangs or refuses: %s", res.raw)
 	assert.Equal(t, "ok", res.body["status"])
+}
+
+// allowAll approves every call without asking anyone.
+type allowAll struct{ policy.Base }
+
+func TestATimedOutToolThatIsNotIdempotentRunsOnce(t *testing.T) {
+	d := newDev(t)
+	tc, err := client.Dial(client.Options{HostPort: d.address(), Namespace: "default", Logger: quietLogger{}})
+	require.NoError(t, err)
+	defer tc.Close()
+
+	// A worker of this test's own, with a tool that outlasts its timeout,
+	// on a task queue of its own.
+	var runs atomic.Int32
+	tools := tool.NewRegistry()
+	tools.MustRegister(
+		tool.Tool{Name: "pay", Options: tool.Options{Timeout: time.Second}, Run: func(ctx context.Context, _ tool.Input) (json.RawMessage, error) {
+			runs.Add(1)
+			<-ctx.Done() // paying takes longer than the timeout allows
+			return nil, ctx.Err()
+		}},
+	)
+	const queue = "slow-tools"
+	w, err := worker.New(tc, worker.Options{TaskQueue: queue, Policy: allowAll{}, Tools: tools})
+	require.NoError(t, err)
+	require.NoError(t, w.Start())
+	defer w.Stop()
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	r, err := tgclient.New(tc, queue).Call(ctx, tgclient.CallRequest{Session: "pay", CallID: "pay1", Tool: "pay", Args: json.RawMessage(`{}`)})
+	require.NoError(t, err)
+	assert.Equal(t, workflows.StatusUnknown, r.Status, r.Reason)
+	assert.Contains(t, r.Reason, "it did not finish within its timeout")
+	assert.Equal(t, int32(1), runs.Load(), "the server did not start a second attempt")
 }
