@@ -25,6 +25,7 @@ import (
 var recordedScenarios = []string{
 	"auto-approve",
 	"ask-approve",
+	"ask-approve-notices",
 	"sticky-fan-out-call",
 	"sticky-fan-out-session",
 	"timeout",

@@ -33,6 +33,7 @@ import (
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
 
+	"github.com/toolgate/toolgate/activities"
 	toolgate "github.com/toolgate/toolgate/client"
 	"github.com/toolgate/toolgate/devserver"
 	"github.com/toolgate/toolgate/logging"
@@ -122,7 +123,7 @@ func run(ctx context.Context, logger *zap.Logger, outDir string) (err error) {
 	if err != nil {
 		return err
 	}
-	w, err := worker.New(tc, worker.Options{Policy: recorderPolicy{}, Tools: tools})
+	w, err := worker.New(tc, worker.Options{Policy: recorderPolicy{}, Tools: tools, Channels: []activities.Channel{recordChannel{}}})
 	if err != nil {
 		return err
 	}
@@ -204,7 +205,15 @@ func (r *recorder) askApprove(ctx context.Context) error {
 	if err := r.expectResult(ctx, id, workflows.StatusOK, policy.Approved, "cli"); err != nil {
 		return err
 	}
-	return r.writeHistory(ctx, "ask-approve", workflows.CallWorkflowID(id), "")
+	if err := r.writeHistory(ctx, "ask-approve", workflows.CallWorkflowID(id), ""); err != nil {
+		return err
+	}
+	// The call's notices and outcomes went out from a workflow of their
+	// own; it ends once the channel heard the outcome.
+	if err := r.tc.GetWorkflow(ctx, workflows.NoticesWorkflowID(id), "").Get(ctx, nil); err != nil {
+		return fmt.Errorf("notices of %s: %w", id, err)
+	}
+	return r.writeHistory(ctx, "ask-approve-notices", workflows.NoticesWorkflowID(id), "")
 }
 
 // stickyFanOut: three calls of one tool wait at once; approving one for the
@@ -383,7 +392,7 @@ func (r *recorder) expectResult(ctx context.Context, callID string, status workf
 
 // endSession ends the session and waits until its workflow completed.
 func (r *recorder) endSession(ctx context.Context, session, runID string) error {
-	denied, err := r.tg.EndSession(ctx, session, approver)
+	denied, err := r.tg.EndSession(ctx, session, policy.Approver{Name: approver})
 	if err != nil {
 		return fmt.Errorf("end session %s: %w", session, err)
 	}
@@ -481,6 +490,20 @@ func (recorderPolicy) EvaluateApproval(_ context.Context, call policy.Call) (*po
 
 // Version names the policy in every Result.
 func (recorderPolicy) Version() string { return "record/1" }
+
+// recordChannel is a notification channel that reaches nobody: it makes
+// the recorded calls send notices and announce outcomes.
+type recordChannel struct{}
+
+func (recordChannel) Name() string { return "record" }
+
+func (recordChannel) Notify(_ context.Context, n activities.Notice) (activities.Receipt, error) {
+	return activities.Receipt{Ref: map[string]string{"seq": fmt.Sprint(n.Seq)}}, nil
+}
+
+func (recordChannel) Resolve(context.Context, activities.Outcome, []activities.Receipt) error {
+	return nil
+}
 
 func recorderTools() (*tool.Registry, error) {
 	reg := tool.NewRegistry()
