@@ -38,7 +38,7 @@ var notifyOptions = workflow.ActivityOptions{
 // errors: every outcome for the agent, denials included, is a Result.
 func ToolCallWorkflow(ctx workflow.Context, in CallInput) (Result, error) {
 	c := newCallRun(ctx, in)
-	c.authorizeSticky = workflow.GetVersion(ctx, changeAuthorizeSticky, workflow.DefaultVersion, 1) >= 1
+	c.strictDecisions = workflow.GetVersion(ctx, changeAuthorizeSticky, workflow.DefaultVersion, 1) >= 1
 	if err := c.registerHandlers(ctx); err != nil {
 		return Result{}, err
 	}
@@ -70,9 +70,11 @@ type callRun struct {
 	// originalArgs and note are set when an approver edited the arguments.
 	originalArgs json.RawMessage
 	note         string
-	// authorizeSticky: sticky decisions and decision signals are held to
-	// the groups and requester rules (runs started before replay without).
-	authorizeSticky bool
+	// strictDecisions: every decision is held to the groups and requester
+	// rules (sticky ones and signals too), edits are checked when they are
+	// made, and decided_at is the workflow's clock. Runs started before
+	// changeAuthorizeSticky replay without.
+	strictDecisions bool
 	// checkingEdit is set while edited arguments are checked by the
 	// policy; other decisions wait. editEval is the policy's verdict on
 	// edited arguments accepted at decision time.
@@ -131,7 +133,7 @@ func (c *callRun) registerHandlers(ctx workflow.Context) error {
 // validateSignalledDecision is validateDecision for the signal, which
 // replays: runs started before the groups rule replay without it.
 func (c *callRun) validateSignalledDecision(ctx workflow.Context, req DecideRequest) error {
-	if !c.authorizeSticky {
+	if !c.strictDecisions {
 		return c.validateDecisionV0(req)
 	}
 	return c.validateDecision(ctx, req)
@@ -196,7 +198,7 @@ func (c *callRun) validateDecisionV0(req DecideRequest) error {
 // approver and the call keeps waiting.
 func (c *callRun) decide(ctx workflow.Context, req DecideRequest) (policy.Decision, error) {
 	d := req.Decision
-	if c.authorizeSticky {
+	if c.strictDecisions {
 		d.DecidedAt = workflow.Now(ctx) // never taken from the request
 		if d.Kind == policy.ApprovedWithEdits {
 			if err := c.checkEditAtDecision(ctx, d); err != nil {
@@ -378,7 +380,7 @@ func (c *callRun) timeoutReason() string {
 // stickyCovers reports whether a sticky decision found at evaluation may
 // decide this call: its author could have decided it directly.
 func (c *callRun) stickyCovers(d policy.Decision) bool {
-	return !c.authorizeSticky || d.Approver().MayDecide(c.state.Call.Requester, c.state.Request.Groups) == nil
+	return !c.strictDecisions || d.Approver().MayDecide(c.state.Call.Requester, c.state.Request.Groups) == nil
 }
 
 // registerWithSession parks the call in its session. The session answers
@@ -386,7 +388,7 @@ func (c *callRun) stickyCovers(d policy.Decision) bool {
 func (c *callRun) registerWithSession(ctx workflow.Context, key string) error {
 	now := workflow.Now(ctx)
 	reg := Registration{CallID: c.state.Call.ID, Tool: c.state.Call.Tool, StickyKey: key, At: now}
-	if c.authorizeSticky {
+	if c.strictDecisions {
 		req := c.state.Request
 		reg.Requester, reg.Groups = c.state.Call.Requester, req.Groups
 		if req.EscalateAfter > 0 && len(req.EscalateTo) > 0 {
@@ -452,7 +454,7 @@ func (c *callRun) tellSession(ctx workflow.Context, key string) {
 		return // the session decided it and already forgot the call
 	case d != nil && d.Kind.Sticky():
 		sticky := StickyDecision{Key: key, Tool: c.state.Call.Tool, Decision: *d, FromCall: c.state.Call.ID}
-		if c.authorizeSticky {
+		if c.strictDecisions {
 			sticky.Groups = c.state.Request.Groups
 		}
 		f = workflow.SignalExternalWorkflow(ctx, sessionID, "", SignalSticky, sticky)

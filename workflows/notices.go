@@ -65,7 +65,7 @@ func (c *callRun) waitWithSchedule(ctx workflow.Context, req policy.ApprovalRequ
 					c.state.Request.Groups = append(c.state.Request.Groups, g)
 				}
 			}
-			if c.authorizeSticky {
+			if c.strictDecisions {
 				// Listings filter by the memo's groups: the escalation
 				// groups now see the call they may decide.
 				c.upsertWaitingMemo(ctx, *c.state.Request)

@@ -17,7 +17,7 @@ import (
 // before its history grows large and ends on UpdateEnd or when idle.
 func SessionWorkflow(ctx workflow.Context, in SessionInput) error {
 	s := &sessionRun{in: in, state: in.State}
-	s.authorizeSticky = workflow.GetVersion(ctx, changeAuthorizeSticky, workflow.DefaultVersion, 1) >= 1
+	s.strictDecisions = workflow.GetVersion(ctx, changeAuthorizeSticky, workflow.DefaultVersion, 1) >= 1
 	if err := s.registerHandlers(ctx); err != nil {
 		return err
 	}
@@ -30,9 +30,9 @@ type sessionRun struct {
 	// handled counts the messages of this run, for the test-only
 	// continue-as-new limit.
 	handled int
-	// authorizeSticky: hand a sticky decision only to calls its author may
-	// decide. Runs started before that rule replay without it.
-	authorizeSticky bool
+	// strictDecisions: hand a sticky decision only to calls its author may
+	// decide. Runs started before changeAuthorizeSticky replay without it.
+	strictDecisions bool
 }
 
 // changeAuthorizeSticky is the workflow.GetVersion change ID of the rule
@@ -218,7 +218,7 @@ func (s *sessionRun) recordSticky(ctx workflow.Context, d StickyDecision) {
 // with r's groups at this moment (escalation included) and r's requester.
 // A call it may not decide keeps waiting for a person.
 func (s *sessionRun) mayHand(ctx workflow.Context, d StickyDecision, r Registration) bool {
-	if !s.authorizeSticky {
+	if !s.strictDecisions {
 		return true
 	}
 	err := d.Decision.Approver().MayDecide(r.Requester, r.groupsAt(workflow.Now(ctx)))
