@@ -13,6 +13,7 @@ import (
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
@@ -329,4 +330,35 @@ func (a *Activities) SignalWithStart(ctx context.Context, in SignalWithStartInpu
 		return fmt.Errorf("signal-with-start %s: %w", in.WorkflowID, err)
 	}
 	return nil
+}
+
+// ListInput is the argument of ListWorkflowIDs.
+type ListInput struct {
+	// Query is a visibility query.
+	Query string `json:"query"`
+	// Limit caps the IDs returned.
+	Limit int `json:"limit"`
+}
+
+// ListWorkflowIDs returns the IDs of the workflows a visibility query
+// finds: how a fresh session run finds the calls that still wait in it.
+func (a *Activities) ListWorkflowIDs(ctx context.Context, in ListInput) ([]string, error) {
+	if a.Client == nil {
+		return nil, nil
+	}
+	var ids []string
+	var token []byte
+	for len(ids) < in.Limit {
+		resp, err := a.Client.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: in.Query, NextPageToken: token, PageSize: 1000})
+		if err != nil {
+			return nil, fmt.Errorf("list workflows: %w", err)
+		}
+		for _, e := range resp.GetExecutions() {
+			ids = append(ids, e.GetExecution().GetWorkflowId())
+		}
+		if token = resp.GetNextPageToken(); len(token) == 0 {
+			break
+		}
+	}
+	return ids[:min(len(ids), in.Limit)], nil
 }

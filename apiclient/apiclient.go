@@ -13,6 +13,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 
 	tgclient "github.com/toolgate/toolgate/client"
@@ -87,8 +88,10 @@ func (c *Client) do(ctx context.Context, method, path string, body, out any) err
 	return &tgclient.RefusedError{Type: e.Error.Code, Message: e.Error.Message}
 }
 
-// Pending lists the calls waiting for a person that the token may decide.
-func (c *Client) Pending(ctx context.Context, f tgclient.ListFilter) ([]tgclient.CallSummary, error) {
+// Pending lists a page of the calls waiting for a person that the token
+// may decide, oldest first. f.Session and f.Tool are sent; the token
+// decides the groups, and the other fields of f are not used.
+func (c *Client) Pending(ctx context.Context, f tgclient.ListFilter, p tgclient.PageRequest) (tgclient.Page, error) {
 	q := url.Values{}
 	if f.Session != "" {
 		q.Set("session", f.Session)
@@ -96,11 +99,15 @@ func (c *Client) Pending(ctx context.Context, f tgclient.ListFilter) ([]tgclient
 	if f.Tool != "" {
 		q.Set("tool", f.Tool)
 	}
-	var out struct {
-		Calls []tgclient.CallSummary `json:"calls"`
+	if p.Size != 0 {
+		q.Set("page_size", strconv.Itoa(p.Size))
 	}
+	if p.Token != "" {
+		q.Set("page_token", p.Token)
+	}
+	var out tgclient.Page
 	err := c.do(ctx, http.MethodGet, "/v1/pending?"+q.Encode(), nil, &out)
-	return out.Calls, err
+	return out, err
 }
 
 // Decide applies a decision. The API records the token's name as the
@@ -125,6 +132,16 @@ func (c *Client) Decide(ctx context.Context, callID string, d policy.Decision) (
 		Decision policy.Decision `json:"decision"`
 	}
 	err := c.do(ctx, http.MethodPost, "/v1/calls/"+url.PathEscape(callID)+"/decision", body, &out)
+	return out.Decision, err
+}
+
+// Cancel cancels a waiting call; by is ignored: the token names who
+// cancels (an agent only its own calls).
+func (c *Client) Cancel(ctx context.Context, callID string, _ policy.Approver) (policy.Decision, error) {
+	var out struct {
+		Decision policy.Decision `json:"decision"`
+	}
+	err := c.do(ctx, http.MethodPost, "/v1/calls/"+url.PathEscape(callID)+"/cancel", nil, &out)
 	return out.Decision, err
 }
 

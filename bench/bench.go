@@ -35,6 +35,8 @@ type Options struct {
 	Concurrency int    `json:"concurrency"` // concurrent calls in the throughput case [50]
 	Calls       int    `json:"calls"`       // calls per side in the throughput case [1000]
 	Parked      int    `json:"parked"`      // calls parked at once waiting for a person [2000]
+	OneSession  int    `json:"one_session"` // calls parked in ONE session, released by one decision [1000]
+	Waiting     int    `json:"waiting"`     // calls waiting when the pending list's first page is timed [10000]
 	JSONPath    string `json:"-"`           // where to write every figure as JSON [bench.json]
 	// EagerStart starts both toolgate's calls and the baseline's workflows
 	// with eager workflow start (the worker is in this process).
@@ -43,7 +45,9 @@ type Options struct {
 }
 
 // Quick returns options that finish in well under a minute: a smoke test.
-func Quick() Options { return Options{Runs: 30, Concurrency: 10, Calls: 100, Parked: 100} }
+func Quick() Options {
+	return Options{Runs: 30, Concurrency: 10, Calls: 100, Parked: 100, OneSession: 100, Waiting: 300}
+}
 
 func (o *Options) defaults() {
 	if o.Runs <= 0 {
@@ -57,6 +61,12 @@ func (o *Options) defaults() {
 	}
 	if o.Parked <= 0 {
 		o.Parked = 2000
+	}
+	if o.OneSession <= 0 {
+		o.OneSession = 1000
+	}
+	if o.Waiting <= 0 {
+		o.Waiting = 10000
 	}
 	if o.JSONPath == "" {
 		o.JSONPath = "bench.json"
@@ -98,10 +108,15 @@ type Report struct {
 	Sticky         Latency `json:"sticky"`
 	Decide         Latency `json:"decide"`
 	SignalBaseline Latency `json:"signal_baseline"`
-	BaselinePerSec float64 `json:"baseline_per_sec"`
-	AutoPerSec     float64 `json:"auto_per_sec"`
-	Parked         Parked  `json:"parked"`
-	Ratios         Ratios  `json:"ratios"`
+	// SignalActivityBaseline: a bare workflow woken by a signal that then
+	// runs one activity, the fair floor for Decide.
+	SignalActivityBaseline Latency     `json:"signal_activity_baseline"`
+	OneSession             OneSession  `json:"one_session"`
+	BaselinePerSec         float64     `json:"baseline_per_sec"`
+	AutoPerSec             float64     `json:"auto_per_sec"`
+	Parked                 Parked      `json:"parked"`
+	Pending                PendingList `json:"pending_list"`
+	Ratios                 Ratios      `json:"ratios"`
 }
 
 // Ratios compare toolgate with the baseline.
@@ -109,8 +124,20 @@ type Ratios struct {
 	AutoBaseP50     float64 `json:"auto_base_p50"`
 	StickyBaseP50   float64 `json:"sticky_base_p50"`
 	DecideSignalP50 float64 `json:"decide_signal_p50"`
-	ThroughputBase  float64 `json:"throughput_base"`
-	ParkedKiBCall   float64 `json:"parked_kib_per_call"`
+	// DecideSignalActivityP50 compares a decision with a signal that wakes
+	// a workflow which then runs one activity (target ≤ 1.3).
+	DecideSignalActivityP50 float64 `json:"decide_signal_activity_p50"`
+	// ParkOneSessionBaseRate: calls parked in one session per second over
+	// bare workflows started to wait per second (target ≥ 0.7).
+	ParkOneSessionBaseRate float64 `json:"park_one_session_base_rate"`
+	// FanoutBaseTime: one approve-for-session releasing the session's
+	// calls over signalling as many bare workflows (target ≤ 1.5).
+	FanoutBaseTime float64 `json:"fanout_base_time"`
+	ThroughputBase float64 `json:"throughput_base"`
+	ParkedKiBCall  float64 `json:"parked_kib_per_call"`
+	// PendingFirstBareP50: the pending list's first page over a bare
+	// visibility listing of a page, with Waiting calls waiting.
+	PendingFirstBareP50 float64 `json:"pending_first_bare_p50"`
 }
 
 // Tools and sessions of the run.
@@ -171,6 +198,8 @@ func Run(ctx context.Context, o Options, out io.Writer) (Report, error) {
 		{"decision round trip", b.decisionRoundTrip},
 		{"throughput", b.throughput},
 		{"parked calls", b.parked},
+		{"one session", b.oneSession},
+		{"pending list", b.pendingList},
 	}
 	for _, s := range steps {
 		o.Logger.Info("Bench step", zap.String("step", s.name))
@@ -179,11 +208,15 @@ func Run(ctx context.Context, o Options, out io.Writer) (Report, error) {
 		}
 	}
 	r.Ratios = Ratios{
-		AutoBaseP50:     r.Auto.P50 / r.Baseline.P50,
-		StickyBaseP50:   r.Sticky.P50 / r.Baseline.P50,
-		DecideSignalP50: r.Decide.P50 / r.SignalBaseline.P50,
-		ThroughputBase:  r.AutoPerSec / r.BaselinePerSec,
-		ParkedKiBCall:   r.Parked.DBKiBPerCall,
+		AutoBaseP50:             r.Auto.P50 / r.Baseline.P50,
+		StickyBaseP50:           r.Sticky.P50 / r.Baseline.P50,
+		DecideSignalP50:         r.Decide.P50 / r.SignalBaseline.P50,
+		DecideSignalActivityP50: r.Decide.P50 / r.SignalActivityBaseline.P50,
+		ParkOneSessionBaseRate:  r.OneSession.ParkPerSec / r.OneSession.BasePerSec,
+		FanoutBaseTime:          r.OneSession.FanoutSeconds / r.OneSession.BaseFanoutSeconds,
+		ThroughputBase:          r.AutoPerSec / r.BaselinePerSec,
+		ParkedKiBCall:           r.Parked.DBKiBPerCall,
+		PendingFirstBareP50:     r.Pending.First.P50 / r.Pending.Bare.P50,
 	}
 	data, _ := json.MarshalIndent(r, "", "  ")
 	if err := os.WriteFile(o.JSONPath, append(data, '\n'), 0o644); err != nil {
@@ -209,6 +242,7 @@ func startWorkers(tc client.Client) (func(), error) {
 	base := sdkworker.New(tc, baselineQueue, opts)
 	base.RegisterWorkflow(BaselineWorkflow)
 	base.RegisterWorkflow(BaselineSignalWorkflow)
+	base.RegisterWorkflow(BaselineSignalActivityWorkflow)
 	base.RegisterActivity(&baselineActivities{})
 	if err := tg.Start(); err != nil {
 		return nil, err
@@ -295,7 +329,7 @@ func (b *runner) latency(ctx context.Context, r *Report) error {
 // until the waiting workflow's result.
 func (b *runner) decisionRoundTrip(ctx context.Context, r *Report) error {
 	n := max(b.o.Runs/2, 10)
-	var decide, signal []time.Duration
+	var decide, signal, signalActivity []time.Duration
 	for range n {
 		id, err := b.calls.Submit(ctx, tgclient.CallRequest{Session: "bench-decide", Tool: toolAsk, Args: args})
 		if err != nil {
@@ -328,8 +362,14 @@ func (b *runner) decisionRoundTrip(ctx context.Context, r *Report) error {
 			return err
 		}
 		signal = append(signal, time.Since(start))
+
+		d, err := b.signalActivityOnce(ctx)
+		if err != nil {
+			return err
+		}
+		signalActivity = append(signalActivity, d)
 	}
-	r.Decide, r.SignalBaseline = summarise(decide), summarise(signal)
+	r.Decide, r.SignalBaseline, r.SignalActivityBaseline = summarise(decide), summarise(signal), summarise(signalActivity)
 	return nil
 }
 
@@ -512,6 +552,7 @@ func printReport(w io.Writer, r Report) {
 		{"toolgate: auto-approved call", r.Auto},
 		{"toolgate: sticky decision", r.Sticky},
 		{"baseline: signal → result", r.SignalBaseline},
+		{"baseline: signal → activity → result", r.SignalActivityBaseline},
 		{"toolgate: decide → result", r.Decide},
 	} {
 		fmt.Fprintf(w, "%-38s %5d %9.1f %9.1f %9.1f\n", row.name, row.l.N, row.l.P50, row.l.P95, row.l.P99)
@@ -520,8 +561,12 @@ func printReport(w io.Writer, r Report) {
 	p := r.Parked
 	fmt.Fprintf(w, "parked %d calls in %.1fs: RSS %.0f → %.0f MiB, heap %.0f → %.0f MiB, database %.1f → %.1f MiB (%.1f KiB/call); all decided and finished in %.1fs\n",
 		p.Calls, p.ParkSeconds, p.RSSBeforeMiB, p.RSSAfterMiB, p.HeapBeforeMiB, p.HeapAfterMiB, p.DBBeforeMiB, p.DBAfterMiB, p.DBKiBPerCall, p.DrainSeconds)
+	o := r.OneSession
+	fmt.Fprintf(w, "one session, %d calls: parked %.0f/s (bare workflows waiting for a signal: %.0f/s); one approve-for-session ran them all in %.1fs (signalling the bare workflows: %.1fs); session: %d runs, at most %d events, terminated: %v\n",
+		o.Calls, o.ParkPerSec, o.BasePerSec, o.FanoutSeconds, o.BaseFanoutSeconds, o.SessionRuns, o.MaxSessionEvents, o.SessionTerminated)
+	printPendingList(w, r.Pending, r.Ratios.PendingFirstBareP50)
 	fmt.Fprintf(w, "figures in %s\n", r.Options.JSONPath)
 	q := r.Ratios
-	fmt.Fprintf(w, "ratios: auto/base_p50=%.2f sticky/base_p50=%.2f decide/signal_p50=%.2f throughput/base=%.2f parked_kib_per_call=%.1f\n",
-		q.AutoBaseP50, q.StickyBaseP50, q.DecideSignalP50, q.ThroughputBase, q.ParkedKiBCall)
+	fmt.Fprintf(w, "ratios: auto/base_p50=%.2f sticky/base_p50=%.2f decide/signal_p50=%.2f decide/signal_activity_p50=%.2f throughput/base=%.2f park_one_session/base_rate=%.2f fanout/base_time=%.2f parked_kib_per_call=%.1f\n",
+		q.AutoBaseP50, q.StickyBaseP50, q.DecideSignalP50, q.DecideSignalActivityP50, q.ThroughputBase, q.ParkOneSessionBaseRate, q.FanoutBaseTime, q.ParkedKiBCall)
 }

@@ -44,30 +44,30 @@ type CallSummary struct {
 // PendingCall is a call waiting for a person.
 type PendingCall = CallSummary
 
-// ListFilter narrows List and Pending; empty fields match everything.
+// ListFilter narrows List, ListPage and Pending; empty fields match
+// everything.
 type ListFilter struct {
 	Session   string
 	Tool      string
 	Requester string
 	// Status is a workflows.Status; "decided" means every final status.
+	// Pending ignores it.
 	Status string
 	// Since keeps calls requested at or after it; zero keeps all.
 	Since time.Time
-	// Limit caps the number of calls; zero means 500.
+	// Before keeps calls requested before it; zero keeps all.
+	Before time.Time
+	// DecidableBy keeps the calls this approver's groups may decide (the
+	// call is asked of one of them, or of no group; "*" is every group).
+	// Pending only; nil keeps all.
+	DecidableBy *policy.Approver
+	// Limit caps the number of calls List returns; zero means 500. The
+	// paged listings ignore it.
 	Limit int
 }
 
-// Pending lists the calls waiting for a person, oldest first, with one
-// visibility query.
-func (c *Client) Pending(ctx context.Context, f ListFilter) ([]CallSummary, error) {
-	f.Status = string(workflows.StatusPending)
-	calls, err := c.List(ctx, f)
-	// Visibility returns newest first; approvers work oldest first.
-	slices.Reverse(calls)
-	return calls, err
-}
-
-// List lists calls, newest first, with one visibility query.
+// List lists calls, newest first, up to f.Limit, with one visibility
+// query per thousand calls. ListPage and Pending list a page at a time.
 func (c *Client) List(ctx context.Context, f ListFilter) ([]CallSummary, error) {
 	q, err := listQuery(f)
 	if err != nil {
@@ -143,6 +143,9 @@ func listQuery(f ListFilter) (string, error) {
 	}
 	if !f.Since.IsZero() {
 		conds = append(conds, fmt.Sprintf("%s >= '%s'", workflows.AttrRequestedAt.GetName(), f.Since.UTC().Format(time.RFC3339)))
+	}
+	if !f.Before.IsZero() {
+		conds = append(conds, fmt.Sprintf("%s < '%s'", workflows.AttrRequestedAt.GetName(), f.Before.UTC().Truncate(time.Millisecond).Format(time.RFC3339Nano)))
 	}
 	return strings.Join(conds, " AND "), nil
 }
@@ -226,6 +229,29 @@ func (c *Client) Decide(ctx context.Context, callID string, d policy.Decision) (
 		WorkflowID:   workflows.CallWorkflowID(callID),
 		UpdateName:   workflows.UpdateDecide,
 		Args:         []any{workflows.DecideRequest{CallID: callID, Decision: d}},
+		WaitForStage: client.WorkflowUpdateStageCompleted,
+	})
+	if err != nil {
+		return policy.Decision{}, c.decideError(ctx, callID, err)
+	}
+	var applied policy.Decision
+	if err := h.Get(ctx, &applied); err != nil {
+		return policy.Decision{}, c.decideError(ctx, callID, err)
+	}
+	return applied, nil
+}
+
+// Cancel cancels a call that waits for a person: it ends denied,
+// "cancelled by <by>". Its requester may cancel it; anyone else needs
+// groups that cover it. A refusal changes nothing.
+func (c *Client) Cancel(ctx context.Context, callID string, by policy.Approver) (policy.Decision, error) {
+	if err := ValidateID("call_id", callID); err != nil {
+		return policy.Decision{}, err
+	}
+	h, err := c.tc.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
+		WorkflowID:   workflows.CallWorkflowID(callID),
+		UpdateName:   workflows.UpdateCancel,
+		Args:         []any{workflows.CancelRequest{CallID: callID, By: by.Name, Groups: by.Groups}},
 		WaitForStage: client.WorkflowUpdateStageCompleted,
 	})
 	if err != nil {

@@ -27,13 +27,15 @@ import (
 // MaxArgsBytes caps a call's arguments. Temporal warns from 512 KiB and
 // refuses payloads over 2 MiB; a call is refused here, before anything
 // starts.
-const MaxArgsBytes = 512 << 10
+const MaxArgsBytes = policy.MaxArgsBytes
 
 // Client submits and decides tool calls.
 type Client struct {
 	tc         client.Client
 	taskQueue  string
 	eagerStart bool
+	// firstPages remembers where Pending found first pages (pending.go).
+	firstPages *pageHints
 }
 
 // New wraps a connected Temporal client. taskQueue is where toolgate's
@@ -42,7 +44,7 @@ func New(tc client.Client, taskQueue string) *Client {
 	if taskQueue == "" {
 		taskQueue = workflows.TaskQueue
 	}
-	return &Client{tc: tc, taskQueue: taskQueue}
+	return &Client{tc: tc, taskQueue: taskQueue, firstPages: &pageHints{}}
 }
 
 // WithEagerStart returns a client that asks the server to hand a new
@@ -218,6 +220,14 @@ func (c *Client) Wait(ctx context.Context, callID string) (workflows.Result, err
 	if err != nil {
 		if waitEnded(ctx, err) {
 			return r, context.DeadlineExceeded
+		}
+		var terminated *temporal.TerminatedError
+		var failed *temporal.WorkflowExecutionError
+		switch {
+		case errors.As(err, &terminated):
+			return r, fmt.Errorf("call %s: %w: an operator terminated it", callID, ErrNoResult)
+		case errors.As(err, &failed):
+			return r, fmt.Errorf("call %s: %w: its workflow failed (%v)", callID, ErrNoResult, errors.Unwrap(failed))
 		}
 		return r, c.mapNotFound(ctx, callID, fmt.Errorf("wait for call %s: %w", callID, err))
 	}

@@ -21,6 +21,11 @@ var ErrUnknownCall = errors.New("unknown call")
 // or other arguments. The HTTP API answers it with 409.
 var ErrCallIDTaken = errors.New("call ID is taken")
 
+// ErrNoResult is the cause of the error of a call whose workflow ended
+// without a Result: an operator terminated it, or it failed. Nothing more
+// will happen to the call; the HTTP API answers it with 410.
+var ErrNoResult = errors.New("the call ended without a result")
+
 // InputError is a request that names a bad field.
 type InputError struct {
 	Field   string

@@ -63,6 +63,9 @@ type Server struct {
 
 	stopOnce sync.Once
 	stopErr  error
+	// stopForcing ends the forced search attribute refresh once the
+	// attributes Start added are in every service's cache.
+	stopForcing *time.Timer
 }
 
 // Start starts the server, creates the schema if the SQLite file is new,
@@ -97,18 +100,29 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 
 	gate := newLogGate()
 	serverLogger := log.NewZapLogger(gate.wrap(o.Logger.Named("temporal")))
+	dc, stopForcing := newDynamicConfig()
 	srv, err := temporal.NewServer(
 		temporal.ForServices(temporal.DefaultServices),
 		temporal.WithConfig(cfg),
 		temporal.WithStaticHosts(staticHosts(ports)),
-		temporal.WithDynamicConfigClient(dynamicConfig()),
+		temporal.WithDynamicConfigClient(dc),
 		temporal.WithLogger(serverLogger),
 	)
 	if err != nil {
 		return nil, fmt.Errorf("devserver: create server: %w", err)
 	}
 	s := &Server{srv: srv, frontendAddr: ports.frontendAddr(), namespace: o.Namespace, logger: o.Logger, logGate: gate}
-	if err := s.startAndAwait(ctx, o.SQL != nil, o.SearchAttributes, log.NewSdkLogger(serverLogger)); err != nil {
+	added, err := s.startAndAwait(ctx, o.SQL != nil, o.SearchAttributes, log.NewSdkLogger(serverLogger))
+	if err == nil {
+		// Every service read the attributes at start; those read before
+		// the ones added now expire within the cache's TTL.
+		if added {
+			s.stopForcing = time.AfterFunc(searchAttributesCacheTTL, stopForcing)
+		} else {
+			stopForcing()
+		}
+	}
+	if err != nil {
 		// Do not leak a half-started server (ports, goroutines). Stopping
 		// services that are still starting logs spurious errors; the cause
 		// was logged already and is in err, so stop silently.
@@ -151,15 +165,15 @@ func withDefaults(o Options) (Options, error) {
 }
 
 // startAndAwait starts the services, dials the frontend until it serves the
-// namespace, then ensures the search attributes. The client is only used
-// for this setup.
-func (s *Server) startAndAwait(ctx context.Context, registerNamespace bool, attrs map[string]enumspb.IndexedValueType, clientLogger *log.SdkLogger) error {
+// namespace, then ensures the search attributes, reporting whether it
+// added any. The client is only used for this setup.
+func (s *Server) startAndAwait(ctx context.Context, registerNamespace bool, attrs map[string]enumspb.IndexedValueType, clientLogger *log.SdkLogger) (bool, error) {
 	if err := s.srv.Start(); err != nil {
-		return fmt.Errorf("devserver: start server: %w", err)
+		return false, fmt.Errorf("devserver: start server: %w", err)
 	}
 	if registerNamespace {
 		if err := ensureNamespace(ctx, client.Options{HostPort: s.frontendAddr, Logger: clientLogger}, s.namespace); err != nil {
-			return err
+			return false, err
 		}
 	}
 	c, err := dialWhenReady(ctx, client.Options{
@@ -168,7 +182,7 @@ func (s *Server) startAndAwait(ctx context.Context, registerNamespace bool, attr
 		Logger:    clientLogger,
 	})
 	if err != nil {
-		return err
+		return false, err
 	}
 	defer c.Close()
 	return ensureSearchAttributes(ctx, c, s.namespace, attrs)
@@ -189,6 +203,9 @@ func (s *Server) Namespace() string { return s.namespace }
 // later Start on the same DataDir in this process reuses the connection.
 func (s *Server) Stop() error {
 	s.stopOnce.Do(func() {
+		if s.stopForcing != nil {
+			s.stopForcing.Stop()
+		}
 		began := time.Now()
 		s.logGate.stopping()
 		s.stopErr = s.srv.Stop()

@@ -68,30 +68,30 @@ func ensureNamespace(ctx context.Context, opts client.Options, namespace string)
 }
 
 // ensureSearchAttributes adds the custom search attributes that are not yet
-// registered in the namespace and waits until all are listed. An attribute
-// registered with another type is an error: SQLite visibility cannot change
-// a type in place.
-func ensureSearchAttributes(ctx context.Context, c client.Client, namespace string, want map[string]enumspb.IndexedValueType) error {
+// registered in the namespace, waits until all are listed, and reports
+// whether it added any. An attribute registered with another type is an
+// error: SQLite visibility cannot change a type in place.
+func ensureSearchAttributes(ctx context.Context, c client.Client, namespace string, want map[string]enumspb.IndexedValueType) (bool, error) {
 	missing, err := missingSearchAttributes(ctx, c, namespace, want)
 	if err != nil || len(missing) == 0 {
-		return err
+		return false, err
 	}
 	_, err = c.OperatorService().AddSearchAttributes(ctx, &operatorservice.AddSearchAttributesRequest{
 		Namespace:        namespace,
 		SearchAttributes: missing,
 	})
 	if err != nil {
-		return fmt.Errorf("devserver: add search attributes %v: %w", slices.Sorted(maps.Keys(missing)), err)
+		return false, fmt.Errorf("devserver: add search attributes %v: %w", slices.Sorted(maps.Keys(missing)), err)
 	}
 	for len(missing) > 0 {
 		if err := sleepCtx(ctx, pollInterval); err != nil {
-			return fmt.Errorf("devserver: search attributes %v not visible: %w", slices.Sorted(maps.Keys(missing)), err)
+			return false, fmt.Errorf("devserver: search attributes %v not visible: %w", slices.Sorted(maps.Keys(missing)), err)
 		}
 		if missing, err = missingSearchAttributes(ctx, c, namespace, want); err != nil {
-			return err
+			return false, err
 		}
 	}
-	return nil
+	return true, nil
 }
 
 // missingSearchAttributes returns the subset of want not registered in the

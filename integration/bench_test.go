@@ -21,7 +21,7 @@ func TestBenchQuick(t *testing.T) {
 	require.NoError(t, err, "%s", out)
 
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	assert.Regexp(t, regexp.MustCompile(`^ratios: auto/base_p50=[0-9.]+ sticky/base_p50=[0-9.]+ decide/signal_p50=[0-9.]+ throughput/base=[0-9.]+ parked_kib_per_call=[0-9.]+$`), lines[len(lines)-1])
+	assert.Regexp(t, regexp.MustCompile(`^ratios: auto/base_p50=[0-9.]+ sticky/base_p50=[0-9.]+ decide/signal_p50=[0-9.]+ decide/signal_activity_p50=[0-9.]+ throughput/base=[0-9.]+ park_one_session/base_rate=[0-9.]+ fanout/base_time=[0-9.]+ parked_kib_per_call=[0-9.]+$`), lines[len(lines)-1])
 
 	data, err := os.ReadFile(jsonPath)
 	require.NoError(t, err)
@@ -35,15 +35,23 @@ func TestBenchQuick(t *testing.T) {
 		Sticky         latency `json:"sticky"`
 		Decide         latency `json:"decide"`
 		SignalBaseline latency `json:"signal_baseline"`
+		SignalActivity latency `json:"signal_activity_baseline"`
 		BaselinePerSec float64 `json:"baseline_per_sec"`
 		AutoPerSec     float64 `json:"auto_per_sec"`
 		Parked         struct {
 			Calls        int     `json:"calls"`
 			DrainSeconds float64 `json:"drain_seconds"`
 		}
+		OneSession struct {
+			Calls             int     `json:"calls"`
+			FanoutSeconds     float64 `json:"fanout_seconds"`
+			BaseFanoutSeconds float64 `json:"base_fanout_seconds"`
+			SessionRuns       int     `json:"session_runs"`
+			SessionTerminated bool    `json:"session_terminated"`
+		} `json:"one_session"`
 	}
 	require.NoError(t, json.Unmarshal(data, &r))
-	for name, l := range map[string]latency{"baseline": r.Baseline, "auto": r.Auto, "sticky": r.Sticky, "decide": r.Decide, "signal": r.SignalBaseline} {
+	for name, l := range map[string]latency{"baseline": r.Baseline, "auto": r.Auto, "sticky": r.Sticky, "decide": r.Decide, "signal": r.SignalBaseline, "signal+activity": r.SignalActivity} {
 		assert.Positive(t, l.N, name)
 		assert.Positive(t, l.P50, name)
 	}
@@ -51,4 +59,9 @@ func TestBenchQuick(t *testing.T) {
 	assert.Positive(t, r.AutoPerSec)
 	assert.Equal(t, 100, r.Parked.Calls)
 	assert.Positive(t, r.Parked.DrainSeconds)
+	assert.Equal(t, 100, r.OneSession.Calls, "one session held every call and released them")
+	assert.Positive(t, r.OneSession.FanoutSeconds)
+	assert.Positive(t, r.OneSession.BaseFanoutSeconds)
+	assert.Positive(t, r.OneSession.SessionRuns)
+	assert.False(t, r.OneSession.SessionTerminated)
 }

@@ -68,6 +68,7 @@ func TestPolicyFile(t *testing.T) {
 		require.Equal(t, http.StatusAccepted, r.status, r.raw)
 		assert.Equal(t, "Write to the ledger: ledger/2026.txt?", r.body["message"])
 		assert.Equal(t, []any{"finance"}, r.body["groups"])
+		require.Eventually(t, func() bool { return agent.do("GET", "/v1/calls/ledger1", nil).body["status"] == "pending" }, 30*time.Second, 20*time.Millisecond)
 		r = as("alice").do("POST", "/v1/calls/ledger1/decision", map[string]any{"decision": "approve"})
 		assert.Equal(t, http.StatusForbidden, r.status, r.raw)
 		assert.Contains(t, r.errorMessage(), "alice may not decide call ledger1")

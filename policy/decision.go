@@ -144,7 +144,11 @@ func (d Decision) Validate() error {
 
 // ReservedChannels are the channels toolgate sets itself; a decision that
 // arrives from outside may not claim one.
-var ReservedChannels = []string{"session", "policy", "timeout", "handler"}
+var ReservedChannels = []string{"session", "policy", "timeout", "handler", "cancel"}
+
+// MaxArgsBytes caps a call's arguments, submitted or edited by an approver:
+// Temporal warns from 512 KiB and refuses payloads over 2 MiB.
+const MaxArgsBytes = 512 << 10
 
 // ValidateIncoming checks a decision that arrives from outside toolgate (a
 // person through the API, inbox, Slack, email, CLI or a raw update): it must

@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"reflect"
+	"strconv"
 	"strings"
 	"time"
 
@@ -52,6 +54,7 @@ func (a *api) table() []route {
 		{"GET", "/v1/calls/{call_id}", a.getCall, everyone},
 		{"GET", "/v1/pending", a.pending, approvers},
 		{"POST", "/v1/calls/{call_id}/decision", a.decideOne, approvers},
+		{"POST", "/v1/calls/{call_id}/cancel", a.cancelCall, everyone},
 		{"POST", "/v1/decisions", a.decideBulk, approvers},
 		{"GET", "/v1/sessions/{session}", a.session, approvers},
 		{"DELETE", "/v1/sessions/{session}/sticky/{tool}", a.revoke, approvers},
@@ -164,7 +167,8 @@ func (a *api) getCall(w http.ResponseWriter, r *http.Request, p Principal) {
 func (a *api) respondCall(w http.ResponseWriter, r *http.Request, p Principal, callID string, wait time.Duration) {
 	ctx := r.Context()
 	if wait > 0 {
-		wctx, cancel := context.WithTimeout(ctx, wait)
+		// Ends at wait, or when the server shuts down (waitContext).
+		wctx, cancel := waitContext(ctx, wait)
 		res, err := a.calls.Wait(wctx, callID)
 		cancel()
 		if err == nil {
@@ -207,20 +211,27 @@ func mayRead(p Principal, c policy.Call) bool {
 
 func (a *api) listCalls(w http.ResponseWriter, r *http.Request, p Principal) {
 	q := r.URL.Query()
+	page, err := pageParams(q)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
 	f := tgclient.ListFilter{Session: q.Get("session"), Tool: q.Get("tool"), Status: q.Get("status")}
 	if p.Role == RoleAgent {
 		f.Requester = p.Name
 	} else {
 		f.Requester = q.Get("requester")
 	}
-	calls, err := a.calls.List(r.Context(), f)
+	out, err := a.calls.ListPage(r.Context(), f, page)
 	if err != nil {
 		writeError(w, a.mapError(err))
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"calls": nonNil(calls)})
+	writeJSON(w, http.StatusOK, out)
 }
 
+// pending lists the waiting calls the token may decide, oldest first, a
+// page at a time; every filter applies before paging.
 func (a *api) pending(w http.ResponseWriter, r *http.Request, p Principal) {
 	q := r.URL.Query()
 	minAge, err := durationParam(q.Get("min_age"), "min_age")
@@ -228,25 +239,37 @@ func (a *api) pending(w http.ResponseWriter, r *http.Request, p Principal) {
 		writeError(w, err)
 		return
 	}
-	calls, err := a.calls.Pending(r.Context(), tgclient.ListFilter{Session: q.Get("session"), Tool: q.Get("tool")})
+	page, err := pageParams(q)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	decider := p.approver()
+	f := tgclient.ListFilter{Session: q.Get("session"), Tool: q.Get("tool"), DecidableBy: &decider}
+	if minAge > 0 {
+		f.Before = time.Now().Add(-minAge)
+	}
+	out, err := a.calls.Pending(r.Context(), f, page)
 	if err != nil {
 		writeError(w, a.mapError(err))
 		return
 	}
-	out := calls[:0]
-	for _, c := range calls {
-		if time.Since(c.RequestedAt) >= minAge && p.mayDecide(c.Groups) {
-			out = append(out, c)
-		}
-	}
-	writeJSON(w, http.StatusOK, map[string]any{"calls": nonNil(out)})
+	writeJSON(w, http.StatusOK, out)
 }
 
-func nonNil[T any](s []T) []T {
-	if s == nil {
-		return []T{}
+// pageParams reads ?page_size= (1 to tgclient.MaxPageSize; default
+// tgclient.DefaultPageSize) and ?page_token= (the next_page_token of the
+// page before).
+func pageParams(q url.Values) (tgclient.PageRequest, error) {
+	page := tgclient.PageRequest{Token: q.Get("page_token")}
+	if v := q.Get("page_size"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > tgclient.MaxPageSize {
+			return page, badRequest("page_size", fmt.Sprintf("must be a whole number from 1 to %d", tgclient.MaxPageSize))
+		}
+		page.Size = n
 	}
-	return s
+	return page, nil
 }
 
 func (a *api) session(w http.ResponseWriter, r *http.Request, _ Principal) {

@@ -94,6 +94,35 @@ func Decide(ctx context.Context, calls *tgclient.Client, p Principal, callID str
 	return calls.Decide(ctx, callID, d)
 }
 
+// cancelCall cancels a waiting call: an agent its own, an approver one it
+// may decide, an admin any. The workflow checks requester and groups; an
+// agent's other calls are not even named to it.
+func (a *api) cancelCall(w http.ResponseWriter, r *http.Request, p Principal) {
+	callID := r.PathValue("call_id")
+	if p.Role == RoleAgent {
+		st, err := a.calls.Status(r.Context(), callID)
+		if err != nil {
+			writeError(w, a.mapError(err))
+			return
+		}
+		call := st.State.Call
+		if st.Result != nil {
+			call = st.Result.Call()
+		}
+		if call.Requester != p.Name {
+			writeError(w, notFound(callID))
+			return
+		}
+	}
+	applied, err := a.calls.Cancel(r.Context(), callID, p.approver())
+	if err != nil {
+		writeError(w, a.mapError(err))
+		return
+	}
+	a.logger.Info("Call cancelled", zap.String("callID", callID), zap.String("approver", p.Name))
+	writeJSON(w, http.StatusOK, map[string]any{"call_id": callID, "decision": applied})
+}
+
 type bulkRequest struct {
 	Decisions []decisionRequest `json:"decisions"`
 }

@@ -4,6 +4,10 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"syscall"
+
+	"go.temporal.io/api/serviceerror"
+	"google.golang.org/grpc/codes"
 
 	tgclient "github.com/toolgate/toolgate/client"
 	"github.com/toolgate/toolgate/workflows"
@@ -29,8 +33,10 @@ func notFound(callID string) *apiError {
 	return &apiError{http.StatusNotFound, "unknown_call", "unknown call \"" + callID + "\""}
 }
 
-// mapError turns client and workflow errors into API errors; anything
-// unexpected is logged and answered as a 500 without details.
+// mapError turns client and workflow errors into API errors; Temporal
+// being unreachable, slow or over its limits into 503, 504 or 429
+// (transientError); anything unexpected is logged and answered as a 500
+// without details.
 func (a *api) mapError(err error) error {
 	var ae *apiError
 	var input *tgclient.InputError
@@ -43,6 +49,8 @@ func (a *api) mapError(err error) error {
 		return &apiError{http.StatusConflict, "conflict", err.Error()}
 	case errors.As(err, &input):
 		return badRequest(input.Field, input.Problem)
+	case errors.Is(err, tgclient.ErrNoResult):
+		return &apiError{http.StatusGone, "no_result", err.Error()}
 	case errors.Is(err, tgclient.ErrUnknownCall):
 		return &apiError{http.StatusNotFound, "unknown_call", err.Error()}
 	case errors.As(err, &decided):
@@ -62,8 +70,45 @@ func (a *api) mapError(err error) error {
 		}
 		return &apiError{http.StatusBadRequest, "invalid_decision", refused.Message}
 	}
+	if ae := transientError(err); ae != nil {
+		a.logger.Sugar().Warnw("API request failed: Temporal", "status", ae.status, "error", err)
+		return ae
+	}
 	a.logger.Sugar().Errorw("API request failed", "error", err)
 	return &apiError{http.StatusInternalServerError, "internal", "internal error; see the server log"}
+}
+
+// The answers to Temporal being down, slow or over its limits: the
+// request may well succeed later, so they are not 500s.
+var (
+	errTemporalUnavailable = &apiError{http.StatusServiceUnavailable, "unavailable", "Temporal is not reachable; try again shortly"}
+	errTemporalTimeout     = &apiError{http.StatusGatewayTimeout, "timeout", "Temporal did not answer in time; try again"}
+	errTemporalBusy        = &apiError{http.StatusTooManyRequests, "rate_limited", "Temporal is over a rate or resource limit; try again in a moment"}
+)
+
+// retryAfter is the Retry-After header (in seconds) of the answers that
+// say when to try again, by error code.
+var retryAfter = map[string]string{
+	errTemporalUnavailable.code: "5",
+	errTemporalBusy.code:        "1",
+}
+
+// transientError maps a Temporal status error (a serviceerror, a gRPC
+// status, or a context deadline, wrapped or not) to 503, 504 or 429; any
+// other error to nil. A refused connection to Temporal is a 503 too.
+func transientError(err error) *apiError {
+	switch serviceerror.ToStatus(err).Code() {
+	case codes.Unavailable:
+		return errTemporalUnavailable
+	case codes.DeadlineExceeded:
+		return errTemporalTimeout
+	case codes.ResourceExhausted:
+		return errTemporalBusy
+	}
+	if errors.Is(err, syscall.ECONNREFUSED) {
+		return errTemporalUnavailable
+	}
+	return nil
 }
 
 func asAPIError(err error) *apiError {
@@ -76,6 +121,9 @@ func asAPIError(err error) *apiError {
 
 func writeError(w http.ResponseWriter, err error) {
 	e := asAPIError(err)
+	if after, ok := retryAfter[e.code]; ok {
+		w.Header().Set("Retry-After", after)
+	}
 	writeJSON(w, e.status, map[string]any{"error": map[string]string{"code": e.code, "message": e.message}})
 }
 

@@ -172,37 +172,34 @@ func (i *inbox) json(h inboxHandler) http.Handler {
 }
 
 func (i *inbox) listPage(w http.ResponseWriter, r *http.Request, s *inboxSession) {
-	rows, err := i.pending(r, s.principal)
+	view, err := i.pending(r, s.principal)
 	if err != nil {
 		e := asAPIError(i.errs.mapError(err))
 		i.renderError(w, s, e.status, e.message)
 		return
 	}
-	i.render(w, http.StatusOK, "list", i.pageData(s, "Waiting", rows))
+	i.render(w, http.StatusOK, "list", i.pageData(s, "Waiting", view))
 }
 
-// pending lists the calls p may decide, oldest first.
-func (i *inbox) pending(r *http.Request, p Principal) ([]pendingRow, error) {
-	calls, err := i.calls.Pending(r.Context(), tgclient.ListFilter{})
+// pending reads the page of ?page_token= (the first page without it) of
+// the calls p may decide, oldest first.
+func (i *inbox) pending(r *http.Request, p Principal) (pendingView, error) {
+	token := r.URL.Query().Get("page_token")
+	decider := p.approver()
+	page, err := i.calls.Pending(r.Context(), tgclient.ListFilter{DecidableBy: &decider}, tgclient.PageRequest{Token: token})
 	if err != nil {
-		return nil, err
+		return pendingView{}, err
 	}
-	rows := []pendingRow{}
-	for _, c := range calls {
-		if p.mayDecide(c.Groups) {
-			rows = append(rows, newPendingRow(c, i.now()))
-		}
-	}
-	return rows, nil
+	return newPendingView(page, token, i.now()), nil
 }
 
 func (i *inbox) pendingJSON(w http.ResponseWriter, r *http.Request, s *inboxSession) {
-	rows, err := i.pending(r, s.principal)
+	view, err := i.pending(r, s.principal)
 	if err != nil {
 		writeError(w, i.errs.mapError(err))
 		return
 	}
-	writeJSON(w, http.StatusOK, map[string]any{"calls": rows})
+	writeJSON(w, http.StatusOK, view)
 }
 
 func (i *inbox) callPage(w http.ResponseWriter, r *http.Request, s *inboxSession) {

@@ -301,8 +301,8 @@ func TestInboxPagesRender(t *testing.T) {
 	assert.Contains(t, own.Why, "You requested this call")
 
 	for name, body := range map[string]any{
-		"list":    []pendingRow{newPendingRow(tgclient.CallSummary{CallID: "c1", Session: "s1", Tool: "shell", Args: `{"command":"ls"}`, RequestedAt: now}, now)},
-		"session": newSessionView(workflows.SessionView{Session: "s1", SessionState: workflows.SessionState{Sticky: []workflows.StickyDecision{{Key: "shell", Tool: "shell", FromCall: "c0", Decision: policy.Decision{Kind: policy.ApprovedForSession, DecidedBy: "bob", Channel: "inbox"}}}}}, now),
+		"list":    newPendingView(tgclient.Page{Calls: []tgclient.CallSummary{{CallID: "c1", Session: "s1", Tool: "shell", Args: `{"command":"ls"}`, RequestedAt: now}}, Total: 1}, "", now),
+		"session": newSessionView(workflows.SessionView{Session: "s1", Sticky: []workflows.StickyDecision{{Key: "shell", Tool: "shell", FromCall: "c0", Decision: policy.Decision{Kind: policy.ApprovedForSession, DecidedBy: "bob", Channel: "inbox"}}}}, now),
 		"audit":   newAuditView([]tgclient.CallSummary{{CallID: "c2", Session: "s1", Tool: "shell", Status: "denied", DecidedBy: "bob", Channel: "api", ClosedAt: now}}, tgclient.ListFilter{Limit: 200}, now),
 		"error":   nil,
 	} {

@@ -121,6 +121,37 @@ func newPendingRow(c tgclient.CallSummary, now time.Time) pendingRow {
 	}
 }
 
+// pendingView is the waiting list: one page of the calls the approver may
+// decide, oldest first, as the page renders it and pending.json sends it.
+type pendingView struct {
+	Calls []pendingRow `json:"calls"`
+	// Total counts every call the approver may decide, on all pages.
+	Total int64 `json:"total"`
+	// Later: this is not the first page.
+	Later bool `json:"later"`
+	// NextURL is the next page; empty on the last one. FirstURL is set on
+	// later pages.
+	NextURL  string `json:"next_url,omitempty"`
+	FirstURL string `json:"first_url,omitempty"`
+	// LiveURL is what the page script polls: this same page.
+	LiveURL string `json:"-"`
+}
+
+func newPendingView(p tgclient.Page, token string, now time.Time) pendingView {
+	v := pendingView{Calls: []pendingRow{}, Total: p.Total, Later: token != "", LiveURL: "/inbox/pending.json"}
+	for _, c := range p.Calls {
+		v.Calls = append(v.Calls, newPendingRow(c, now))
+	}
+	if p.NextPageToken != "" {
+		v.NextURL = "/?page_token=" + url.QueryEscape(p.NextPageToken)
+	}
+	if token != "" {
+		v.FirstURL = "/"
+		v.LiveURL += "?page_token=" + url.QueryEscape(token)
+	}
+	return v
+}
+
 // callView is a call's page: its live state while it runs, its Result
 // once final.
 type callView struct {

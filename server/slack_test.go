@@ -48,11 +48,18 @@ func slackRequest(secret string, ts time.Time, payload string) *http.Request {
 	r := httptest.NewRequest("POST", "/slack/interactions", strings.NewReader(body))
 	r.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 	stamp := strconv.FormatInt(ts.Unix(), 10)
+	r.Header.Set("X-Slack-Request-Timestamp", stamp)
+	r.Header.Set("X-Slack-Signature", slackSignature(secret, stamp, body))
+	return r
+}
+
+// slackSignature signs as Slack does: "v0=" and the hex HMAC-SHA256 of
+// "v0:<timestamp>:<body>" under the signing secret. TestVerifySlack checks
+// it against the example in Slack's documentation.
+func slackSignature(secret, stamp, body string) string {
 	m := hmac.New(sha256.New, []byte(secret))
 	m.Write([]byte("v0:" + stamp + ":" + body))
-	r.Header.Set("X-Slack-Request-Timestamp", stamp)
-	r.Header.Set("X-Slack-Signature", "v0="+hex.EncodeToString(m.Sum(nil)))
-	return r
+	return "v0=" + hex.EncodeToString(m.Sum(nil))
 }
 
 func blockActionPayload(user, callID, action, responseURL string) string {
@@ -165,13 +172,43 @@ func TestSlackEndpointOnlyWhenConfigured(t *testing.T) {
 }
 
 func TestVerifySlack(t *testing.T) {
-	// The example from Slack's documentation.
-	body := []byte("token=xyzz0WbapA4vBCDEFasx0q6G&team_id=T1DC2JH3J&team_domain=testteamnow&channel_id=G8PSS9T3V&channel_name=foobar&user_id=U2CERLKJA&user_name=roadrunner&command=%2Fwebhook-collect&text=&response_url=https%3A%2F%2Fhooks.slack.com%2Fcommands%2FT1DC2JH3J%2F397700885554%2F96rGlfmibIGlgcZRskXaIFfN&trigger_id=398738663015.47445629121.803a0bc887a14d10d2c447fce8b6703c")
-	h := http.Header{}
-	h.Set("X-Slack-Request-Timestamp", "1531420618")
-	h.Set("X-Slack-Signature", "v0=a2114d57b48eac39b9ad189dd8316235a7b4a8d21a10bd27519666489c69b503")
-	at := time.Unix(1531420618, 0)
-	assert.NoError(t, verifySlack([]byte(testSigningSecret), h, body, at))
-	assert.ErrorIs(t, verifySlack([]byte(testSigningSecret), h, body, at.Add(SlackMaxSkew+time.Second)), errSlackStale)
-	assert.ErrorIs(t, verifySlack([]byte("other"), h, body, at), errSlackSignature)
+	// The example from Slack's documentation: the tests sign as Slack does.
+	docBody := "token=xyzz0WbapA4vBCDEFasx0q6G&team_id=T1DC2JH3J&team_domain=testteamnow&channel_id=G8PSS9T3V&channel_name=foobar&user_id=U2CERLKJA&user_name=roadrunner&command=%2Fwebhook-collect&text=&response_url=https%3A%2F%2Fhooks.slack.com%2Fcommands%2FT1DC2JH3J%2F397700885554%2F96rGlfmibIGlgcZRskXaIFfN&trigger_id=398738663015.47445629121.803a0bc887a14d10d2c447fce8b6703c"
+	require.Equal(t, "v0=a2114d57b48eac39b9ad189dd8316235a7b4a8d21a10bd27519666489c69b503",
+		slackSignature(testSigningSecret, "1531420618", docBody))
+
+	signed := func(secret string, at time.Time, body string) http.Header {
+		h := http.Header{}
+		stamp := strconv.FormatInt(at.Unix(), 10)
+		h.Set("X-Slack-Request-Timestamp", stamp)
+		h.Set("X-Slack-Signature", slackSignature(secret, stamp, body))
+		return h
+	}
+	now := time.Now()
+	body := []byte(docBody)
+	h := signed(testSigningSecret, now, docBody)
+	assert.NoError(t, verifySlack([]byte(testSigningSecret), h, body, now))
+	assert.NoError(t, verifySlack([]byte(testSigningSecret), h, body, now.Add(SlackMaxSkew-time.Second)), "just inside the window")
+	assert.ErrorIs(t, verifySlack([]byte(testSigningSecret), h, body, now.Add(SlackMaxSkew+time.Second)), errSlackStale)
+	assert.ErrorIs(t, verifySlack([]byte(testSigningSecret), h, body, now.Add(-SlackMaxSkew-time.Second)), errSlackStale, "from the future")
+	assert.ErrorIs(t, verifySlack([]byte("other"), h, body, now), errSlackSignature)
+	assert.ErrorIs(t, verifySlack([]byte(testSigningSecret), h, []byte(docBody+"&x=1"), now), errSlackSignature, "body changed")
+
+	// slack-go also checks the window against the wall clock: the
+	// documentation's request, signed in 2018, is a replay today.
+	doc := http.Header{}
+	doc.Set("X-Slack-Request-Timestamp", "1531420618")
+	doc.Set("X-Slack-Signature", "v0=a2114d57b48eac39b9ad189dd8316235a7b4a8d21a10bd27519666489c69b503")
+	assert.ErrorIs(t, verifySlack([]byte(testSigningSecret), doc, body, time.Unix(1531420618, 0)), errSlackStale)
+
+	malformed := signed(testSigningSecret, now, docBody)
+	malformed.Set("X-Slack-Signature", "v0=not-hex")
+	assert.ErrorIs(t, verifySlack([]byte(testSigningSecret), malformed, body, now), errSlackSignature)
+	malformed.Set("X-Slack-Signature", "v0=abcd")
+	assert.ErrorIs(t, verifySlack([]byte(testSigningSecret), malformed, body, now), errSlackSignature, "too short")
+	malformed.Set("X-Slack-Signature", "v1="+strings.TrimPrefix(h.Get("X-Slack-Signature"), "v0="))
+	assert.ErrorIs(t, verifySlack([]byte(testSigningSecret), malformed, body, now), errSlackUnsigned, "another scheme")
+	malformed = signed(testSigningSecret, now, docBody)
+	malformed.Del("X-Slack-Request-Timestamp")
+	assert.ErrorIs(t, verifySlack([]byte(testSigningSecret), malformed, body, now), errSlackUnsigned)
 }

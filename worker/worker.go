@@ -51,7 +51,8 @@ func New(c client.Client, o Options) (sdkworker.Worker, error) {
 	}
 	w := sdkworker.New(c, o.TaskQueue, o.Worker)
 	w.RegisterWorkflowWithOptions(workflows.ToolCallWorkflow, workflow.RegisterOptions{Name: workflows.ToolCallWorkflowType})
-	w.RegisterWorkflowWithOptions(workflows.SessionWorkflow, workflow.RegisterOptions{Name: workflows.SessionWorkflowType})
+	w.RegisterWorkflowWithOptions(workflows.ToolgateSession, workflow.RegisterOptions{Name: workflows.SessionWorkflowType})
+	w.RegisterWorkflowWithOptions(workflows.LegacySessionWorkflow, workflow.RegisterOptions{Name: workflows.LegacySessionWorkflowType})
 	w.RegisterWorkflowWithOptions(workflows.NoticesWorkflow, workflow.RegisterOptions{Name: workflows.NoticesWorkflowType})
 	w.RegisterActivity(&activities.Activities{
 		Policy:         o.Policy,

@@ -39,13 +39,37 @@ var notifyOptions = workflow.ActivityOptions{
 func ToolCallWorkflow(ctx workflow.Context, in CallInput) (Result, error) {
 	c := newCallRun(ctx, in)
 	c.strictDecisions = workflow.GetVersion(ctx, changeAuthorizeSticky, workflow.DefaultVersion, 1) >= 1
+	c.batchedSession = workflow.GetVersion(ctx, changeBatchedSession, workflow.DefaultVersion, 1) >= 1
+	if c.batchedSession {
+		c.showIdentity(ctx)
+	}
 	if err := c.registerHandlers(ctx); err != nil {
 		return Result{}, err
 	}
 	r, err := c.run(ctx)
+	if ctx.Err() != nil && c.batchedSession {
+		// Cancelled through Temporal (`temporal workflow cancel`): the
+		// call still ends with a Result, and tells its session.
+		ctx, _ = workflow.NewDisconnectedContext(ctx)
+		if err != nil || !r.Status.Final() {
+			r, err = c.cancelled(ctx, "an operator (a Temporal cancel request)"), nil
+		}
+	}
 	c.awaitTold(ctx)
 	c.handOverNotices(ctx)
 	return r, err
+}
+
+// cancelled ends a call that was cancelled before its tool ran: a denial,
+// and the session forgets it.
+func (c *callRun) cancelled(ctx workflow.Context, by string) Result {
+	if c.state.Decision == nil {
+		c.apply(ctx, policy.Decision{Kind: policy.DeniedWithReason, Reason: "cancelled by " + by, DecidedBy: by, Channel: ChannelCancel})
+	}
+	if c.stickyKey != "" {
+		c.told = workflow.SignalExternalWorkflow(ctx, SessionWorkflowID(c.state.Call.Session), "", SignalDone, c.state.Call.ID)
+	}
+	return c.finish(ctx, StatusDenied, denialReason(c.state.Decision), nil)
 }
 
 // callRun is the state of one call. Handlers read and write it; the main
@@ -83,6 +107,38 @@ type callRun struct {
 	// registeredAt is when the call asked its session; the approval
 	// schedule (escalation) counts from it, as the session does.
 	registeredAt time.Time
+	// batchedSession: the call talks to a ToolgateSession (registration
+	// with deadline, re-registration, a bounded wait for its answer), its
+	// deadline and escalation count from its request, a decide signal that
+	// arrives early waits, and it shows its own search attributes. Runs
+	// started before changeBatchedSession replay without.
+	batchedSession bool
+	// stickyKey is the key the call registered under.
+	stickyKey string
+}
+
+// changeBatchedSession is the workflow.GetVersion change ID of the calls
+// that talk to the batched ToolgateSession.
+const changeBatchedSession = "batched-session"
+
+// sessionAnswerTimeout bounds the wait for the session's answer to a
+// registration: a slow or broken session never keeps a person from being
+// asked.
+const sessionAnswerTimeout = time.Minute
+
+// showIdentity sets the call's identifying search attributes when whoever
+// started it did not (e.g. `temporal workflow start`), so listings find it.
+func (c *callRun) showIdentity(ctx workflow.Context) {
+	sa := workflow.GetTypedSearchAttributes(ctx)
+	if _, ok := sa.GetKeyword(AttrSession); ok {
+		return
+	}
+	call := c.state.Call
+	err := workflow.UpsertTypedSearchAttributes(ctx, AttrSession.ValueSet(call.Session), AttrTool.ValueSet(call.Tool),
+		AttrRequester.ValueSet(call.Requester), AttrRequestedAt.ValueSet(c.requestedAt))
+	if err != nil {
+		workflow.GetLogger(ctx).Warn("Could not set the call's search attributes", "callID", call.ID, "error", err)
+	}
 }
 
 func newCallRun(ctx workflow.Context, in CallInput) *callRun {
@@ -100,6 +156,10 @@ func (c *callRun) registerHandlers(ctx workflow.Context) error {
 		workflow.UpdateHandlerOptions{Validator: c.validateDecision}); err != nil {
 		return err
 	}
+	if err := workflow.SetUpdateHandlerWithOptions(ctx, UpdateCancel, c.cancel,
+		workflow.UpdateHandlerOptions{Validator: c.validateCancel}); err != nil {
+		return err
+	}
 	// The plain signal takes the same path, validated here because a
 	// signal cannot be refused to its sender.
 	decideCh := workflow.GetSignalChannel(ctx, SignalDecide)
@@ -107,12 +167,28 @@ func (c *callRun) registerHandlers(ctx workflow.Context) error {
 		for {
 			var req DecideRequest
 			decideCh.Receive(ctx, &req)
+			if c.batchedSession {
+				// A decision sent before the call waits for a person
+				// (the session may still be answering) waits with it.
+				_ = workflow.Await(ctx, func() bool { return c.state.Status != StatusEvaluating })
+			}
 			if err := c.validateSignalledDecision(ctx, req); err != nil {
 				workflow.GetLogger(ctx).Warn("Ignored invalid decision signal", "callID", c.state.Call.ID, "error", err)
 				continue
 			}
 			if _, err := c.decide(ctx, req); err != nil {
 				workflow.GetLogger(ctx).Warn("Ignored refused decision signal", "callID", c.state.Call.ID, "error", err)
+			}
+		}
+	})
+	reregisterCh := workflow.GetSignalChannel(ctx, SignalReregister)
+	workflow.Go(ctx, func(ctx workflow.Context) {
+		for {
+			reregisterCh.Receive(ctx, nil)
+			if c.stickyKey != "" && c.state.Decision == nil && !c.state.Status.Final() {
+				if err := c.registerWithSession(ctx, c.stickyKey); err != nil {
+					workflow.GetLogger(ctx).Warn("Could not register again", "callID", c.state.Call.ID, "error", err)
+				}
 			}
 		}
 	})
@@ -150,6 +226,9 @@ func (c *callRun) validateDecision(ctx workflow.Context, req DecideRequest) erro
 	}
 	if err := req.Decision.ValidateIncoming(); err != nil {
 		return temporal.NewApplicationError("invalid decision: "+err.Error(), ErrTypeInvalidDecision)
+	}
+	if len(req.Decision.EditedArgs) > policy.MaxArgsBytes {
+		return temporal.NewApplicationError(fmt.Sprintf("invalid decision: edited arguments are %d bytes, over the %d-byte limit", len(req.Decision.EditedArgs), policy.MaxArgsBytes), ErrTypeInvalidDecision)
 	}
 	if c.checkingEdit {
 		return temporal.NewApplicationError("call "+c.state.Call.ID+" is being decided: another approver's edited arguments are being checked", ErrTypeNotWaiting)
@@ -191,6 +270,37 @@ func (c *callRun) validateDecisionV0(req DecideRequest) error {
 		return temporal.NewApplicationError(d.DecidedBy+" requested call "+c.state.Call.ID+" and cannot decide it", ErrTypeSelfApproval)
 	}
 	return nil
+}
+
+// validateCancel lets the call's requester, or an approver who may act on
+// its groups, cancel it while it waits for a person.
+func (c *callRun) validateCancel(req CancelRequest) error {
+	if req.CallID != c.state.Call.ID {
+		return temporal.NewApplicationError(fmt.Sprintf("cancel names call %q but this is call %q", req.CallID, c.state.Call.ID), ErrTypeInvalidDecision)
+	}
+	if err := policy.CheckIdentity("who cancels (by)", req.By); err != nil {
+		return temporal.NewApplicationError("cancel: "+err.Error(), ErrTypeInvalidDecision)
+	}
+	if c.state.Decision != nil {
+		return temporal.NewApplicationError("call "+c.state.Call.ID+" was already decided: "+describeDecision(c.state.Decision), ErrTypeAlreadyDecided)
+	}
+	if c.state.Status != StatusPending {
+		return temporal.NewApplicationError(fmt.Sprintf("call %s cannot be cancelled: only a call waiting for a person can (status %s)", c.state.Call.ID, c.state.Status), ErrTypeNotWaiting)
+	}
+	if req.By == c.state.Call.Requester {
+		return nil
+	}
+	if err := (policy.Approver{Name: req.By, Groups: req.Groups}).MayAct(c.state.Request.Groups); err != nil {
+		return temporal.NewApplicationError(fmt.Sprintf("%s may not cancel call %s: %v", req.By, c.state.Call.ID, err), ErrTypeNotAuthorized)
+	}
+	return nil
+}
+
+// cancel denies the waiting call with "cancelled by <who>".
+func (c *callRun) cancel(ctx workflow.Context, req CancelRequest) (policy.Decision, error) {
+	c.apply(ctx, policy.Decision{Kind: policy.DeniedWithReason, Reason: "cancelled by " + req.By,
+		DecidedBy: req.By, DeciderGroups: req.Groups, Channel: ChannelCancel, DecidedAt: workflow.Now(ctx)})
+	return *c.state.Decision, nil
 }
 
 // decide applies a validated decision and returns it as recorded. Edited
@@ -315,11 +425,16 @@ func (c *callRun) askForDecision(ctx workflow.Context, req policy.ApprovalReques
 		return nil
 	}
 	key := req.StickyKeyFor(c.state.Call.Tool)
+	c.stickyKey = key
 	if err := c.registerWithSession(ctx, key); err != nil {
 		return err
 	}
 	timeout := req.EffectiveTimeout()
-	if _, err := awaitWithTimeout(ctx, timeout, func() bool { return c.registered }); err != nil {
+	answerTimeout := timeout
+	if c.batchedSession {
+		answerTimeout = sessionAnswerTimeout
+	}
+	if _, err := awaitWithTimeout(ctx, answerTimeout, func() bool { return c.registered }); err != nil {
 		return err
 	}
 	if c.state.Decision != nil { // sticky decision: nobody is asked
@@ -339,6 +454,9 @@ func (c *callRun) askForDecision(ctx workflow.Context, req policy.ApprovalReques
 	if c.state.Decision == nil {
 		c.waitForPerson(ctx, req, timeout)
 	}
+	if err := ctx.Err(); err != nil && c.batchedSession {
+		return err // cancelled while it waited
+	}
 	c.tellSession(ctx, key)
 	return nil
 }
@@ -348,12 +466,20 @@ func (c *callRun) waitForPerson(ctx workflow.Context, req policy.ApprovalRequest
 	c.state.Status = StatusPending
 	c.state.WaitingSince = now
 	c.state.Deadline = now.Add(timeout)
-	c.upsertStatus(ctx, StatusPending)
+	if c.batchedSession {
+		c.state.Deadline = c.requestedAt.Add(timeout) // counts from the request
+		c.upsertStatus(ctx, StatusPending, AttrGroups.ValueSet(groupsShown(req.Groups)))
+	} else {
+		c.upsertStatus(ctx, StatusPending)
+	}
 	c.upsertWaitingMemo(ctx, req)
 	c.notify(ctx, activities.NoticeWaiting, req.Groups)
 	decided := c.waitWithSchedule(ctx, req, c.state.Deadline)
 	workflow.GetMetricsHandler(ctx).WithTags(map[string]string{"tool": c.state.Call.Tool}).
 		Timer(MetricApprovalWait).Record(workflow.Now(ctx).Sub(now))
+	if ctx.Err() != nil && c.batchedSession && !decided {
+		return // cancelled: not a timeout
+	}
 	switch {
 	case decided:
 	case req.OnTimeout == policy.TimeoutApprove:
@@ -377,6 +503,15 @@ func (c *callRun) timeoutReason() string {
 	return fmt.Sprintf("no approver answered within %s; the call was denied", c.state.Request.EffectiveTimeout())
 }
 
+// groupsShown is the ToolgateGroups value of a call asked of groups: "*"
+// when any approver may decide it.
+func groupsShown(groups []string) []string {
+	if len(groups) == 0 {
+		return []string{"*"}
+	}
+	return groups
+}
+
 // stickyCovers reports whether a sticky decision found at evaluation may
 // decide this call: its author could have decided it directly.
 func (c *callRun) stickyCovers(d policy.Decision) bool {
@@ -390,11 +525,18 @@ func (c *callRun) registerWithSession(ctx workflow.Context, key string) error {
 	reg := Registration{CallID: c.state.Call.ID, Tool: c.state.Call.Tool, StickyKey: key, At: now}
 	if c.strictDecisions {
 		req := c.state.Request
+		base := now
+		if c.batchedSession {
+			base = c.requestedAt
+			reg.RequestedAt, reg.Timeout = c.requestedAt, req.EffectiveTimeout()
+		}
 		reg.Requester, reg.Groups = c.state.Call.Requester, req.Groups
 		if req.EscalateAfter > 0 && len(req.EscalateTo) > 0 {
-			reg.EscalateTo, reg.EscalateAt = req.EscalateTo, now.Add(req.EscalateAfter)
+			reg.EscalateTo, reg.EscalateAt, reg.EscalateAfter = req.EscalateTo, base.Add(req.EscalateAfter), req.EscalateAfter
 		}
-		c.registeredAt = now
+		if c.registeredAt.IsZero() {
+			c.registeredAt = base
+		}
 	}
 	return c.signalSession(ctx, SignalRegister, reg)
 }
@@ -514,6 +656,9 @@ func (c *callRun) useEditedArgs(ctx workflow.Context) (Result, bool) {
 // execute runs BeforeCall, the tool, the output middleware and AfterCall.
 func (c *callRun) execute(ctx workflow.Context) (Result, error) {
 	c.state.Status = StatusRunning
+	if c.batchedSession && c.state.Request != nil {
+		c.upsertStatus(ctx, StatusRunning) // visible as soon as the decision lets it run
+	}
 	call := c.state.Call
 	lctx := workflow.WithLocalActivityOptions(ctx, localOptions)
 	if c.eval.Quota != nil {
@@ -536,6 +681,10 @@ func (c *callRun) execute(ctx workflow.Context) (Result, error) {
 
 	var output json.RawMessage
 	if err := workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, toolActivityOptions(c.eval)), a.RunTool, call).Get(ctx, &output); err != nil {
+		if ctx.Err() != nil && c.batchedSession {
+			return c.finish(ctx, StatusUnknown, "the call was cancelled while the tool ran: it may or may not have run. "+
+				"Do not assume either; check its effects before asking to run it again", nil), nil
+		}
 		if lost, ok := lostAttempt(err); ok && !c.eval.ToolOptions.Idempotent {
 			return c.finish(ctx, StatusUnknown, "the tool may or may not have run: "+lost+
 				". Do not assume either; check its effects before asking to run it again", nil), nil
@@ -588,6 +737,13 @@ func (c *callRun) finish(ctx workflow.Context, status Status, reason string, out
 	if status == StatusTimedOut {
 		r.Decision, r.DecidedBy, r.Channel = "timed_out", "timeout", "timeout"
 	}
+	if len(r.Args)+len(r.OriginalArgs)+len(r.Output) > maxResultBytes {
+		// Edited arguments, the agent's and the output could pass
+		// Temporal's 2 MiB payload limit together; the agent's own
+		// arguments stay in the call's history.
+		r.OriginalArgs = nil
+		r.Note += " (the original arguments are left out of this result for size; the call's history has them)"
+	}
 	c.state.Status = status
 	c.state.Result = &r
 	workflow.GetMetricsHandler(ctx).WithTags(map[string]string{"tool": call.Tool, "status": string(status)}).
@@ -595,6 +751,11 @@ func (c *callRun) finish(ctx workflow.Context, status Status, reason string, out
 	c.upsertStatus(ctx, status, AttrDecidedBy.ValueSet(r.DecidedBy), AttrChannel.ValueSet(r.Channel))
 	return r
 }
+
+// maxResultBytes bounds a Result's arguments and output together, under
+// Temporal's 2 MiB payload limit: arguments are capped at
+// policy.MaxArgsBytes and outputs at activities.DefaultMaxOutputBytes.
+const maxResultBytes = 1536 << 10
 
 // denialReason is what the model reads when a person refused.
 func denialReason(d *policy.Decision) string {
@@ -683,12 +844,19 @@ func rootCause(err error) string {
 // awaitWithTimeout is workflow.AwaitWithTimeout with a timer that is
 // cancelled when the condition is met. (SDK v1.50 leaves that timer pending
 // unless an SDK flag is set, so every wait would leave a timer behind to
-// wake the workflow later for nothing.)
+// wake the workflow later for nothing.) It returns ctx's error when ctx is
+// cancelled first.
 func awaitWithTimeout(ctx workflow.Context, d time.Duration, condition func() bool) (bool, error) {
 	tctx, cancel := workflow.WithCancel(ctx)
 	defer cancel()
 	timer := workflow.NewTimer(tctx, d)
 	if err := workflow.Await(ctx, func() bool { return condition() || timer.IsReady() }); err != nil {
+		return false, err
+	}
+	// A cancelled ctx cancels the timer, whose future is then ready: that
+	// is the cancellation, not the timeout (callers that loop until a
+	// deadline would otherwise spin).
+	if err := ctx.Err(); err != nil && !condition() {
 		return false, err
 	}
 	return condition(), nil

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/stretchr/testify/suite"
 	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/workflow"
 
 	"github.com/toolgate/toolgate/activities"
 	"github.com/toolgate/toolgate/policy"
@@ -42,7 +43,7 @@ func (s *CallSuite) SetupTest() {
 	s.channel = &fakeChannel{}
 	s.env.RegisterActivity(newActivities(s.policy, s.runs, s.hooks, s.channel))
 	s.env.RegisterWorkflow(ToolCallWorkflow)
-	s.env.RegisterWorkflow(SessionWorkflow)
+	s.env.RegisterWorkflowWithOptions(ToolgateSession, workflow.RegisterOptions{Name: SessionWorkflowType})
 	s.env.RegisterWorkflow(NoticesWorkflow)
 	s.env.RegisterWorkflow(harnessWorkflow)
 	s.start = s.env.Now()
@@ -59,7 +60,7 @@ func (s *CallSuite) runOne(in CallInput) Result {
 	return r
 }
 
-// runSession runs calls in one session with the real SessionWorkflow.
+// runSession runs calls in one session with the real ToolgateSession.
 func (s *CallSuite) runSession(in harnessInput) []Result {
 	in.Session = "s1"
 	s.env.ExecuteWorkflow(harnessWorkflow, in)
@@ -239,7 +240,7 @@ func (s *CallSuite) TestNobodyAnswersIn24HoursTimesOut() {
 	s.Equal(StatusTimedOut, r.Status)
 	s.Equal("no approver answered within 24h0m0s; the call was denied", r.Reason)
 	s.Equal("timeout", r.DecidedBy)
-	s.Equal(24*time.Hour, r.FinishedAt.Sub(s.start))
+	s.Equal(24*time.Hour, r.FinishedAt.Sub(r.RequestedAt), "the deadline counts from the request")
 	s.Zero(s.runs.total())
 }
 
@@ -249,7 +250,7 @@ func (s *CallSuite) TestTimeoutActionApproveRunsTheTool() {
 
 	s.Equal(StatusOK, rs[0].Status)
 	s.Equal("timeout", rs[0].DecidedBy)
-	s.Equal(10*time.Minute, rs[0].DecidedAt.Sub(s.start))
+	s.Equal(10*time.Minute, rs[0].DecidedAt.Sub(rs[0].RequestedAt))
 	s.Equal(1, s.runs.count("c1"))
 }
 
@@ -343,13 +344,13 @@ func (s *CallSuite) TestPendingCallStateIsQueryable() {
 		s.Require().NoError(err)
 		s.Require().NoError(v.Get(&state))
 	}, time.Hour)
-	s.runSession(harnessInput{Calls: []CallInput{call("c1", "write", `{"path":"a","content":"x"}`)}})
+	rs := s.runSession(harnessInput{Calls: []CallInput{call("c1", "write", `{"path":"a","content":"x"}`)}})
 
 	s.Equal(StatusPending, state.Status)
 	s.Equal("write a.txt?", state.Request.Message)
 	s.Equal([]string{"ops"}, state.Request.Groups)
 	s.WithinDuration(s.start, state.WaitingSince, 0)
-	s.Equal(2*time.Hour, state.Deadline.Sub(s.start))
+	s.Equal(2*time.Hour, state.Deadline.Sub(rs[0].RequestedAt), "the deadline counts from the request")
 }
 
 func (s *CallSuite) TestOneApprovedForSessionResolvesEveryWaitingCallOfTheTool() {
@@ -519,7 +520,10 @@ func (s *CallSuite) TestRemindersAndEscalationUntilADecision() {
 		at = append(at, n.At.Sub(s.start))
 	}
 	s.Equal([]string{"waiting", "reminder", "escalation", "reminder"}, kinds)
-	s.Equal([]time.Duration{0, time.Hour, 90 * time.Minute, 2 * time.Hour}, at, "reminders every hour; escalation once; none after the decision")
+	// Reminders count from the wait; the escalation, like the deadline,
+	// from the request.
+	escalation := rs[0].RequestedAt.Add(90 * time.Minute).Sub(s.start)
+	s.Equal([]time.Duration{0, time.Hour, escalation, 2 * time.Hour}, at, "reminders every hour; escalation once; none after the decision")
 	s.Equal([]string{"ops", "leads"}, groupsAfterEscalation, "the escalation groups may decide too")
 
 	s.Require().Len(s.channel.notices, 4)
@@ -561,7 +565,7 @@ func (s *CallSuite) TestCodedHandlerDecidesOrDefersToAPerson() {
 	})
 	env.RegisterActivity(acts)
 	env.RegisterWorkflow(ToolCallWorkflow)
-	env.RegisterWorkflow(SessionWorkflow)
+	env.RegisterWorkflowWithOptions(ToolgateSession, workflow.RegisterOptions{Name: SessionWorkflowType})
 	env.RegisterWorkflow(NoticesWorkflow)
 	env.RegisterWorkflow(harnessWorkflow)
 	decideAt(env, time.Hour, "c2", decision(policy.Denied, "alice"))
@@ -592,6 +596,22 @@ func (d *downChannel) Resolve(context.Context, activities.Outcome, []activities.
 	return errorString("slack.com: connection refused")
 }
 
+// callCompleted is when the calls of a harness completed, with their
+// Results.
+type callCompleted struct {
+	Results []Result
+	At      time.Time
+}
+
+// completedAtWorkflow runs harnessWorkflow and notes when its calls'
+// workflows completed, in virtual time.
+func completedAtWorkflow(ctx workflow.Context, in harnessInput) (callCompleted, error) {
+	var out callCompleted
+	err := workflow.ExecuteChildWorkflow(ctx, harnessWorkflow, in).Get(ctx, &out.Results)
+	out.At = workflow.Now(ctx)
+	return out, err
+}
+
 func TestADeadChannelNeverHoldsBackTheResult(t *testing.T) {
 	var ts testsuite.WorkflowTestSuite
 	ts.SetLogger(quietLogger{})
@@ -599,17 +619,18 @@ func TestADeadChannelNeverHoldsBackTheResult(t *testing.T) {
 	p := &testPolicy{ask: map[string]policy.ApprovalRequest{"write": {Message: "write?"}}}
 	env.RegisterActivity(newActivities(p, &runLog{runs: map[string]int{}}, &hookLog{}, &downChannel{}))
 	env.RegisterWorkflow(ToolCallWorkflow)
-	env.RegisterWorkflow(SessionWorkflow)
+	env.RegisterWorkflowWithOptions(ToolgateSession, workflow.RegisterOptions{Name: SessionWorkflowType})
 	env.RegisterWorkflow(NoticesWorkflow)
 	env.RegisterWorkflow(harnessWorkflow)
+	env.RegisterWorkflow(completedAtWorkflow)
 	decideAt(env, time.Hour, "c1", decision(policy.Approved, "alice"))
-	env.ExecuteWorkflow(harnessWorkflow, harnessInput{Session: "s1", Calls: []CallInput{call("c1", "write", `{"path":"a","content":"x"}`)}})
+	env.ExecuteWorkflow(completedAtWorkflow, harnessInput{Session: "s1", Calls: []CallInput{call("c1", "write", `{"path":"a","content":"x"}`)}})
 
 	require.NoError(t, env.GetWorkflowError())
-	var rs []Result
-	require.NoError(t, env.GetWorkflowResult(&rs))
-	require.Equal(t, StatusOK, rs[0].Status)
-	require.Equal(t, rs[0].DecidedAt, rs[0].FinishedAt, "the Result is final as soon as the tool ran, while the channel is still retried")
+	var done callCompleted
+	require.NoError(t, env.GetWorkflowResult(&done))
+	require.Equal(t, StatusOK, done.Results[0].Status)
+	require.Equal(t, done.Results[0].DecidedAt, done.At, "the call's workflow completed as soon as the tool ran, while the channel is still retried")
 }
 
 func (s *CallSuite) TestOutcomeEventsSayWhoDecidedAndWhatComesNext() {

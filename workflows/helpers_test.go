@@ -157,6 +157,10 @@ func testTools(runs *runLog) *tool.Registry {
 			Run: record(func(context.Context, tool.Input) (json.RawMessage, error) {
 				return nil, errors.New("disk full")
 			})},
+		// large answers with 1,000 KiB.
+		tool.Tool{Name: "large", Run: record(func(context.Context, tool.Input) (json.RawMessage, error) {
+			return json.RawMessage(`"` + strings.Repeat("z", 1000<<10) + `"`), nil
+		})},
 		// slow and slowRead outlast their timeout: the attempt is lost.
 		tool.Tool{Name: "slow", Options: tool.Options{Timeout: 50 * time.Millisecond},
 			Run: record(blockUntilDone)},
@@ -172,7 +176,7 @@ func blockUntilDone(ctx context.Context, _ tool.Input) (json.RawMessage, error) 
 }
 
 // harnessInput runs a session and several calls side by side, as children
-// of one workflow, so the real SessionWorkflow and ToolCallWorkflows talk
+// of one workflow, so the real ToolgateSession and ToolCallWorkflows talk
 // to each other inside the test environment.
 type harnessInput struct {
 	Session    string
@@ -184,7 +188,7 @@ type harnessInput struct {
 
 func harnessWorkflow(ctx workflow.Context, in harnessInput) ([]Result, error) {
 	sctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{WorkflowID: SessionWorkflowID(in.Session)})
-	session := workflow.ExecuteChildWorkflow(sctx, SessionWorkflow, SessionInput{Session: in.Session})
+	session := workflow.ExecuteChildWorkflow(sctx, SessionWorkflowType, SessionInput{Session: in.Session})
 	if err := session.GetChildWorkflowExecution().Get(ctx, nil); err != nil {
 		return nil, err
 	}

@@ -70,6 +70,9 @@ func (c *callRun) waitWithSchedule(ctx workflow.Context, req policy.ApprovalRequ
 				// groups now see the call they may decide.
 				c.upsertWaitingMemo(ctx, *c.state.Request)
 			}
+			if c.batchedSession {
+				c.upsertStatus(ctx, StatusPending, AttrGroups.ValueSet(c.state.Request.Groups))
+			}
 			c.notify(ctx, activities.NoticeEscalation, req.EscalateTo)
 		}
 		if !remindAt.IsZero() && !now.Before(remindAt) {

@@ -39,7 +39,8 @@ var recordedScenarios = []string{
 func newReplayer(callWorkflow func(workflow.Context, CallInput) (Result, error)) worker.WorkflowReplayer {
 	r := worker.NewWorkflowReplayer()
 	r.RegisterWorkflowWithOptions(callWorkflow, workflow.RegisterOptions{Name: ToolCallWorkflowType})
-	r.RegisterWorkflowWithOptions(SessionWorkflow, workflow.RegisterOptions{Name: SessionWorkflowType})
+	r.RegisterWorkflowWithOptions(ToolgateSession, workflow.RegisterOptions{Name: SessionWorkflowType})
+	r.RegisterWorkflowWithOptions(LegacySessionWorkflow, workflow.RegisterOptions{Name: LegacySessionWorkflowType})
 	r.RegisterWorkflowWithOptions(NoticesWorkflow, workflow.RegisterOptions{Name: NoticesWorkflowType})
 	return r
 }

@@ -3,47 +3,114 @@ package workflows
 import (
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
+	"github.com/toolgate/toolgate/activities"
 	"github.com/toolgate/toolgate/policy"
 )
 
-// SessionWorkflow keeps one agent session's sticky decisions and the calls
+// ToolgateSession keeps one agent session's sticky decisions and the calls
 // waiting for a person. Calls register only when their policy asks a
-// person, so auto-approved calls never touch it. It continues-as-new
-// before its history grows large and ends on UpdateEnd or when idle.
-func SessionWorkflow(ctx workflow.Context, in SessionInput) error {
-	s := &sessionRun{in: in, state: in.State}
-	s.strictDecisions = workflow.GetVersion(ctx, changeAuthorizeSticky, workflow.DefaultVersion, 1) >= 1
+// person, so auto-approved calls never touch it. It ends on UpdateEnd or
+// when idle.
+//
+// Built for sessions with many waiting calls (numbers for 10,000):
+//   - Handlers only change state; the main loop does all sending. Answers
+//     wait in an outbox and go out in batches of up to maxBatch signals,
+//     sent together and awaited together: a fan-out to 1,000 calls costs
+//     four workflow tasks, not a thousand.
+//   - Every batch starts by taking the messages that arrived meanwhile,
+//     sticky decisions first, so no call is told to ask a person after an
+//     approve-for-session that covers it arrived.
+//   - A waiting call costs one WaitingCall (~70 bytes of JSON with a
+//     41-character call ID); what calls share (tool, key, requester, groups,
+//     escalation, timeout) is one CallProfile. 10,000 waiting calls carry
+//     ~0.7 MB across continue-as-new, and an outbox of 10,000 answers
+//     another ~0.4 MB: under the 2 MiB input limit even together.
+//   - Continue-as-new is checked between batches: when the server suggests
+//     it, or after maxSignalsPerRun messages (Temporal allows 10,000
+//     signals per run).
+//   - A waiting call is forgotten when it says it is done, when an answer
+//     to it fails (it ended, or was terminated), or at its deadline (one
+//     pruning timer). A fresh run (not a continuation) asks the calls that
+//     visibility lists as waiting in the session to register again, so a
+//     terminated session's calls are not orphaned.
+func ToolgateSession(ctx workflow.Context, in SessionInput) error {
+	s := newSessionRun(in)
 	if err := s.registerHandlers(ctx); err != nil {
 		return err
 	}
 	return s.run(ctx)
 }
 
+const (
+	// maxBatch bounds the signals in flight at once, well under the
+	// server's limit on pending signals of one workflow (2,000).
+	maxBatch = 250
+	// maxSignalsPerRun continues the session as new before Temporal's
+	// 10,000 signals per run.
+	maxSignalsPerRun = 4000
+	// pruneGrace leaves a call that reaches its deadline the time to say it
+	// is done before it is dropped.
+	pruneGrace = time.Minute
+)
+
 type sessionRun struct {
 	in    SessionInput
 	state SessionState
-	// handled counts the messages of this run, for the test-only
-	// continue-as-new limit.
-	handled int
-	// strictDecisions: hand a sticky decision only to calls its author may
-	// decide. Runs started before changeAuthorizeSticky replay without it.
-	strictDecisions bool
+	// index maps a waiting call's ID to its place in state.Calls; a
+	// forgotten call leaves an empty CallID until the next compaction.
+	index map[string]int
+	// queued maps a call's ID to its answer in state.Outbox.
+	queued map[string]int
+	// received counts this run's messages, for continue-as-new.
+	received int
+	// rebuild is the visibility listing of a fresh run, until handled.
+	rebuild workflow.Future
+	// waitingShown is the waiting count last written to the search
+	// attribute.
+	waitingShown int
+	// answers caches the index in state.Decisions of a sticky decision
+	// (by key) or of the end's denial (""), so the calls it answers share
+	// one entry. Cleared with state.Decisions.
+	answers map[string]int
 }
 
-// changeAuthorizeSticky is the workflow.GetVersion change ID of the rule
-// that a sticky decision decides only calls its author could decide
-// directly (groups, escalation, no self-approval), in both workflows.
-const changeAuthorizeSticky = "authorize-sticky"
+func newSessionRun(in SessionInput) *sessionRun {
+	s := &sessionRun{in: in, state: in.State, waitingShown: -1, answers: map[string]int{}}
+	s.adoptLegacyWaiting()
+	s.reindex()
+	return s
+}
+
+// adoptLegacyWaiting moves the waiting calls of a LegacySessionWorkflow
+// run into the compact form.
+func (s *sessionRun) adoptLegacyWaiting() {
+	for _, r := range s.state.Waiting {
+		s.state.Calls = append(s.state.Calls, WaitingCall{CallID: r.CallID, Profile: s.profileOf(r), RequestedAt: unixMilliUp(r.At)})
+	}
+	s.state.Waiting = nil
+}
+
+// reindex rebuilds the maps from the state, dropping forgotten calls.
+func (s *sessionRun) reindex() {
+	s.state.Calls = slices.DeleteFunc(s.state.Calls, func(w WaitingCall) bool { return w.CallID == "" })
+	s.index = make(map[string]int, len(s.state.Calls))
+	for i, w := range s.state.Calls {
+		s.index[w.CallID] = i
+	}
+	s.queued = make(map[string]int, len(s.state.Outbox))
+	for i, d := range s.state.Outbox {
+		s.queued[d.CallID] = i
+	}
+}
 
 func (s *sessionRun) registerHandlers(ctx workflow.Context) error {
-	if err := workflow.SetQueryHandler(ctx, QuerySession, func() (SessionView, error) {
-		return SessionView{Session: s.in.Session, SessionState: s.state}, nil
-	}); err != nil {
+	if err := workflow.SetQueryHandler(ctx, QuerySession, func() (SessionView, error) { return s.view(), nil }); err != nil {
 		return err
 	}
 	if err := workflow.SetQueryHandler(ctx, QuerySticky, func(key string) (*policy.Decision, error) {
@@ -62,96 +129,332 @@ func (s *sessionRun) registerHandlers(ctx workflow.Context) error {
 		workflow.UpdateHandlerOptions{Validator: s.validateEnd})
 }
 
+// inbox is the session's signal channels.
+type inbox struct {
+	register, sticky, done, quota workflow.ReceiveChannel
+}
+
+func (in inbox) pending() bool {
+	return in.register.Len() > 0 || in.sticky.Len() > 0 || in.done.Len() > 0 || in.quota.Len() > 0
+}
+
 func (s *sessionRun) run(ctx workflow.Context) error {
-	register := workflow.GetSignalChannel(ctx, SignalRegister)
-	sticky := workflow.GetSignalChannel(ctx, SignalSticky)
-	done := workflow.GetSignalChannel(ctx, SignalDone)
-	quota := workflow.GetSignalChannel(ctx, SignalQuota)
+	box := inbox{
+		register: workflow.GetSignalChannel(ctx, SignalRegister),
+		sticky:   workflow.GetSignalChannel(ctx, SignalSticky),
+		done:     workflow.GetSignalChannel(ctx, SignalDone),
+		quota:    workflow.GetSignalChannel(ctx, SignalQuota),
+	}
+	if workflow.GetInfo(ctx).ContinuedExecutionRunID == "" {
+		s.startRebuild(ctx)
+	}
 	idle := s.in.IdleTimeout
 	if idle <= 0 {
 		idle = DefaultSessionIdleTimeout
 	}
-	logger := workflow.GetLogger(ctx)
-	hasWork := func() bool {
-		return register.Len() > 0 || sticky.Len() > 0 || done.Len() > 0 || quota.Len() > 0 || s.state.Ended
-	}
 	for {
-		// The idle clock runs only while no call waits: a waiting call ends
-		// by its own deadline and says so.
-		if len(s.state.Waiting) > 0 {
-			if err := workflow.Await(ctx, hasWork); err != nil {
-				return err
-			}
-		} else if gotWork, err := awaitWithTimeout(ctx, idle, hasWork); err != nil {
+		gotWork, err := s.awaitWork(ctx, box, idle)
+		if err != nil {
 			return err
-		} else if !gotWork {
-			logger.Info("Session idle, ending", "session", s.in.Session)
+		}
+		s.prune(ctx)
+		if !gotWork && len(s.index) == 0 && !s.state.Ended {
+			workflow.GetLogger(ctx).Info("Session idle, ending", "session", s.in.Session)
 			return nil
 		}
-		s.drain(ctx, register, sticky, done, quota)
-		if s.state.Ended || s.continueAsNewNow(ctx) {
-			// Finish updates in flight and take every signal already
-			// delivered, so nothing is lost across the boundary.
+		s.drain(ctx, box)
+		s.takeRebuild(ctx)
+		s.flush(ctx, box)
+		if !box.pending() {
+			s.showWaiting(ctx) // once a burst is over, not per batch
+		}
+		if s.state.Ended && !s.owes() {
+			// Finish updates in flight; what arrives meanwhile is refused
+			// with "the session has ended".
 			if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) }); err != nil {
 				return err
 			}
-			s.drain(ctx, register, sticky, done, quota)
-			if s.state.Ended {
-				logger.Info("Session ended", "session", s.in.Session)
-				return nil
+			s.drain(ctx, box)
+			s.flush(ctx, box)
+			workflow.GetLogger(ctx).Info("Session ended", "session", s.in.Session)
+			return nil
+		}
+		if s.continueAsNewNow(ctx) {
+			// Finish updates in flight and take every signal already
+			// delivered, so nothing is lost across the boundary; answers not
+			// yet sent travel in the outbox.
+			if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) }); err != nil {
+				return err
 			}
+			s.drain(ctx, box)
+			s.reindex()
 			next := s.in
 			next.State = s.state
-			return workflow.NewContinueAsNewError(ctx, SessionWorkflow, next)
+			return workflow.NewContinueAsNewError(ctx, SessionWorkflowType, next)
 		}
 	}
 }
 
-func (s *sessionRun) continueAsNewNow(ctx workflow.Context) bool {
-	if s.in.ContinueAsNewAfter > 0 && s.handled >= s.in.ContinueAsNewAfter {
-		return true
+// awaitWork waits for a message, an answer to send, the end, or the next
+// deadline of a waiting call; with no call waiting, for at most idle. It
+// reports whether there is work.
+func (s *sessionRun) awaitWork(ctx workflow.Context, box inbox, idle time.Duration) (bool, error) {
+	hasWork := func() bool {
+		return box.pending() || s.owes() || s.state.Ended || (s.rebuild != nil && s.rebuild.IsReady())
 	}
-	return workflow.GetInfo(ctx).GetContinueAsNewSuggested()
+	if hasWork() {
+		return true, nil
+	}
+	wait := idle
+	if len(s.index) > 0 {
+		wait = max(s.nextPrune(ctx).Sub(workflow.Now(ctx)), time.Second)
+	}
+	return awaitWithTimeout(ctx, wait, hasWork)
 }
 
-// drain handles every message already delivered, registrations last so a
-// sticky decision that arrived in the same batch already applies to them.
-func (s *sessionRun) drain(ctx workflow.Context, register, sticky, done, quota workflow.ReceiveChannel) {
+// owes reports whether answers wait to be sent.
+func (s *sessionRun) owes() bool {
+	return len(s.state.Outbox) > 0 || len(s.state.QuotaReplies) > 0
+}
+
+// drain handles every message already delivered, sticky decisions first
+// and registrations last, so a sticky decision that arrived in the same
+// batch already applies to them. It only changes state.
+func (s *sessionRun) drain(ctx workflow.Context, box inbox) {
 	for {
 		var d StickyDecision
-		if !sticky.ReceiveAsync(&d) {
+		if !box.sticky.ReceiveAsync(&d) {
 			break
 		}
+		s.received++
 		s.recordSticky(ctx, d)
 	}
 	for {
 		var callID string
-		if !done.ReceiveAsync(&callID) {
+		if !box.done.ReceiveAsync(&callID) {
 			break
 		}
-		s.handled++
-		s.removeWaiting(callID)
+		s.received++
+		s.forget(callID)
 	}
 	for {
 		var r Registration
-		if !register.ReceiveAsync(&r) {
+		if !box.register.ReceiveAsync(&r) {
 			break
 		}
+		s.received++
 		s.register(ctx, r)
 	}
 	for {
 		var q QuotaRequest
-		if !quota.ReceiveAsync(&q) {
+		if !box.quota.ReceiveAsync(&q) {
 			break
 		}
+		s.received++
 		s.countQuota(ctx, q)
 	}
 }
 
+// flush sends the answers owed, in batches sent together and awaited
+// together. Between batches it takes new messages first, and stops early
+// when the run should continue as new (the rest stays in the outbox).
+func (s *sessionRun) flush(ctx workflow.Context, box inbox) {
+	for s.owes() {
+		n := min(len(s.state.Outbox), maxBatch)
+		batch := s.state.Outbox[:n]
+		replies := s.state.QuotaReplies[:min(len(s.state.QuotaReplies), maxBatch-n)]
+		var sent []workflow.Future
+		for _, d := range batch {
+			sent = append(sent, s.deliver(ctx, d))
+		}
+		for _, q := range replies {
+			sent = append(sent, workflow.SignalExternalWorkflow(ctx, CallWorkflowID(q.CallID), "", SignalQuotaAnswer, q.Answer))
+		}
+		callIDs := make([]string, 0, len(sent))
+		for _, d := range batch {
+			callIDs = append(callIDs, d.CallID)
+		}
+		for _, q := range replies {
+			callIDs = append(callIDs, q.CallID)
+		}
+		s.state.Outbox = slices.Clone(s.state.Outbox[n:])
+		s.state.QuotaReplies = slices.Clone(s.state.QuotaReplies[len(replies):])
+		for i, f := range sent {
+			if err := f.Get(ctx, nil); err != nil {
+				// The call ended meanwhile (its own deadline, a decision,
+				// termination): it waits no longer.
+				workflow.GetLogger(ctx).Info("Could not reach call", "session", s.in.Session, "callID", callIDs[i], "error", err)
+				s.forget(callIDs[i])
+			}
+		}
+		if len(s.state.Outbox) == 0 {
+			s.state.Decisions = nil
+			clear(s.answers)
+		}
+		s.reindex()
+		s.drain(ctx, box)
+		if s.continueAsNewNow(ctx) {
+			return
+		}
+	}
+}
+
+// deliver sends one answer.
+func (s *sessionRun) deliver(ctx workflow.Context, d Delivery) workflow.Future {
+	id := CallWorkflowID(d.CallID)
+	switch d.Decision {
+	case DeliverReregister:
+		return workflow.SignalExternalWorkflow(ctx, id, "", SignalReregister, nil)
+	case DeliverAskPerson:
+		return workflow.SignalExternalWorkflow(ctx, id, "", SignalSessionDecision, SessionDecision{})
+	}
+	decision := s.state.Decisions[d.Decision]
+	return workflow.SignalExternalWorkflow(ctx, id, "", SignalSessionDecision, SessionDecision{Decision: &decision})
+}
+
+// enqueue owes callID an answer; a later answer to the same call replaces
+// one not yet sent (a sticky decision replaces "ask a person").
+func (s *sessionRun) enqueue(callID string, decision int) {
+	if i, ok := s.queued[callID]; ok {
+		s.state.Outbox[i].Decision = decision
+		return
+	}
+	s.queued[callID] = len(s.state.Outbox)
+	s.state.Outbox = append(s.state.Outbox, Delivery{CallID: callID, Decision: decision})
+}
+
+// answer returns the index in state.Decisions of the decision cached
+// under key, storing d there first if there is none.
+func (s *sessionRun) answer(key string, d policy.Decision) int {
+	if i, ok := s.answers[key]; ok {
+		return i
+	}
+	s.state.Decisions = append(s.state.Decisions, d)
+	s.answers[key] = len(s.state.Decisions) - 1
+	return s.answers[key]
+}
+
+// endedKey caches the denial of calls that register after the end.
+const endedKey = "\x00ended"
+
+// register answers a call that needs a decision: with the sticky decision
+// for its key if one covers it, otherwise by parking it.
+func (s *sessionRun) register(ctx workflow.Context, r Registration) {
+	if s.state.Ended {
+		s.enqueue(r.CallID, s.answer(endedKey, policy.Decision{Kind: policy.DeniedWithReason, Reason: "the session has ended", DecidedBy: "session", Channel: "session"}))
+		return
+	}
+	requested := r.RequestedAt
+	for _, t := range []time.Time{r.At, workflow.Now(ctx)} { // from older calls
+		if requested.IsZero() {
+			requested = t
+		}
+	}
+	w := WaitingCall{CallID: r.CallID, Profile: s.profileOf(r), RequestedAt: unixMilliUp(requested)}
+	if i := s.stickyIndex(r.StickyKey); i >= 0 && s.mayHand(ctx, s.state.Sticky[i], w) {
+		s.forget(r.CallID)
+		s.enqueue(r.CallID, s.answer(r.StickyKey, *fromSticky(s.state.Sticky[i])))
+		return
+	}
+	if _, known := s.index[r.CallID]; !known {
+		s.index[r.CallID] = len(s.state.Calls)
+		s.state.Calls = append(s.state.Calls, w)
+	}
+	s.enqueue(r.CallID, DeliverAskPerson)
+}
+
+// profileOf returns the index of r's profile, adding it when new.
+func (s *sessionRun) profileOf(r Registration) int {
+	p := CallProfile{Tool: r.Tool, Key: r.StickyKey, Requester: r.Requester, Groups: r.Groups,
+		EscalateTo: r.EscalateTo, EscalateAfter: r.EscalateAfter, Timeout: r.Timeout}
+	if i := slices.IndexFunc(s.state.Profiles, func(q CallProfile) bool { return sameProfile(p, q) }); i >= 0 {
+		return i
+	}
+	s.state.Profiles = append(s.state.Profiles, p)
+	return len(s.state.Profiles) - 1
+}
+
+func sameProfile(a, b CallProfile) bool {
+	return a.Tool == b.Tool && a.Key == b.Key && a.Requester == b.Requester && slices.Equal(a.Groups, b.Groups) &&
+		slices.Equal(a.EscalateTo, b.EscalateTo) && a.EscalateAfter == b.EscalateAfter && a.Timeout == b.Timeout
+}
+
+// recordSticky stores a new sticky decision and hands it to every call of
+// the same key waiting at this moment that its author may decide.
+func (s *sessionRun) recordSticky(ctx workflow.Context, d StickyDecision) {
+	s.forget(d.FromCall)
+	if i := s.stickyIndex(d.Key); i >= 0 {
+		s.state.Sticky[i] = d
+	} else {
+		s.state.Sticky = append(s.state.Sticky, d)
+	}
+	delete(s.answers, d.Key) // a new decision for the key
+	for _, w := range s.state.Calls {
+		if w.CallID == "" || s.state.Profiles[w.Profile].Key != d.Key || !s.mayHand(ctx, d, w) {
+			continue
+		}
+		s.forget(w.CallID)
+		s.enqueue(w.CallID, s.answer(d.Key, *fromSticky(d)))
+	}
+}
+
+// mayHand reports whether the sticky decision d may decide the waiting call
+// w: only if its author could have decided w directly, with w's groups at
+// this moment (escalation included) and w's requester. A call it may not
+// decide keeps waiting for a person.
+func (s *sessionRun) mayHand(ctx workflow.Context, d StickyDecision, w WaitingCall) bool {
+	p := s.state.Profiles[w.Profile]
+	groups := p.Groups
+	if p.EscalateAfter > 0 && !workflow.Now(ctx).Before(time.UnixMilli(w.RequestedAt).Add(p.EscalateAfter)) {
+		groups = append(slices.Clone(groups), p.EscalateTo...)
+	}
+	return d.Decision.Approver().MayDecide(p.Requester, groups) == nil
+}
+
+// forget drops a waiting call; the slot is reclaimed at the next reindex.
+func (s *sessionRun) forget(callID string) {
+	if i, ok := s.index[callID]; ok {
+		s.state.Calls[i].CallID = ""
+		delete(s.index, callID)
+	}
+}
+
+// prune forgets the calls past their deadline (and a grace period): they
+// ended without saying so, e.g. terminated.
+func (s *sessionRun) prune(ctx workflow.Context) {
+	now := workflow.Now(ctx)
+	for _, w := range s.state.Calls {
+		if w.CallID != "" && !now.Before(s.deadlineOf(w)) {
+			s.forget(w.CallID)
+		}
+	}
+}
+
+// deadlineOf is when w is dropped if it never says it is done.
+func (s *sessionRun) deadlineOf(w WaitingCall) time.Time {
+	timeout := s.state.Profiles[w.Profile].Timeout
+	if timeout <= 0 {
+		timeout = DefaultSessionIdleTimeout // a legacy registration: deadline unknown
+	}
+	return time.UnixMilli(w.RequestedAt).Add(timeout + pruneGrace)
+}
+
+// nextPrune is the earliest deadline of a waiting call.
+func (s *sessionRun) nextPrune(ctx workflow.Context) time.Time {
+	next := workflow.Now(ctx).Add(DefaultSessionIdleTimeout)
+	for _, w := range s.state.Calls {
+		if w.CallID != "" {
+			if d := s.deadlineOf(w); d.Before(next) {
+				next = d
+			}
+		}
+	}
+	return next
+}
+
 // countQuota counts a run under its quota if the sliding window has room,
-// and answers the call either way.
+// and owes the call the answer either way.
 func (s *sessionRun) countQuota(ctx workflow.Context, q QuotaRequest) {
-	s.handled++
 	now := workflow.Now(ctx)
 	i := slices.IndexFunc(s.state.Quotas, func(u QuotaUse) bool { return u.Name == q.Quota.Name })
 	if i < 0 {
@@ -168,95 +471,88 @@ func (s *sessionRun) countQuota(ctx workflow.Context, q QuotaRequest) {
 	} else {
 		use.Times = append(use.Times, now)
 	}
-	err := workflow.SignalExternalWorkflow(ctx, CallWorkflowID(q.CallID), "", SignalQuotaAnswer, answer).Get(ctx, nil)
-	if err != nil {
-		workflow.GetLogger(ctx).Info("Could not reach call", "session", s.in.Session, "callID", q.CallID, "error", err)
-	}
+	s.state.QuotaReplies = append(s.state.QuotaReplies, QuotaReply{CallID: q.CallID, Answer: answer})
 }
 
-// register answers a call that needs a decision: with the sticky decision
-// for its key if there is one, otherwise by parking it.
-func (s *sessionRun) register(ctx workflow.Context, r Registration) {
-	s.handled++
-	if s.state.Ended {
-		s.send(ctx, r.CallID, &policy.Decision{Kind: policy.DeniedWithReason, Reason: "the session has ended", DecidedBy: "session", Channel: "session"})
-		return
-	}
-	if i := s.stickyIndex(r.StickyKey); i >= 0 && s.mayHand(ctx, s.state.Sticky[i], r) {
-		s.send(ctx, r.CallID, fromSticky(s.state.Sticky[i]))
-		return
-	}
-	if !slices.ContainsFunc(s.state.Waiting, func(w Registration) bool { return w.CallID == r.CallID }) {
-		s.state.Waiting = append(s.state.Waiting, r)
-	}
-	s.send(ctx, r.CallID, nil)
+// startRebuild lists, through visibility, the calls that wait in this
+// session: after a termination they are unknown to a fresh run.
+func (s *sessionRun) startRebuild(ctx workflow.Context) {
+	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		StartToCloseTimeout: 30 * time.Second,
+		RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 3},
+	})
+	query := fmt.Sprintf("WorkflowType = '%s' AND ExecutionStatus = 'Running' AND %s = '%s' AND %s = '%s'",
+		ToolCallWorkflowType, AttrSession.GetName(), quoteQuery(s.in.Session), AttrStatus.GetName(), StatusPending)
+	s.rebuild = workflow.ExecuteActivity(actx, a.ListWorkflowIDs, activities.ListInput{Query: query, Limit: maxRebuild})
 }
 
-// recordSticky stores a new sticky decision and hands it to every other
-// call of the same key waiting at this moment.
-func (s *sessionRun) recordSticky(ctx workflow.Context, d StickyDecision) {
-	s.handled++
-	s.removeWaiting(d.FromCall)
-	if i := s.stickyIndex(d.Key); i >= 0 {
-		s.state.Sticky[i] = d
-	} else {
-		s.state.Sticky = append(s.state.Sticky, d)
+// maxRebuild bounds the waiting calls a fresh run asks to register again.
+const maxRebuild = 100_000
+
+// quoteQuery escapes a value for a single-quoted visibility query string.
+func quoteQuery(v string) string {
+	return strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(v)
+}
+
+// takeRebuild asks the calls found waiting to register again, once the
+// listing is done; they answer with SignalRegister.
+func (s *sessionRun) takeRebuild(ctx workflow.Context) {
+	if s.rebuild == nil || !s.rebuild.IsReady() {
+		return
 	}
-	var still []Registration
-	for _, w := range s.state.Waiting {
-		if w.StickyKey == d.Key && s.mayHand(ctx, d, w) {
-			s.send(ctx, w.CallID, fromSticky(d))
-		} else {
-			still = append(still, w)
+	var workflowIDs []string
+	if err := s.rebuild.Get(ctx, &workflowIDs); err != nil {
+		workflow.GetLogger(ctx).Warn("Could not list the calls waiting in the session", "session", s.in.Session, "error", err)
+	}
+	s.rebuild = nil
+	for _, wid := range workflowIDs {
+		id := strings.TrimPrefix(wid, CallWorkflowID(""))
+		if _, known := s.index[id]; !known {
+			if _, owed := s.queued[id]; !owed {
+				s.enqueue(id, DeliverReregister)
+			}
 		}
 	}
-	s.state.Waiting = still
 }
 
-// mayHand reports whether the sticky decision d may decide the waiting or
-// registering call r: only if its author could have decided r directly,
-// with r's groups at this moment (escalation included) and r's requester.
-// A call it may not decide keeps waiting for a person.
-func (s *sessionRun) mayHand(ctx workflow.Context, d StickyDecision, r Registration) bool {
-	if !s.strictDecisions {
+// showWaiting keeps the session's search attributes current, so operators
+// find sessions with waiting calls by query.
+func (s *sessionRun) showWaiting(ctx workflow.Context) {
+	if n := len(s.index); n != s.waitingShown {
+		s.waitingShown = n
+		err := workflow.UpsertTypedSearchAttributes(ctx, AttrSession.ValueSet(s.in.Session), AttrWaiting.ValueSet(int64(n)))
+		if err != nil {
+			workflow.GetLogger(ctx).Warn("Could not update the session's search attributes", "session", s.in.Session, "error", err)
+		}
+	}
+}
+
+func (s *sessionRun) continueAsNewNow(ctx workflow.Context) bool {
+	if s.in.ContinueAsNewAfter > 0 && s.received >= s.in.ContinueAsNewAfter {
 		return true
 	}
-	err := d.Decision.Approver().MayDecide(r.Requester, r.groupsAt(workflow.Now(ctx)))
-	if err != nil {
-		workflow.GetLogger(ctx).Info("Sticky decision does not cover call", "session", s.in.Session, "callID", r.CallID, "error", err)
-	}
-	return err == nil
-}
-
-// fromSticky is the decision a call receives from a sticky decision: the
-// original approver, through the session.
-func fromSticky(d StickyDecision) *policy.Decision {
-	return &policy.Decision{
-		Kind:      d.Decision.Kind,
-		Reason:    d.Decision.Reason,
-		DecidedBy: d.Decision.DecidedBy,
-		// The author's groups go along, so the call can tell who may
-		// have decided it.
-		DeciderGroups: d.Decision.DeciderGroups,
-		Channel:       "session",
-		Comment:       fmt.Sprintf("sticky decision %s taken by %s via %s on call %s", d.Decision.Kind, d.Decision.DecidedBy, d.Decision.Channel, d.FromCall),
-	}
-}
-
-func (s *sessionRun) send(ctx workflow.Context, callID string, d *policy.Decision) {
-	err := workflow.SignalExternalWorkflow(ctx, CallWorkflowID(callID), "", SignalSessionDecision, SessionDecision{Decision: d}).Get(ctx, nil)
-	if err != nil {
-		// The call finished meanwhile (its own timeout, or a decision).
-		workflow.GetLogger(ctx).Info("Could not reach call", "session", s.in.Session, "callID", callID, "error", err)
-	}
-}
-
-func (s *sessionRun) removeWaiting(callID string) {
-	s.state.Waiting = slices.DeleteFunc(s.state.Waiting, func(w Registration) bool { return w.CallID == callID })
+	return s.received >= maxSignalsPerRun || workflow.GetInfo(ctx).GetContinueAsNewSuggested()
 }
 
 func (s *sessionRun) stickyIndex(key string) int {
 	return slices.IndexFunc(s.state.Sticky, func(d StickyDecision) bool { return d.Key == key })
+}
+
+// view is the QuerySession answer.
+func (s *sessionRun) view() SessionView {
+	v := SessionView{Session: s.in.Session, Sticky: s.state.Sticky, WaitingCount: len(s.index), Quotas: s.state.Quotas, Ended: s.state.Ended}
+	for _, w := range s.state.Calls {
+		if w.CallID == "" {
+			continue
+		}
+		if len(v.Waiting) == MaxWaitingShown {
+			break
+		}
+		p := s.state.Profiles[w.Profile]
+		v.Waiting = append(v.Waiting, Registration{CallID: w.CallID, Tool: p.Tool, StickyKey: p.Key, At: time.UnixMilli(w.RequestedAt),
+			Requester: p.Requester, Groups: p.Groups, RequestedAt: time.UnixMilli(w.RequestedAt)})
+	}
+	return v
 }
 
 // validateRevoke allows revoking a sticky decision to whoever may act on
@@ -277,7 +573,6 @@ func (s *sessionRun) validateRevoke(req RevokeRequest) error {
 
 // revoke forgets a sticky decision: the next call of that key asks again.
 func (s *sessionRun) revoke(ctx workflow.Context, req RevokeRequest) (StickyDecision, error) {
-	s.handled++
 	i := s.stickyIndex(req.Key)
 	removed := s.state.Sticky[i]
 	s.state.Sticky = slices.Delete(s.state.Sticky, i, i+1)
@@ -296,8 +591,16 @@ func (s *sessionRun) validateEnd(ctx workflow.Context, req EndRequest) error {
 		return temporal.NewApplicationError("session "+s.in.Session+" has already ended", ErrTypeSessionEnded)
 	}
 	now := workflow.Now(ctx)
-	for _, w := range s.state.Waiting {
-		if err := req.approver().MayAct(w.groupsAt(now)); err != nil {
+	for _, w := range s.state.Calls {
+		if w.CallID == "" {
+			continue
+		}
+		p := s.state.Profiles[w.Profile]
+		groups := p.Groups
+		if p.EscalateAfter > 0 && !now.Before(time.UnixMilli(w.RequestedAt).Add(p.EscalateAfter)) {
+			groups = append(slices.Clone(groups), p.EscalateTo...)
+		}
+		if err := req.approver().MayAct(groups); err != nil {
 			return temporal.NewApplicationError(fmt.Sprintf("%s may not end session %s: waiting call %s: %v", req.By, s.in.Session, w.CallID, err), ErrTypeNotAuthorized)
 		}
 	}
@@ -309,16 +612,50 @@ func (s *sessionRun) validateEnd(ctx workflow.Context, req EndRequest) error {
 	return nil
 }
 
-// end denies every waiting call and ends the session; it returns how many
-// calls were denied.
+// end ends the session: every waiting call is owed a denial, which the
+// main loop sends. It returns how many calls are denied.
 func (s *sessionRun) end(ctx workflow.Context, req EndRequest) (int, error) {
-	s.handled++
-	waiting := s.state.Waiting
-	s.state.Waiting = nil
 	s.state.Ended = true
-	for _, w := range waiting {
-		s.send(ctx, w.CallID, &policy.Decision{Kind: policy.DeniedWithReason, Reason: "the session was ended by " + req.By,
-			DecidedBy: req.By, DeciderGroups: req.Groups, Channel: "session"})
+	denial := policy.Decision{Kind: policy.DeniedWithReason, Reason: "the session was ended by " + req.By,
+		DecidedBy: req.By, DeciderGroups: req.Groups, Channel: "session"}
+	n := 0
+	for _, w := range s.state.Calls {
+		if w.CallID == "" {
+			continue
+		}
+		s.forget(w.CallID)
+		s.enqueue(w.CallID, s.answer("\x00end", denial))
+		n++
 	}
-	return len(waiting), nil
+	workflow.GetLogger(ctx).Info("Session ending", "session", s.in.Session, "by", req.By, "denied", n)
+	return n, nil
+}
+
+// unixMilliUp is t in Unix milliseconds, rounded up.
+func unixMilliUp(t time.Time) int64 {
+	ms := t.UnixMilli()
+	if t.Sub(time.UnixMilli(ms)) > 0 {
+		ms++
+	}
+	return ms
+}
+
+// changeAuthorizeSticky is the workflow.GetVersion change ID of the rule
+// that a sticky decision decides only calls its author could decide
+// directly (groups, escalation, no self-approval), in both workflows.
+const changeAuthorizeSticky = "authorize-sticky"
+
+// fromSticky is the decision a call receives from a sticky decision: the
+// original approver, through the session.
+func fromSticky(d StickyDecision) *policy.Decision {
+	return &policy.Decision{
+		Kind:      d.Decision.Kind,
+		Reason:    d.Decision.Reason,
+		DecidedBy: d.Decision.DecidedBy,
+		// The author's groups go along, so the call can tell who may
+		// have decided it.
+		DeciderGroups: d.Decision.DeciderGroups,
+		Channel:       "session",
+		Comment:       fmt.Sprintf("sticky decision %s taken by %s via %s on call %s", d.Decision.Kind, d.Decision.DecidedBy, d.Decision.Channel, d.FromCall),
+	}
 }

@@ -1,5 +1,5 @@
 // Package workflows holds toolgate's two workflows: ToolCallWorkflow, one
-// per tool call, and SessionWorkflow, one per agent session, which keeps the
+// per tool call, and ToolgateSession, one per agent session, which keeps the
 // sticky decisions. Names shared with clients (task queue, signals, updates,
 // queries, search attributes) are exported here.
 package workflows
@@ -23,8 +23,11 @@ const TaskQueue = "toolgate"
 // Workflow type names, as registered with the worker.
 const (
 	ToolCallWorkflowType = "ToolCallWorkflow"
-	SessionWorkflowType  = "SessionWorkflow"
+	SessionWorkflowType  = "ToolgateSession"
 	NoticesWorkflowType  = "NoticesWorkflow"
+	// LegacySessionWorkflowType is the type of sessions started by the
+	// first releases (LegacySessionWorkflow).
+	LegacySessionWorkflowType = "SessionWorkflow"
 )
 
 // Message names. Clients use them to talk to the workflows.
@@ -53,6 +56,9 @@ const (
 	// SignalSessionDecision (session → call) answers a registration or
 	// hands down a sticky decision taken on another call.
 	SignalSessionDecision = "session-decision"
+	// UpdateCancel cancels a call that waits for a person; argument: a
+	// CancelRequest. The call ends denied, "cancelled by <who>".
+	UpdateCancel = "cancel"
 	// UpdateRevoke removes a sticky decision; argument: a RevokeRequest.
 	UpdateRevoke = "revoke"
 	// UpdateEnd ends the session; argument: an EndRequest.
@@ -64,6 +70,9 @@ const (
 	QuerySticky = "sticky"
 	// SignalNotices (call → its NoticesWorkflow) carries a NoticesMessage.
 	SignalNotices = "notices"
+	// SignalReregister (session → call) asks a waiting call to register
+	// again: a fresh run of its session does not know it.
+	SignalReregister = "reregister"
 )
 
 // Error types carried by refused updates (temporal.ApplicationError.Type()).
@@ -105,6 +114,12 @@ var (
 	// view.
 	AttrDecidedBy = temporal.NewSearchAttributeKeyKeyword("ToolgateDecidedBy")
 	AttrChannel   = temporal.NewSearchAttributeKeyKeyword("ToolgateChannel")
+	// AttrGroups is set while a call waits for a person: the approver
+	// groups that may decide it (escalation groups added once it
+	// escalates), or "*" when any approver may.
+	AttrGroups = temporal.NewSearchAttributeKeyKeywordList("ToolgateGroups")
+	// AttrWaiting is on sessions: how many calls wait in them.
+	AttrWaiting = temporal.NewSearchAttributeKeyInt64("ToolgateWaiting")
 )
 
 // CallWorkflowID derives a call's workflow ID from its call ID, so a
@@ -151,6 +166,18 @@ type DecideRequest struct {
 	CallID   string          `json:"call_id"`
 	Decision policy.Decision `json:"decision"`
 }
+
+// CancelRequest is the argument of UpdateCancel: who cancels, and the
+// approver groups they act for. The call's requester may cancel it; anyone
+// else needs groups that cover the call.
+type CancelRequest struct {
+	CallID string   `json:"call_id"`
+	By     string   `json:"by"`
+	Groups []string `json:"groups,omitempty"`
+}
+
+// ChannelCancel is the channel of the denial a cancellation records.
+const ChannelCancel = "cancel"
 
 // EndRequest is the argument of UpdateEnd: who ends the session, and the
 // approver groups they act for ("*" for an admin).
@@ -288,6 +315,11 @@ type Registration struct {
 	Groups     []string  `json:"groups,omitempty"`
 	EscalateTo []string  `json:"escalate_to,omitempty"`
 	EscalateAt time.Time `json:"escalate_at,omitzero"`
+	// RequestedAt, EscalateAfter and Timeout: when the call was requested,
+	// and when it escalates and times out after that (ToolgateSession).
+	RequestedAt   time.Time     `json:"requested_at,omitzero"`
+	EscalateAfter time.Duration `json:"escalate_after,omitempty"`
+	Timeout       time.Duration `json:"timeout,omitempty"`
 }
 
 // groupsAt returns the groups that may decide the call at now.
@@ -334,7 +366,7 @@ type QuotaUse struct {
 	Times []time.Time `json:"times"`
 }
 
-// SessionInput starts (or continues) a SessionWorkflow.
+// SessionInput starts (or continues) a ToolgateSession.
 type SessionInput struct {
 	Session string `json:"session"`
 	// State is carried across continue-as-new.
@@ -351,21 +383,85 @@ type SessionInput struct {
 // decisions.
 const DefaultSessionIdleTimeout = 7 * 24 * time.Hour
 
-// SessionState is everything a session remembers.
+// SessionState is everything a session remembers, carried across
+// continue-as-new. Every list keeps insertion order, so workflow code never
+// depends on map order.
 type SessionState struct {
-	// Sticky and Waiting are slices kept in insertion order, so workflow
-	// code never depends on map order.
-	Sticky  []StickyDecision `json:"sticky,omitempty"`
-	Waiting []Registration   `json:"waiting,omitempty"`
-	Quotas  []QuotaUse       `json:"quotas,omitempty"`
-	Ended   bool             `json:"ended,omitempty"`
+	Sticky []StickyDecision `json:"sticky,omitempty"`
+	Quotas []QuotaUse       `json:"quotas,omitempty"`
+	Ended  bool             `json:"ended,omitempty"`
+	// Calls are the calls waiting for a person, compactly: what they share
+	// (tool, key, requester, groups...) is in Profiles.
+	Calls    []WaitingCall `json:"calls,omitempty"`
+	Profiles []CallProfile `json:"profiles,omitempty"`
+	// Outbox holds the answers not yet sent; an answer's decision is in
+	// Decisions. QuotaReplies likewise.
+	Outbox       []Delivery        `json:"outbox,omitempty"`
+	Decisions    []policy.Decision `json:"decisions,omitempty"`
+	QuotaReplies []QuotaReply      `json:"quota_replies,omitempty"`
+	// Waiting is how LegacySessionWorkflow kept its waiting calls; a
+	// ToolgateSession continued from one moves them into Calls.
+	Waiting []Registration `json:"waiting,omitempty"`
 }
 
-// SessionView is the QuerySession answer.
-type SessionView struct {
-	Session string `json:"session"`
-	SessionState
+// WaitingCall is one call waiting for a person: about 70 bytes of JSON.
+type WaitingCall struct {
+	CallID string `json:"c"`
+	// Profile indexes SessionState.Profiles.
+	Profile int `json:"p"`
+	// RequestedAt is when the call was requested, in Unix milliseconds,
+	// rounded up (so escalation is never seen early).
+	RequestedAt int64 `json:"t"`
 }
+
+// CallProfile is what many waiting calls have in common.
+type CallProfile struct {
+	Tool          string        `json:"tool"`
+	Key           string        `json:"key"`
+	Requester     string        `json:"requester,omitempty"`
+	Groups        []string      `json:"groups,omitempty"`
+	EscalateTo    []string      `json:"escalate_to,omitempty"`
+	EscalateAfter time.Duration `json:"escalate_after,omitempty"`
+	// Timeout is the call's deadline after RequestedAt; zero: unknown.
+	Timeout time.Duration `json:"timeout,omitempty"`
+}
+
+// Delivery is one answer the session owes a call.
+type Delivery struct {
+	CallID string `json:"c"`
+	// Decision indexes SessionState.Decisions, or is one of the Deliver*
+	// answers.
+	Decision int `json:"d"`
+}
+
+// Answers a Delivery carries instead of a decision.
+const (
+	// DeliverAskPerson: no sticky decision covers the call; ask a person.
+	DeliverAskPerson = -1
+	// DeliverReregister: a fresh run of the session asks a call it found
+	// waiting to register again.
+	DeliverReregister = -2
+)
+
+// QuotaReply is a quota answer the session owes a call.
+type QuotaReply struct {
+	CallID string      `json:"call_id"`
+	Answer QuotaAnswer `json:"answer"`
+}
+
+// SessionView is the QuerySession answer. Waiting lists at most
+// MaxWaitingShown calls; WaitingCount counts them all.
+type SessionView struct {
+	Session      string           `json:"session"`
+	Sticky       []StickyDecision `json:"sticky,omitempty"`
+	Waiting      []Registration   `json:"waiting,omitempty"`
+	WaitingCount int              `json:"waiting_count"`
+	Quotas       []QuotaUse       `json:"quotas,omitempty"`
+	Ended        bool             `json:"ended,omitempty"`
+}
+
+// MaxWaitingShown bounds SessionView.Waiting, so a query answer stays small.
+const MaxWaitingShown = 1000
 
 // describeDecision says who decided what, for "already decided" errors.
 func describeDecision(d *policy.Decision) string {
@@ -383,5 +479,7 @@ func SearchAttributeTypes() map[string]enumspb.IndexedValueType {
 		AttrRequester.GetName():   enumspb.INDEXED_VALUE_TYPE_KEYWORD,
 		AttrDecidedBy.GetName():   enumspb.INDEXED_VALUE_TYPE_KEYWORD,
 		AttrChannel.GetName():     enumspb.INDEXED_VALUE_TYPE_KEYWORD,
+		AttrGroups.GetName():      enumspb.INDEXED_VALUE_TYPE_KEYWORD_LIST,
+		AttrWaiting.GetName():     enumspb.INDEXED_VALUE_TYPE_INT,
 	}
 }

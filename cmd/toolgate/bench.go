@@ -12,19 +12,23 @@ func (a *app) benchCommand() *cobra.Command {
 		quick bool
 	)
 	cmd := &cobra.Command{
-		Use:   "bench [--quick] [--runs N] [--concurrency C] [--calls M] [--parked P] [--json FILE]",
+		Use:   "bench [--quick] [--runs N] [--concurrency C] [--calls M] [--parked P] [--waiting W] [--json FILE]",
 		Short: "Measure toolgate against a bare Temporal workflow, side by side",
 		Long: `Start an embedded Temporal server and both workers in this process, warm
 up, then measure in one run: latency of a bare workflow (local activity +
 activity) against an auto-approved call and a call decided by a sticky
 decision; a decision's round trip against a bare signal; throughput at a
-concurrency; and the cost of calls parked waiting for a person. Prints a
-table, writes every figure as JSON, and ends with one line of ratios.`,
+concurrency; the cost of calls parked waiting for a person; and the first
+page of the pending list with W calls waiting against a bare visibility
+listing of a page. Prints a table, writes every figure as JSON, and ends
+with one line of ratios.`,
 		Args: exactArgs(),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if quick {
 				q := bench.Quick()
 				o.Runs, o.Concurrency, o.Calls, o.Parked = pick(o.Runs, q.Runs), pick(o.Concurrency, q.Concurrency), pick(o.Calls, q.Calls), pick(o.Parked, q.Parked)
+				o.OneSession = pick(o.OneSession, q.OneSession)
+				o.Waiting = pick(o.Waiting, q.Waiting)
 			}
 			o.Logger = a.logger
 			_, err := bench.Run(cmd.Context(), o, a.stdout)
@@ -37,6 +41,8 @@ table, writes every figure as JSON, and ends with one line of ratios.`,
 	f.IntVar(&o.Concurrency, "concurrency", 0, "concurrency of the throughput case (default 50)")
 	f.IntVar(&o.Calls, "calls", 0, "calls per side in the throughput case (default 1000)")
 	f.IntVar(&o.Parked, "parked", 0, "calls parked at once (default 2000; try 10000)")
+	f.IntVar(&o.Waiting, "waiting", 0, "calls waiting when the pending list's first page is timed (default 10000)")
+	f.IntVar(&o.OneSession, "one-session", 0, "calls parked in ONE session and released by one approve-for-session (default 1000; try 10000)")
 	f.StringVar(&o.JSONPath, "json", "bench.json", "file for every figure as JSON")
 	f.BoolVar(&o.EagerStart, "eager-start", false, "start toolgate's calls and the baseline's workflows with eager workflow start")
 	return cmd

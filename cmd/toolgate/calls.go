@@ -202,27 +202,46 @@ func (a *app) printWaiting(st workflows.CallState, asJSON bool) {
 func (a *app) pendingCommand() *cobra.Command {
 	var (
 		session, toolName string
-		asJSON            bool
+		asJSON, all       bool
+		pageSize          int
 	)
 	cmd := &cobra.Command{
-		Use:   "pending [--session S] [--json]",
-		Short: "List calls waiting for a person",
-		Args:  exactArgs(),
+		Use:   "pending [--session S] [--tool T] [--all] [--page-size N] [--json]",
+		Short: "List calls waiting for a person, oldest first",
+		Long: `List the calls waiting for a person, oldest first: the first page, or
+every page with --all. The number of waiting calls follows the list (with
+--json, which prints the calls as a JSON array, it goes to stderr when
+more calls wait than are printed). Over --api only the calls the token may
+decide are listed and counted.`,
+		Args: exactArgs(),
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			size := pageSize
+			switch {
+			case size < 0 || size > tgclient.MaxPageSize:
+				return usageError("--page-size must be between 1 and %d", tgclient.MaxPageSize)
+			case size == 0 && all:
+				size = tgclient.MaxPageSize // fewer round trips
+			case size == 0:
+				size = tgclient.DefaultPageSize
+			}
 			c, closeFn, err := a.approver()
 			if err != nil {
 				return err
 			}
 			defer closeFn()
-			calls, err := c.Pending(cmd.Context(), tgclient.ListFilter{Session: session, Tool: toolName})
+			calls, total, more, err := pendingPages(cmd.Context(), c, tgclient.ListFilter{Session: session, Tool: toolName}, size, all)
+			var inputErr *tgclient.InputError
+			if errors.As(err, &inputErr) {
+				return usageError("%v", err)
+			}
 			if err != nil {
 				return err
 			}
 			if asJSON {
-				if calls == nil {
-					calls = []tgclient.PendingCall{}
-				}
 				writeJSON(a.stdout, calls)
+				if more {
+					fmt.Fprintf(a.stderr, "the oldest %d of %d waiting calls; --all lists them all\n", len(calls), total)
+				}
 				return nil
 			}
 			if len(calls) == 0 {
@@ -235,15 +254,55 @@ func (a *app) pendingCommand() *cobra.Command {
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", p.CallID, p.Session, p.Tool,
 					time.Since(p.RequestedAt).Round(time.Second), abridge(p.Args, 60), abridge(p.Message, 80))
 			}
-			return tw.Flush()
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			if more {
+				fmt.Fprintf(a.stdout, "the oldest %d of %d waiting calls; --all lists them all\n", len(calls), total)
+			} else {
+				fmt.Fprintf(a.stdout, "%d waiting %s\n", total, plural(total, "call", "calls"))
+			}
+			return nil
 		},
 	}
-	cmd.Flags().StringVar(&session, "session", "", "only calls of this session")
-	cmd.Flags().StringVar(&toolName, "tool", "", "only calls of this tool")
-	cmd.Flags().BoolVar(&asJSON, "json", false, "print as JSON")
+	f := cmd.Flags()
+	f.StringVar(&session, "session", "", "only calls of this session")
+	f.StringVar(&toolName, "tool", "", "only calls of this tool")
+	f.BoolVar(&all, "all", false, "follow the pages: list every waiting call")
+	f.IntVar(&pageSize, "page-size", 0, fmt.Sprintf("calls per page, 1 to %d (default %d; %d with --all)", tgclient.MaxPageSize, tgclient.DefaultPageSize, tgclient.MaxPageSize))
+	f.BoolVar(&asJSON, "json", false, "print the calls as a JSON array")
 	a.conn.addFlags(cmd)
 	a.api.add(cmd)
 	return cmd
+}
+
+// pendingPages reads the first page of waiting calls, or every page when
+// all is set. total is the count the last page gave; more says calls were
+// left unread.
+func pendingPages(ctx context.Context, c approverAPI, f tgclient.ListFilter, size int, all bool) (calls []tgclient.CallSummary, total int64, more bool, err error) {
+	calls = []tgclient.CallSummary{}
+	req := tgclient.PageRequest{Size: size}
+	for {
+		page, err := c.Pending(ctx, f, req)
+		if err != nil {
+			return nil, 0, false, err
+		}
+		calls, total = append(calls, page.Calls...), page.Total
+		switch {
+		case page.NextPageToken == "":
+			return calls, total, false, nil
+		case !all:
+			return calls, total, true, nil
+		}
+		req.Token = page.NextPageToken
+	}
+}
+
+func plural(n int64, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }
 
 func abridge(s string, n int) string {

@@ -84,6 +84,48 @@ the session (and the calls of that tool waiting now).`,
 	return cmd
 }
 
+func (a *app) cancelCommand() *cobra.Command {
+	var canceller deciderFlags
+	cmd := &cobra.Command{
+		Use:   "cancel CALL_ID --by NAME",
+		Short: "Cancel a call that waits for a person",
+		Long: `Cancel a call that waits for a person: it ends at once, denied, with the
+reason "cancelled by NAME", and its session forgets it. The agent that
+requested the call may cancel it (over --api: an agent token, its own calls);
+so may an approver whose groups cover it, or an admin. Exit status 0 when it
+was cancelled; 1 with the reason when it was refused (unknown call, already
+decided, not waiting, not allowed).`,
+		Args: exactArgs("CALL_ID"),
+		RunE: a.withApprover(func(cmd *cobra.Command, c approverAPI, args []string) error {
+			if canceller.by == "" && a.api.url == "" {
+				return usageError("--by must name who cancels (with --api the token names you)")
+			}
+			applied, err := c.Cancel(cmd.Context(), args[0], canceller.approver())
+			if err := refusedDecision(err); err != nil {
+				return err
+			}
+			fmt.Fprintf(a.stdout, "call %s: %s\n", args[0], applied.Reason)
+			return nil
+		}),
+	}
+	canceller.add(cmd, "cancels (the requester, or an approver)", "")
+	a.conn.addFlags(cmd)
+	a.api.add(cmd)
+	return cmd
+}
+
+// refusedDecision turns a refused decision or cancellation into exit
+// status 1 with the reason.
+func refusedDecision(err error) error {
+	var refused *tgclient.RefusedError
+	var decided *tgclient.AlreadyDecidedError
+	switch {
+	case errors.As(err, &decided), errors.As(err, &refused), errors.Is(err, tgclient.ErrUnknownCall):
+		return &exitError{code: exitFailure, err: fmt.Errorf("refused: %w", err)}
+	}
+	return err
+}
+
 func (a *app) decide(cmd *cobra.Command, callID string, d policy.Decision) error {
 	if d.DecidedBy == "" && a.api.url == "" {
 		return usageError("--by must name who decides (with --api the token names you)")
@@ -94,12 +136,7 @@ func (a *app) decide(cmd *cobra.Command, callID string, d policy.Decision) error
 	}
 	defer closeFn()
 	applied, err := c.Decide(cmd.Context(), callID, d)
-	var refused *tgclient.RefusedError
-	var decided *tgclient.AlreadyDecidedError
-	switch {
-	case errors.As(err, &decided), errors.As(err, &refused), errors.Is(err, tgclient.ErrUnknownCall):
-		return &exitError{code: exitFailure, err: fmt.Errorf("refused: %w", err)}
-	case err != nil:
+	if err := refusedDecision(err); err != nil {
 		return err
 	}
 	fmt.Fprintf(a.stdout, "call %s: %s by %s\n", callID, applied.Kind, applied.DecidedBy)

@@ -253,7 +253,7 @@ func (a *app) serveHTTP(addr string, h http.Handler) (url string, stop func(), e
 	if err != nil {
 		return "", nil, fmt.Errorf("HTTP listener: %w", err)
 	}
-	hs := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
+	hs := server.NewHTTPServer(h) // long polls end when stop begins
 	go func() {
 		if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			a.logger.Error("HTTP listener stopped", zap.Error(err))

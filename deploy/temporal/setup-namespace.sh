@@ -37,5 +37,7 @@ temporal operator search-attribute create --address "$TEMPORAL_ADDRESS" --namesp
   --name ToolgateRequestedAt --type Datetime \
   --name ToolgateRequester --type Keyword \
   --name ToolgateDecidedBy --type Keyword \
-  --name ToolgateChannel --type Keyword
+  --name ToolgateChannel --type Keyword \
+  --name ToolgateGroups --type KeywordList \
+  --name ToolgateWaiting --type Int
 echo "temporal-namespace: done"

@@ -5,6 +5,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"regexp"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
 )
 
 // RejectedOutputError is AfterCall's refusal of a tool's output. Its text,
@@ -63,4 +66,47 @@ func anyString(output []byte, f func(string) bool) bool {
 			return true
 		}
 	}
+}
+
+// after reads the after-call rules (the `after:` section).
+func (l *loader) after(n *yaml.Node) []*afterRule {
+	if n == nil || isNull(n) {
+		return nil
+	}
+	if n.Kind != yaml.SequenceNode {
+		l.errorf(n, "after must be a list, not %s", describe(n))
+		return nil
+	}
+	var out []*afterRule
+	names := map[string]bool{}
+	for i, en := range n.Content {
+		where := fmt.Sprintf("after[%d]", i)
+		if name := peekName(en); name != "" && !names[name] {
+			where = fmt.Sprintf("after-call rule %q", name)
+		}
+		f := l.fields(en, where, "name", "tools", "max_output_bytes", "reject_pattern", "reason")
+		if en.Kind != yaml.MappingNode {
+			continue
+		}
+		a := &afterRule{name: strings.TrimSpace(l.str(f["name"], where+": name"))}
+		switch {
+		case a.name == "":
+			l.errorf(en, "%s: name is missing", where)
+		case names[a.name]:
+			l.errorf(f["name"], "%s: another after-call rule is named %q", where, a.name)
+		}
+		names[a.name] = true
+		a.tools = l.globs(f["tools"], where+": tools")
+		a.maxBytes = l.positiveInt(f["max_output_bytes"], where+": max_output_bytes")
+		a.reject = l.regexp(f["reject_pattern"], where+": reject_pattern")
+		a.reason = strings.TrimSpace(l.str(f["reason"], where+": reason"))
+		if a.reason == "" {
+			a.reason = defaultRejectReason
+		}
+		if f["max_output_bytes"] == nil && f["reject_pattern"] == nil {
+			l.errorf(en, "%s: give max_output_bytes, reject_pattern or both", where)
+		}
+		out = append(out, a)
+	}
+	return out
 }

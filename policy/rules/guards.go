@@ -8,6 +8,9 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/bmatcuk/doublestar/v4"
+	"go.yaml.in/yaml/v3"
+
 	"github.com/toolgate/toolgate/confine"
 )
 
@@ -155,50 +158,70 @@ func (g *guards) checkProtected(arg, p, rel string) string {
 	return ""
 }
 
-// matchPathGlob matches a slash path against a glob anchored at the
-// workspace root: "**" as a whole segment matches any number of segments
-// (zero included, so ".git/**" matches ".git" itself); other segments use
-// path.Match, where "*" does not cross "/".
+// matchPathGlob matches a clean, workspace-relative slash path against a
+// glob anchored at the workspace root, in doublestar's syntax
+// (github.com/bmatcuk/doublestar/v4): "**" as a whole segment matches any
+// number of segments, "*" and "?" do not cross "/", "[a-z]" and "[!x]"
+// (or "[^x]") are classes, "{a,b}" are alternatives, and a backslash
+// escapes.
+//
+// A glob ending in "/**" also matches the directory itself, zero segments
+// below it (".git/**" protects ".git", so the directory cannot be renamed
+// or removed). doublestar does so for a literal directory but not when
+// the last segment before "/**" is a wildcard matching it ("secret*/**"
+// against "secret"), so that case is matched once more without the
+// trailing "/**" segments.
+//
+// One difference from a segment-by-segment match remains and is kept: in
+// doublestar a negated class ("[!x]") can match a "/" ("a[!x]b" matches
+// "a/b"). A protected path only ever refuses, so that can protect more,
+// never less.
 func matchPathGlob(glob, name string) bool {
-	return matchSegments(strings.Split(glob, "/"), strings.Split(name, "/"))
-}
-
-func matchSegments(pat, name []string) bool {
-	for len(pat) > 0 {
-		if pat[0] == "**" {
-			for len(pat) > 0 && pat[0] == "**" {
-				pat = pat[1:]
-			}
-			if len(pat) == 0 {
-				return true
-			}
-			for i := range len(name) + 1 {
-				if matchSegments(pat, name[i:]) {
-					return true
-				}
-			}
-			return false
-		}
-		if len(name) == 0 {
-			return false
-		}
-		if ok, _ := path.Match(pat[0], name[0]); !ok {
-			return false
-		}
-		pat, name = pat[1:], name[1:]
+	if doublestar.MatchUnvalidated(glob, name) {
+		return true
 	}
-	return len(name) == 0
+	dir := glob
+	for strings.HasSuffix(dir, "/**") {
+		dir = strings.TrimSuffix(dir, "/**")
+	}
+	return dir != glob && doublestar.MatchUnvalidated(dir, name)
 }
 
-// validPathGlob reports whether every segment of glob is a valid pattern.
+// validPathGlob reports whether glob is a valid doublestar pattern.
 func validPathGlob(glob string) error {
 	if glob == "" {
 		return errors.New("empty glob")
 	}
-	for _, seg := range strings.Split(glob, "/") {
-		if _, err := path.Match(seg, ""); err != nil {
-			return fmt.Errorf("bad glob %q: %w", glob, err)
-		}
+	if !doublestar.ValidatePattern(glob) {
+		return fmt.Errorf("bad glob %q: %w", glob, doublestar.ErrBadPattern)
 	}
 	return nil
+}
+
+// guards reads the `guards:` section; without one, only the built-in
+// tools' paths are confined to the workspace.
+func (l *loader) guards(n *yaml.Node, workspace string) *guards {
+	if n == nil {
+		// The built-in tools' paths are confined all the same.
+		return &guards{root: workspace}
+	}
+	f := l.fields(n, "guards", "workspace_root", "path_args", "protected_paths")
+	g := &guards{root: workspace, pathArgs: []string{"path"}}
+	if rn := f["workspace_root"]; rn != nil {
+		if root := l.absDir(rn, l.str(rn, "guards: workspace_root"), l.dir); root != "" {
+			g.root = root
+		}
+	}
+	if f["path_args"] != nil {
+		g.pathArgs = l.strList(f["path_args"], "guards: path_args")
+	}
+	for _, glob := range l.strList(f["protected_paths"], "guards: protected_paths") {
+		glob = strings.TrimPrefix(glob, "/") // globs are anchored at the root anyway
+		if err := validPathGlob(glob); err != nil {
+			l.errorf(f["protected_paths"], "guards: protected_paths: %v", err)
+			continue
+		}
+		g.protected = append(g.protected, glob)
+	}
+	return g
 }

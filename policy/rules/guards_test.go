@@ -36,6 +36,23 @@ func TestMatchPathGlob(t *testing.T) {
 		{"secrets/**/*.json", "other/x.json", false},
 		{"**", "anything/at/all", true},
 		{"*.key", "dir/x.key", false},
+		{"*.key", "x.key", true},
+		{"src/*.go", "src/a/b.go", false},
+		// A trailing "/**" covers the directory itself also when its last
+		// segment is a wildcard (doublestar alone says no to this).
+		{"secret*/**", "secret", true},
+		{"secret*/**", "secrets/db.json", true},
+		{"secret*/**", "public/secret", false},
+		{"**/build/**", "a/build", true},
+		{"a/**/**", "a", true},
+		// doublestar's syntax: alternatives and negated classes.
+		{"{.env,.envrc}", ".envrc", true},
+		{"{.env,.envrc}", ".envx", false},
+		{"**/*.{pem,key}", "certs/prod.key", true},
+		{"[!.]*", ".hidden", false},
+		{"[!.]*", "visible", true},
+		{"\\*", "*", true},
+		{"\\*", "x", false},
 	}
 	for _, tt := range tests {
 		assert.Equal(t, tt.want, matchPathGlob(tt.glob, tt.name), "%s ~ %s", tt.glob, tt.name)

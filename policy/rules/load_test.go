@@ -93,6 +93,7 @@ rules:
 		{"after without a limit", "after:\n  - name: a\n", []string{`test.yaml:2: after-call rule "a": give max_output_bytes, reject_pattern or both`}},
 		{"after bad size", "after:\n  - {name: a, max_output_bytes: lots}\n", []string{`test.yaml:2: after-call rule "a": max_output_bytes must be a whole number`}},
 		{"guards bad glob", "guards:\n  protected_paths: ['[']\n", []string{`test.yaml:2: guards: protected_paths: bad glob`}},
+		{"guards unclosed alternatives", "guards:\n  protected_paths: ['secrets/{a,b']\n", []string{`test.yaml:2: guards: protected_paths: bad glob "secrets/{a,b": syntax error in pattern`}},
 		{"quota without per", "quotas:\n  - {name: q, tools: [x], max: 3}\n", []string{`test.yaml:2: quota "q": per is missing`}},
 		{"quota zero max", "quotas:\n  - {name: q, tools: [x], max: 0, per: 1h}\n", []string{`test.yaml:2: quota "q": max must be positive`}},
 	}

@@ -3,8 +3,12 @@ package rules
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"regexp"
+	"slices"
 	"strings"
+
+	"go.yaml.in/yaml/v3"
 )
 
 // Names of the built-in redaction patterns, as written in
@@ -219,3 +223,72 @@ func writeJSONString(b *bytes.Buffer, s string) {
 	_ = enc.Encode(s)       // cannot fail for a string
 	b.Truncate(b.Len() - 1) // Encode's newline
 }
+
+// redact reads the `redact:` section: which built-in patterns apply and
+// the file's own.
+func (l *loader) redact(n *yaml.Node) *redactor {
+	f := l.fields(n, "redact", "builtin", "disable", "patterns")
+	r := &redactor{}
+	builtin := l.boolean(f["builtin"], "redact: builtin", true)
+	disable := l.strList(f["disable"], "redact: disable")
+	known := builtinPatternNames()
+	for _, d := range disable {
+		if !slices.Contains(known, d) {
+			l.errorf(f["disable"], "redact: disable: unknown built-in pattern %q (known: %s)", d, strings.Join(known, ", "))
+		}
+	}
+	if builtin {
+		for _, p := range builtinPatterns {
+			if !slices.Contains(disable, p.name) {
+				r.patterns = append(r.patterns, p)
+			}
+		}
+		r.keys = !slices.Contains(disable, PatternCredential)
+	}
+	pn := f["patterns"]
+	if pn == nil || isNull(pn) {
+		return r
+	}
+	if pn.Kind != yaml.SequenceNode {
+		l.errorf(pn, "redact: patterns must be a list, not %s", describe(pn))
+		return r
+	}
+	names := map[string]bool{}
+	for i, en := range pn.Content {
+		where := fmt.Sprintf("redact: patterns[%d]", i)
+		pf := l.fields(en, where, "name", "regex")
+		if en.Kind != yaml.MappingNode {
+			continue
+		}
+		name := l.str(pf["name"], where+": name")
+		switch {
+		case name == "":
+			l.errorf(en, "%s: name is missing", where)
+		case !patternNameRe.MatchString(name):
+			l.errorf(pf["name"], "%s: name %q may only hold letters, digits, _, . and -", where, name)
+		case names[name] || slices.Contains(known, name):
+			l.errorf(pf["name"], "%s: the name %q is already used", where, name)
+		}
+		names[name] = true
+		if pf["regex"] == nil {
+			l.errorf(en, "%s: regex is missing", where)
+			continue
+		}
+		re := l.regexp(pf["regex"], where+": regex")
+		if re == nil {
+			continue
+		}
+		if re.MatchString("") {
+			l.errorf(pf["regex"], "%s: the regex matches the empty string", where)
+			continue
+		}
+		p := redactionPattern{name: name, re: re}
+		if g := re.SubexpIndex("secret"); g > 0 {
+			p.groups = []int{g}
+		}
+		r.patterns = append(r.patterns, p)
+	}
+	return r
+}
+
+var patternNameRe = regexp.MustCompile(`^[A-Za-z0-9_.-]+$`)

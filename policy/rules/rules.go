@@ -138,22 +138,6 @@ func formatDuration(d time.Duration) string {
 	return s
 }
 
-// Quota bounds how often tools may be called. The policy only parses and
-// validates quotas; the session workflow enforces them.
-type Quota struct {
-	// Name identifies the quota in messages and the audit trail.
-	Name string `json:"name"`
-	// Tools are the globs (path.Match syntax) of the tools it counts.
-	Tools []string `json:"tools"`
-	// Max is how many calls are allowed per window; always > 0.
-	Max int `json:"max"`
-	// Per is the window's length; always > 0.
-	Per time.Duration `json:"per"`
-}
-
-// Matches reports whether the quota counts calls of tool.
-func (q Quota) Matches(tool string) bool { return matchAny(q.Tools, tool) }
-
 // Schedule is when an ask rule reminds and escalates while a call waits.
 // The policy only parses it; the approval workflow acts on it.
 type Schedule struct {

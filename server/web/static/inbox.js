@@ -52,13 +52,20 @@ function callItem(c) {
   return li;
 }
 
+// One page of it, oldest first: the poll reads the same page again, and
+// the count is every waiting call the approver may decide.
 const list = document.getElementById("pending");
 if (list) {
   poll(list.dataset.live, (data) => {
     list.replaceChildren(...data.calls.map(callItem));
-    document.getElementById("pending-count").textContent = data.calls.length;
+    document.getElementById("pending-count").textContent = data.total;
     document.getElementById("pending-empty").hidden = data.calls.length > 0;
-    document.title = (data.calls.length ? "(" + data.calls.length + ") " : "") + "Waiting · toolgate inbox";
+    document.getElementById("pending-shown").textContent = data.calls.length;
+    const next = document.getElementById("pending-next");
+    next.hidden = !data.next_url;
+    if (data.next_url) next.href = data.next_url;
+    document.getElementById("pending-paging").hidden = !(data.later || data.next_url);
+    document.title = (data.total ? "(" + data.total + ") " : "") + "Waiting · toolgate inbox";
   });
 }
 

@@ -1,0 +1,199 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	tgclient "github.com/toolgate/toolgate/client"
+	"github.com/toolgate/toolgate/policy"
+	"github.com/toolgate/toolgate/workflows"
+)
+
+// BaselineSignalActivityWorkflow waits for one signal, then runs one
+// activity and returns: the fair floor for a decision, which wakes a call
+// that then runs its tool.
+func BaselineSignalActivityWorkflow(ctx workflow.Context, args json.RawMessage) (json.RawMessage, error) {
+	var v string
+	workflow.GetSignalChannel(ctx, signalName).Receive(ctx, &v)
+	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		StartToCloseTimeout: time.Minute,
+		RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 3},
+	})
+	var out json.RawMessage
+	err := workflow.ExecuteActivity(actx, ba.Tool, args).Get(ctx, &out)
+	return out, err
+}
+
+// OneSession is the cost of many calls waiting in one session, released by
+// one approve-for-session, against bare workflows doing the same work.
+type OneSession struct {
+	Calls int `json:"calls"`
+	// ParkPerSec: calls parked in the session per second; BasePerSec: bare
+	// workflows started and waiting for a signal per second.
+	ParkPerSec float64 `json:"park_per_sec"`
+	BasePerSec float64 `json:"base_per_sec"`
+	// FanoutSeconds: from the approve-for-session until every call ran;
+	// BaseFanoutSeconds: from the first signal until every bare workflow
+	// ran its activity.
+	FanoutSeconds     float64 `json:"fanout_seconds"`
+	BaseFanoutSeconds float64 `json:"base_fanout_seconds"`
+	// The session's runs (continue-as-new) and the longest run's history;
+	// Terminated says whether the server terminated one (it must not).
+	SessionRuns       int  `json:"session_runs"`
+	MaxSessionEvents  int  `json:"max_session_events"`
+	SessionTerminated bool `json:"session_terminated"`
+}
+
+// oneSession parks Options.OneSession calls in one session, releases them
+// with one approve-for-session, and does the same work with bare
+// workflows: start N that wait for a signal, signal them all.
+func (b *runner) oneSession(ctx context.Context, r *Report) error {
+	n := b.o.OneSession
+	s := &r.OneSession
+	s.Calls = n
+	session := fmt.Sprintf("bench-one-%d", time.Now().UnixNano())
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("%s-%d", session, i)
+	}
+	start := time.Now()
+	var next atomic.Int64
+	if _, err := b.concurrently(ctx, n, func(ctx context.Context) error {
+		id := ids[next.Add(1)-1]
+		_, err := b.calls.Submit(ctx, tgclient.CallRequest{Session: session, Tool: toolAsk, Args: args, CallID: id})
+		return err
+	}); err != nil {
+		return err
+	}
+	if err := b.waitSessionHolds(ctx, session, n); err != nil {
+		return err
+	}
+	s.ParkPerSec = float64(n) / time.Since(start).Seconds()
+
+	start = time.Now()
+	var base []client.WorkflowRun
+	if _, err := b.concurrentlyCollect(ctx, n, func(ctx context.Context) (client.WorkflowRun, error) {
+		return b.tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{TaskQueue: baselineQueue}, BaselineSignalActivityWorkflow, args)
+	}, &base); err != nil {
+		return err
+	}
+	for _, run := range base {
+		if err := b.waitFirstTask(ctx, run.GetID()); err != nil {
+			return err
+		}
+	}
+	s.BasePerSec = float64(n) / time.Since(start).Seconds()
+
+	start = time.Now()
+	if _, err := b.calls.Decide(ctx, ids[0], policy.Decision{Kind: policy.ApprovedForSession, DecidedBy: "bench", Channel: "cli"}); err != nil {
+		return err
+	}
+	for _, id := range ids {
+		res, err := b.calls.Wait(ctx, id)
+		if err != nil {
+			return err
+		}
+		if res.Status != workflows.StatusOK {
+			return fmt.Errorf("call %s: %s (%s)", id, res.Status, res.Reason)
+		}
+	}
+	s.FanoutSeconds = time.Since(start).Seconds()
+
+	start = time.Now()
+	next.Store(0)
+	if _, err := b.concurrently(ctx, n, func(ctx context.Context) error {
+		return b.tc.SignalWorkflow(ctx, base[next.Add(1)-1].GetID(), "", signalName, "approved")
+	}); err != nil {
+		return err
+	}
+	for _, run := range base {
+		if err := run.Get(ctx, nil); err != nil {
+			return err
+		}
+	}
+	s.BaseFanoutSeconds = time.Since(start).Seconds()
+	return b.sessionHistory(ctx, session, s)
+}
+
+// waitSessionHolds waits until n calls wait in the session.
+func (b *runner) waitSessionHolds(ctx context.Context, session string, n int) error {
+	for {
+		v, err := b.calls.Session(ctx, session)
+		if err == nil && v.WaitingCount >= n {
+			return nil
+		}
+		if err := sleep(ctx, 50*time.Millisecond); err != nil {
+			return fmt.Errorf("session %s holds %d of %d calls: %w", session, v.WaitingCount, n, err)
+		}
+	}
+}
+
+// sessionHistory counts the session's runs and their longest history.
+func (b *runner) sessionHistory(ctx context.Context, session string, s *OneSession) error {
+	var token []byte
+	for {
+		resp, err := b.tc.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{
+			Query: fmt.Sprintf("WorkflowId = '%s'", workflows.SessionWorkflowID(session)), NextPageToken: token,
+		})
+		if err != nil {
+			return fmt.Errorf("list session runs: %w", err)
+		}
+		for _, e := range resp.GetExecutions() {
+			s.SessionRuns++
+			d, err := b.tc.DescribeWorkflowExecution(ctx, e.GetExecution().GetWorkflowId(), e.GetExecution().GetRunId())
+			if err != nil {
+				return fmt.Errorf("describe session run: %w", err)
+			}
+			info := d.GetWorkflowExecutionInfo()
+			s.MaxSessionEvents = max(s.MaxSessionEvents, int(info.GetHistoryLength()))
+			if info.GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_TERMINATED {
+				s.SessionTerminated = true
+			}
+		}
+		if token = resp.GetNextPageToken(); len(token) == 0 {
+			return nil
+		}
+	}
+}
+
+// concurrentlyCollect is concurrently for functions with a result.
+func (b *runner) concurrentlyCollect(ctx context.Context, n int, f func(context.Context) (client.WorkflowRun, error), into *[]client.WorkflowRun) (time.Duration, error) {
+	runs := make([]client.WorkflowRun, n)
+	var next atomic.Int64
+	d, err := b.concurrently(ctx, n, func(ctx context.Context) error {
+		run, err := f(ctx)
+		runs[next.Add(1)-1] = run
+		return err
+	})
+	*into = runs
+	return d, err
+}
+
+// signalActivityOnce times one bare workflow woken by a signal that then
+// runs one activity: the fair baseline for a decision.
+func (b *runner) signalActivityOnce(ctx context.Context) (time.Duration, error) {
+	run, err := b.tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{TaskQueue: baselineQueue}, BaselineSignalActivityWorkflow, args)
+	if err != nil {
+		return 0, err
+	}
+	if err := b.waitFirstTask(ctx, run.GetID()); err != nil {
+		return 0, err
+	}
+	start := time.Now()
+	if err := b.tc.SignalWorkflow(ctx, run.GetID(), "", signalName, "approved"); err != nil {
+		return 0, err
+	}
+	if err := run.Get(ctx, nil); err != nil {
+		return 0, err
+	}
+	return time.Since(start), nil
+}
