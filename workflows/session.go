@@ -65,8 +65,14 @@ type sessionRun struct {
 	// index maps a waiting call's ID to its place in state.Calls; a
 	// forgotten call leaves an empty CallID until the next compaction.
 	index map[string]int
-	// queued maps a call's ID to its answer in state.Outbox.
+	// queued maps a call's ID to its answer in state.Outbox; sent counts
+	// the answers at the head of the outbox already sent. Both keep the
+	// work of a batch proportional to the batch, not to the session.
 	queued map[string]int
+	sent   int
+	// pruneAt is the earliest deadline of a waiting call: nothing is
+	// pruned before it.
+	pruneAt time.Time
 	// received counts this run's messages, for continue-as-new.
 	received int
 	// rebuild is the visibility listing of a fresh run, until handled.
@@ -96,18 +102,33 @@ func (s *sessionRun) adoptLegacyWaiting() {
 	s.state.Waiting = nil
 }
 
-// reindex rebuilds the maps from the state, dropping forgotten calls.
+// reindex drops forgotten calls and sent answers from the state and
+// rebuilds the maps: O(calls), so only when the garbage is as large as the
+// rest, or before the state is carried across continue-as-new.
 func (s *sessionRun) reindex() {
 	s.state.Calls = slices.DeleteFunc(s.state.Calls, func(w WaitingCall) bool { return w.CallID == "" })
 	s.index = make(map[string]int, len(s.state.Calls))
 	for i, w := range s.state.Calls {
 		s.index[w.CallID] = i
 	}
+	s.state.Outbox = slices.Clone(s.state.Outbox[s.sent:])
+	s.sent = 0
 	s.queued = make(map[string]int, len(s.state.Outbox))
 	for i, d := range s.state.Outbox {
 		s.queued[d.CallID] = i
 	}
 }
+
+// tidy compacts the state when forgotten calls or sent answers make up
+// half of it.
+func (s *sessionRun) tidy() {
+	if len(s.state.Calls) > 2*len(s.index)+64 || s.sent > len(s.state.Outbox)/2+64 {
+		s.reindex()
+	}
+}
+
+// pending is the outbox's answers not yet sent.
+func (s *sessionRun) pending() []Delivery { return s.state.Outbox[s.sent:] }
 
 func (s *sessionRun) registerHandlers(ctx workflow.Context) error {
 	if err := workflow.SetQueryHandler(ctx, QuerySession, func() (SessionView, error) { return s.view(), nil }); err != nil {
@@ -148,6 +169,7 @@ func (s *sessionRun) run(ctx workflow.Context) error {
 	if workflow.GetInfo(ctx).ContinuedExecutionRunID == "" {
 		s.startRebuild(ctx)
 	}
+	s.pruneAt = s.nextPrune(ctx)
 	idle := s.in.IdleTimeout
 	if idle <= 0 {
 		idle = DefaultSessionIdleTimeout
@@ -207,14 +229,14 @@ func (s *sessionRun) awaitWork(ctx workflow.Context, box inbox, idle time.Durati
 	}
 	wait := idle
 	if len(s.index) > 0 {
-		wait = max(s.nextPrune(ctx).Sub(workflow.Now(ctx)), time.Second)
+		wait = max(s.pruneAt.Sub(workflow.Now(ctx)), time.Second)
 	}
 	return awaitWithTimeout(ctx, wait, hasWork)
 }
 
 // owes reports whether answers wait to be sent.
 func (s *sessionRun) owes() bool {
-	return len(s.state.Outbox) > 0 || len(s.state.QuotaReplies) > 0
+	return len(s.pending()) > 0 || len(s.state.QuotaReplies) > 0
 }
 
 // drain handles every message already delivered, sticky decisions first
@@ -260,8 +282,8 @@ func (s *sessionRun) drain(ctx workflow.Context, box inbox) {
 // when the run should continue as new (the rest stays in the outbox).
 func (s *sessionRun) flush(ctx workflow.Context, box inbox) {
 	for s.owes() {
-		n := min(len(s.state.Outbox), maxBatch)
-		batch := s.state.Outbox[:n]
+		n := min(len(s.pending()), maxBatch)
+		batch := slices.Clone(s.pending()[:n])
 		replies := s.state.QuotaReplies[:min(len(s.state.QuotaReplies), maxBatch-n)]
 		var sent []workflow.Future
 		for _, d := range batch {
@@ -277,7 +299,10 @@ func (s *sessionRun) flush(ctx workflow.Context, box inbox) {
 		for _, q := range replies {
 			callIDs = append(callIDs, q.CallID)
 		}
-		s.state.Outbox = slices.Clone(s.state.Outbox[n:])
+		for _, d := range batch {
+			delete(s.queued, d.CallID)
+		}
+		s.sent += n
 		s.state.QuotaReplies = slices.Clone(s.state.QuotaReplies[len(replies):])
 		for i, f := range sent {
 			if err := f.Get(ctx, nil); err != nil {
@@ -287,11 +312,12 @@ func (s *sessionRun) flush(ctx workflow.Context, box inbox) {
 				s.forget(callIDs[i])
 			}
 		}
-		if len(s.state.Outbox) == 0 {
+		if len(s.pending()) == 0 {
+			s.state.Outbox, s.sent = nil, 0
 			s.state.Decisions = nil
 			clear(s.answers)
 		}
-		s.reindex()
+		s.tidy()
 		s.drain(ctx, box)
 		if s.continueAsNewNow(ctx) {
 			return
@@ -359,6 +385,9 @@ func (s *sessionRun) register(ctx workflow.Context, r Registration) {
 	if _, known := s.index[r.CallID]; !known {
 		s.index[r.CallID] = len(s.state.Calls)
 		s.state.Calls = append(s.state.Calls, w)
+		if d := s.deadlineOf(w); s.pruneAt.IsZero() || d.Before(s.pruneAt) {
+			s.pruneAt = d
+		}
 	}
 	s.enqueue(r.CallID, DeliverAskPerson)
 }
@@ -420,14 +449,19 @@ func (s *sessionRun) forget(callID string) {
 }
 
 // prune forgets the calls past their deadline (and a grace period): they
-// ended without saying so, e.g. terminated.
+// ended without saying so, e.g. terminated. It looks at the calls only once
+// the earliest deadline has come.
 func (s *sessionRun) prune(ctx workflow.Context) {
 	now := workflow.Now(ctx)
+	if now.Before(s.pruneAt) {
+		return
+	}
 	for _, w := range s.state.Calls {
 		if w.CallID != "" && !now.Before(s.deadlineOf(w)) {
 			s.forget(w.CallID)
 		}
 	}
+	s.pruneAt = s.nextPrune(ctx)
 }
 
 // deadlineOf is when w is dropped if it never says it is done.
