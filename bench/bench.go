@@ -435,8 +435,8 @@ func (b *runner) parked(ctx context.Context, r *Report) error {
 	}); err != nil {
 		return err
 	}
-	// Each call's own state, not a visibility listing: with thousands of
-	// calls parked, SQLite visibility queries take seconds each.
+	// Each call's own state: it says pending as soon as the call waits,
+	// before visibility (written asynchronously) does.
 	for _, id := range ids {
 		if err := b.waitPending(ctx, id); err != nil {
 			return err

@@ -93,6 +93,9 @@ func (b *runner) oneSession(ctx context.Context, r *Report) error {
 	}
 	s.BasePerSec = float64(n) / time.Since(start).Seconds()
 
+	if err := b.waitPending(ctx, ids[0]); err != nil { // the session's answer reached it
+		return err
+	}
 	start = time.Now()
 	if _, err := b.calls.Decide(ctx, ids[0], policy.Decision{Kind: policy.ApprovedForSession, DecidedBy: "bench", Channel: "cli"}); err != nil {
 		return err

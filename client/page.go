@@ -62,8 +62,11 @@ const (
 )
 
 // pageToken is what a NextPageToken holds, as base64url JSON. Filter binds
-// it to the listing and filter that issued it; a token is a cursor, not a
-// capability: every page is filtered again on the server, for its caller.
+// it to the listing and filter that issued it; Check is a digest of the
+// rest, so an edited token is refused here instead of reaching Temporal
+// (which answers an undecodable token of its own only when the request
+// times out). A token is a cursor, not a capability: every page is
+// filtered again, for its caller.
 type pageToken struct {
 	Version int    `json:"v"`
 	Kind    string `json:"k"`
@@ -75,7 +78,17 @@ type pageToken struct {
 	CallID string `json:"c,omitempty"`
 	Span   int64  `json:"s,omitempty"`
 	// Calls: Temporal's own page token.
-	Next []byte `json:"n,omitempty"`
+	Next  []byte `json:"n,omitempty"`
+	Check string `json:"x"`
+}
+
+// digest is the Check of a token: the first 12 bytes of the SHA-256 of
+// its other fields.
+func (t pageToken) digest() string {
+	h := sha256.New()
+	fmt.Fprintf(h, "%d\x00%s\x00%s\x00%d\x00%s\x00%d\x00", t.Version, t.Kind, t.Filter, t.At, t.CallID, t.Span)
+	h.Write(t.Next)
+	return hex.EncodeToString(h.Sum(nil)[:12])
 }
 
 const tokenVersion = 1
@@ -87,6 +100,7 @@ func errBadToken() error {
 
 func (t pageToken) encode() string {
 	t.Version = tokenVersion
+	t.Check = t.digest()
 	data, _ := json.Marshal(t)
 	return base64.RawURLEncoding.EncodeToString(data)
 }
@@ -101,7 +115,7 @@ func decodeToken(s, kind, filter string) (pageToken, error) {
 	}
 	dec := json.NewDecoder(strings.NewReader(string(data)))
 	dec.DisallowUnknownFields()
-	if err := dec.Decode(&t); err != nil || t.Version != tokenVersion || t.Kind != kind || t.Filter != filter {
+	if err := dec.Decode(&t); err != nil || t.Version != tokenVersion || t.Kind != kind || t.Filter != filter || t.Check != t.digest() {
 		return t, errBadToken()
 	}
 	switch kind {
@@ -178,11 +192,12 @@ func (c *Client) ListPage(ctx context.Context, f ListFilter, p PageRequest) (Pag
 }
 
 // refusedToken reports whether Temporal refused a request for its page
-// token (the token is not one it issued) rather than failing for a
-// reason that may pass.
+// token (a token it did not issue: invalid, or not even decodable, which
+// its SQL stores answer with an unclassified error) rather than failing
+// for a reason that may pass.
 func refusedToken(err error) bool {
 	switch serviceerror.ToStatus(err).Code() {
-	case codes.InvalidArgument, codes.Internal, codes.Unknown:
+	case codes.InvalidArgument, codes.Unknown:
 		return true
 	}
 	return false

@@ -117,8 +117,14 @@ func (c *Client) Pending(ctx context.Context, f ListFilter, p PageRequest) (Page
 		c.firstPages.put(main.query, firstPage{oldest: calls[0].RequestedAt, end: end})
 	}
 
+	// A call that gained the attribute between the two queries is on both
+	// lists: keep it once.
+	listed := make(map[string]bool, len(calls))
+	for _, s := range calls {
+		listed[s.CallID] = true
+	}
 	for _, s := range legacy {
-		if after.before(s) {
+		if after.before(s) && !listed[s.CallID] {
 			calls = append(calls, s)
 		}
 	}

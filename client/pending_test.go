@@ -43,12 +43,11 @@ type fakeVisibility struct {
 	client.Client // nil: methods not written here panic
 	t             *testing.T
 
-	mu             sync.Mutex
-	calls          map[string]fakeCall
-	counts, lists  int
-	rowsListed     int
-	queries        []string
-	maxListedWhere int
+	mu            sync.Mutex
+	calls         map[string]fakeCall
+	counts, lists int
+	rowsListed    int
+	queries       []string
 }
 
 func newFakeVisibility(t *testing.T, calls ...fakeCall) *fakeVisibility {
@@ -94,7 +93,9 @@ func (f *fakeVisibility) match(q string) []fakeCall {
 		case cond == "WorkflowType = 'ToolCallWorkflow'", cond == "ExecutionStatus = 'Running'", cond == "ToolgateStatus = 'pending'":
 		case name == "ToolgateSession" || name == "ToolgateTool":
 			v := strings.Trim(strings.TrimPrefix(rest, "= "), "'")
-			conds = append(conds, func(c fakeCall) bool { return (name == "ToolgateSession" && c.session == v) || (name == "ToolgateTool" && c.tool == v) })
+			conds = append(conds, func(c fakeCall) bool {
+				return (name == "ToolgateSession" && c.session == v) || (name == "ToolgateTool" && c.tool == v)
+			})
 		case name == "ToolgateRequestedAt":
 			op, v, _ := strings.Cut(rest, " ")
 			at, err := time.Parse(time.RFC3339Nano, strings.Trim(v, "'"))
@@ -239,7 +240,7 @@ func TestPendingPagesEveryCallOnceOldestFirst(t *testing.T) {
 	now := time.Now()
 	rng := rand.New(rand.NewPCG(1, 2))
 	for name, calls := range map[string][]fakeCall{
-		"none": nil,
+		"none":  nil,
 		"a few": spread(7, func(i int) time.Time { return now.Add(-time.Duration(i) * time.Minute) }),
 		"3,000 over six hours, at random": spread(3000, func(int) time.Time {
 			return now.Add(-time.Duration(rng.Int64N(int64(6 * time.Hour))))
@@ -318,7 +319,6 @@ func TestPendingPagesHoldWhileCallsComeAndGo(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	decided := map[string]bool{}
 	var arrived []string
-	var seenSoFar []string
 	got, _ := pageAll(t, New(fake, ""), ListFilter{}, 50, func(page int) {
 		// Between pages: 20 calls are decided (listed or not yet), 10 new
 		// ones arrive.
@@ -333,9 +333,8 @@ func TestPendingPagesHoldWhileCallsComeAndGo(t *testing.T) {
 			arrived = append(arrived, id)
 		}
 	})
-	seenSoFar = ids(got)
 	seen := map[string]int{}
-	for _, id := range seenSoFar {
+	for _, id := range ids(got) {
 		seen[id]++
 	}
 	for id, n := range seen {
@@ -446,18 +445,18 @@ func TestPendingRefusesBadPagesBeforeAskingTemporal(t *testing.T) {
 		req   PageRequest
 		field string
 	}{
-		"page size 0 is the default, -1 is not": {ListFilter{}, PageRequest{Size: -1}, "page_size"},
-		"page size over the maximum":            {ListFilter{}, PageRequest{Size: MaxPageSize + 1}, "page_size"},
-		"a token that is not base64":            {ListFilter{Session: "s1"}, PageRequest{Token: "not a token!"}, "page_token"},
-		"a token that is not JSON":              {ListFilter{Session: "s1"}, PageRequest{Token: base64.RawURLEncoding.EncodeToString([]byte("hello"))}, "page_token"},
-		"a token of another session's listing":  {ListFilter{Session: "s2"}, PageRequest{Token: page.NextPageToken}, "page_token"},
-		"a token of another approver's groups":  {ListFilter{Session: "s1", DecidableBy: &policy.Approver{Groups: []string{"ops"}}}, PageRequest{Token: page.NextPageToken}, "page_token"},
-		"a token with its time removed":         {ListFilter{Session: "s1"}, PageRequest{Token: edit(func(m map[string]any) { delete(m, "t") })}, "page_token"},
+		"page size 0 is the default, -1 is not":  {ListFilter{}, PageRequest{Size: -1}, "page_size"},
+		"page size over the maximum":             {ListFilter{}, PageRequest{Size: MaxPageSize + 1}, "page_size"},
+		"a token that is not base64":             {ListFilter{Session: "s1"}, PageRequest{Token: "not a token!"}, "page_token"},
+		"a token that is not JSON":               {ListFilter{Session: "s1"}, PageRequest{Token: base64.RawURLEncoding.EncodeToString([]byte("hello"))}, "page_token"},
+		"a token of another session's listing":   {ListFilter{Session: "s2"}, PageRequest{Token: page.NextPageToken}, "page_token"},
+		"a token of another approver's groups":   {ListFilter{Session: "s1", DecidableBy: &policy.Approver{Groups: []string{"ops"}}}, PageRequest{Token: page.NextPageToken}, "page_token"},
+		"a token with its time removed":          {ListFilter{Session: "s1"}, PageRequest{Token: edit(func(m map[string]any) { delete(m, "t") })}, "page_token"},
 		"a token with a call ID that is not one": {ListFilter{Session: "s1"}, PageRequest{Token: edit(func(m map[string]any) { m["c"] = "x' OR 1=1" })}, "page_token"},
-		"a token with a field it never has":     {ListFilter{Session: "s1"}, PageRequest{Token: edit(func(m map[string]any) { m["x"] = 1 })}, "page_token"},
-		"a token of another version":            {ListFilter{Session: "s1"}, PageRequest{Token: edit(func(m map[string]any) { m["v"] = 2 })}, "page_token"},
-		"a token of the calls listing":          {ListFilter{Session: "s1"}, PageRequest{Token: edit(func(m map[string]any) { m["k"] = "calls" })}, "page_token"},
-		"a group that cannot be quoted":         {ListFilter{DecidableBy: &policy.Approver{Groups: []string{`ops') OR ('x`}}}, PageRequest{}, "groups"},
+		"a token with a field it never has":      {ListFilter{Session: "s1"}, PageRequest{Token: edit(func(m map[string]any) { m["x"] = 1 })}, "page_token"},
+		"a token of another version":             {ListFilter{Session: "s1"}, PageRequest{Token: edit(func(m map[string]any) { m["v"] = 2 })}, "page_token"},
+		"a token of the calls listing":           {ListFilter{Session: "s1"}, PageRequest{Token: edit(func(m map[string]any) { m["k"] = "calls" })}, "page_token"},
+		"a group that cannot be quoted":          {ListFilter{DecidableBy: &policy.Approver{Groups: []string{`ops') OR ('x`}}}, PageRequest{}, "groups"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			fake.resetCounters()
@@ -506,6 +505,16 @@ func TestListPagePagesNewestFirst(t *testing.T) {
 		"a token of another filter":   {ListFilter{Tool: "read_file"}, page.NextPageToken},
 		"a token of the pending list": {ListFilter{Tool: "shell"}, pageToken{Kind: tokenPending, Filter: filterKey(tokenPending, ListFilter{Tool: "shell"}), At: 1, CallID: "c1"}.encode()},
 		"a token that is not one":     {ListFilter{Tool: "shell"}, "garbage"},
+		"a token whose Temporal cursor was edited": {ListFilter{Tool: "shell"}, func() string {
+			raw, err := base64.RawURLEncoding.DecodeString(page.NextPageToken)
+			require.NoError(t, err)
+			var m map[string]any
+			require.NoError(t, json.Unmarshal(raw, &m))
+			m["n"] = base64.StdEncoding.EncodeToString([]byte(`{"CloseTime":"x"}`))
+			b, err := json.Marshal(m)
+			require.NoError(t, err)
+			return base64.RawURLEncoding.EncodeToString(b)
+		}()},
 	} {
 		t.Run(name, func(t *testing.T) {
 			fake.resetCounters()

@@ -49,6 +49,13 @@ func TestBenchQuick(t *testing.T) {
 			SessionRuns       int     `json:"session_runs"`
 			SessionTerminated bool    `json:"session_terminated"`
 		} `json:"one_session"`
+		Pending struct {
+			Waiting   int     `json:"waiting"`
+			First     latency `json:"first_page"`
+			FirstCold latency `json:"first_page_cold"`
+			OneGroup  latency `json:"first_page_one_group"`
+			Bare      latency `json:"bare_list"`
+		} `json:"pending_list"`
 	}
 	require.NoError(t, json.Unmarshal(data, &r))
 	for name, l := range map[string]latency{"baseline": r.Baseline, "auto": r.Auto, "sticky": r.Sticky, "decide": r.Decide, "signal": r.SignalBaseline, "signal+activity": r.SignalActivity} {
@@ -64,4 +71,10 @@ func TestBenchQuick(t *testing.T) {
 	assert.Positive(t, r.OneSession.BaseFanoutSeconds)
 	assert.Positive(t, r.OneSession.SessionRuns)
 	assert.False(t, r.OneSession.SessionTerminated)
+	assert.Equal(t, 300, r.Pending.Waiting, "the pending list's first page was timed with the calls waiting")
+	for name, l := range map[string]latency{"first page": r.Pending.First, "first page, new client": r.Pending.FirstCold, "first page, one group": r.Pending.OneGroup, "bare list": r.Pending.Bare} {
+		assert.Positive(t, l.N, name)
+		assert.Positive(t, l.P50, name)
+	}
+	assert.Contains(t, string(out), "pending list, 300 waiting")
 }
