@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -155,13 +156,21 @@ func TestAFreshRunAsksTheCallsVisibilityListsToRegisterAgain(t *testing.T) {
 		query = in.Query
 		return []string{CallWorkflowID("orphan-1"), CallWorkflowID("orphan-2")}, nil
 	})
+	var mu sync.Mutex // the environment calls mocks from its own goroutines
 	var asked []string
 	env.OnSignalExternalWorkflow(mock.Anything, mock.Anything, "", SignalReregister, mock.Anything).Return(
-		func(_, workflowID, _, _ string, _ any) error { asked = append(asked, workflowID); return nil })
+		func(_, workflowID, _, _ string, _ any) error {
+			mu.Lock()
+			defer mu.Unlock()
+			asked = append(asked, workflowID)
+			return nil
+		})
 	env.ExecuteWorkflow(ToolgateSession, SessionInput{Session: "s'1", IdleTimeout: time.Hour})
 
 	require.NoError(t, env.GetWorkflowError())
-	require.Equal(t, []string{CallWorkflowID("orphan-1"), CallWorkflowID("orphan-2")}, asked)
+	mu.Lock()
+	defer mu.Unlock()
+	require.ElementsMatch(t, []string{CallWorkflowID("orphan-1"), CallWorkflowID("orphan-2")}, asked, "each asked once; a batch goes out together")
 	require.Contains(t, query, `ToolgateSession = 's\'1'`, "the session is quoted")
 	require.True(t, strings.Contains(query, "ToolgateStatus = 'pending'"))
 }
@@ -170,9 +179,15 @@ func TestAFreshRunAsksTheCallsVisibilityListsToRegisterAgain(t *testing.T) {
 // answer, like a session that is slow or broken; it returns the names of
 // the signals the session got.
 func (s *CallSuite) silentSession() *[]string {
+	var mu sync.Mutex // the environment calls mocks from its own goroutines
 	var got []string
 	s.env.OnSignalExternalWorkflow(mock.Anything, SessionWorkflowID("s1"), "", mock.Anything, mock.Anything).Return(
-		func(_, _, _, name string, _ any) error { got = append(got, name); return nil })
+		func(_, _, _, name string, _ any) error {
+			mu.Lock()
+			defer mu.Unlock()
+			got = append(got, name)
+			return nil
+		})
 	return &got
 }
 
