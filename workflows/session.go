@@ -360,8 +360,12 @@ func (s *sessionRun) answer(key string, d policy.Decision) int {
 	return s.answers[key]
 }
 
-// endedKey caches the denial of calls that register after the end.
-const endedKey = "\x00ended"
+// Keys of answers that are not sticky decisions: the denial of the calls
+// waiting when the session ends, and of calls that register after.
+const (
+	endKey   = "\x00end"
+	endedKey = "\x00ended"
+)
 
 // register answers a call that needs a decision: with the sticky decision
 // for its key if one covers it, otherwise by parking it.
@@ -658,7 +662,7 @@ func (s *sessionRun) end(ctx workflow.Context, req EndRequest) (int, error) {
 			continue
 		}
 		s.forget(w.CallID)
-		s.enqueue(w.CallID, s.answer("\x00end", denial))
+		s.enqueue(w.CallID, s.answer(endKey, denial))
 		n++
 	}
 	workflow.GetLogger(ctx).Info("Session ending", "session", s.in.Session, "by", req.By, "denied", n)
