@@ -225,20 +225,7 @@ func (c *Client) Decide(ctx context.Context, callID string, d policy.Decision) (
 	if err := d.ValidateIncoming(); err != nil {
 		return policy.Decision{}, &RefusedError{Type: workflows.ErrTypeInvalidDecision, Message: "invalid decision: " + err.Error()}
 	}
-	h, err := c.tc.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
-		WorkflowID:   workflows.CallWorkflowID(callID),
-		UpdateName:   workflows.UpdateDecide,
-		Args:         []any{workflows.DecideRequest{CallID: callID, Decision: d}},
-		WaitForStage: client.WorkflowUpdateStageCompleted,
-	})
-	if err != nil {
-		return policy.Decision{}, c.decideError(ctx, callID, err)
-	}
-	var applied policy.Decision
-	if err := h.Get(ctx, &applied); err != nil {
-		return policy.Decision{}, c.decideError(ctx, callID, err)
-	}
-	return applied, nil
+	return c.updateCall(ctx, callID, workflows.UpdateDecide, workflows.DecideRequest{CallID: callID, Decision: d})
 }
 
 // Cancel cancels a call that waits for a person: it ends denied,
@@ -248,10 +235,16 @@ func (c *Client) Cancel(ctx context.Context, callID string, by policy.Approver) 
 	if err := ValidateID("call_id", callID); err != nil {
 		return policy.Decision{}, err
 	}
+	return c.updateCall(ctx, callID, workflows.UpdateCancel, workflows.CancelRequest{CallID: callID, By: by.Name, Groups: by.Groups})
+}
+
+// updateCall sends a validated update that decides a call and returns the
+// decision it recorded; a refusal changes nothing.
+func (c *Client) updateCall(ctx context.Context, callID, update string, arg any) (policy.Decision, error) {
 	h, err := c.tc.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
 		WorkflowID:   workflows.CallWorkflowID(callID),
-		UpdateName:   workflows.UpdateCancel,
-		Args:         []any{workflows.CancelRequest{CallID: callID, By: by.Name, Groups: by.Groups}},
+		UpdateName:   update,
+		Args:         []any{arg},
 		WaitForStage: client.WorkflowUpdateStageCompleted,
 	})
 	if err != nil {

@@ -593,17 +593,21 @@ func (s *sessionRun) view() SessionView {
 	return v
 }
 
-// validateRevoke allows revoking a sticky decision to whoever may act on
-// the call it was taken on (its groups, or "*").
 func (s *sessionRun) validateRevoke(req RevokeRequest) error {
+	return checkRevoke(s.in.Session, s.state.Sticky, req)
+}
+
+// checkRevoke allows revoking a sticky decision to whoever may act on the
+// call it was taken on (its groups, or "*").
+func checkRevoke(session string, sticky []StickyDecision, req RevokeRequest) error {
 	if err := policy.CheckIdentity("who revokes (by)", req.By); err != nil {
 		return temporal.NewApplicationError("revoke: "+err.Error(), ErrTypeInvalidDecision)
 	}
-	i := s.stickyIndex(req.Key)
+	i := slices.IndexFunc(sticky, func(d StickyDecision) bool { return d.Key == req.Key })
 	if i < 0 {
-		return temporal.NewApplicationError(fmt.Sprintf("session %s has no sticky decision for %q", s.in.Session, req.Key), ErrTypeNoSticky)
+		return temporal.NewApplicationError(fmt.Sprintf("session %s has no sticky decision for %q", session, req.Key), ErrTypeNoSticky)
 	}
-	if err := req.approver().MayAct(s.state.Sticky[i].Groups); err != nil {
+	if err := req.approver().MayAct(sticky[i].Groups); err != nil {
 		return temporal.NewApplicationError(fmt.Sprintf("%s may not revoke the sticky decision for %q: %v", req.By, req.Key, err), ErrTypeNotAuthorized)
 	}
 	return nil

@@ -241,20 +241,8 @@ func (s *legacySession) stickyIndex(key string) int {
 	return slices.IndexFunc(s.state.Sticky, func(d StickyDecision) bool { return d.Key == key })
 }
 
-// validateRevoke allows revoking a sticky decision to whoever may act on
-// the call it was taken on (its groups, or "*").
 func (s *legacySession) validateRevoke(req RevokeRequest) error {
-	if err := policy.CheckIdentity("who revokes (by)", req.By); err != nil {
-		return temporal.NewApplicationError("revoke: "+err.Error(), ErrTypeInvalidDecision)
-	}
-	i := s.stickyIndex(req.Key)
-	if i < 0 {
-		return temporal.NewApplicationError(fmt.Sprintf("session %s has no sticky decision for %q", s.in.Session, req.Key), ErrTypeNoSticky)
-	}
-	if err := req.approver().MayAct(s.state.Sticky[i].Groups); err != nil {
-		return temporal.NewApplicationError(fmt.Sprintf("%s may not revoke the sticky decision for %q: %v", req.By, req.Key, err), ErrTypeNotAuthorized)
-	}
-	return nil
+	return checkRevoke(s.in.Session, s.state.Sticky, req)
 }
 
 // revoke forgets a sticky decision: the next call of that key asks again.
