@@ -104,6 +104,8 @@ func (r *Reloader) Run(ctx context.Context, interval time.Duration) {
 		before := r.Current().Version()
 		err := r.Reload()
 		switch {
+		case errors.Is(err, errFileChanging):
+			// Caught mid-write; the next tick reads it whole.
 		case err != nil:
 			if err.Error() != lastErr {
 				r.logger.Error("policy file refused; keeping the last good version",
@@ -158,6 +160,10 @@ func (r *Reloader) Reload() error {
 	return nil
 }
 
+// errFileChanging says the file changed while it was read: a writer is at
+// work, and the next check reads it again. Run does not log it as a refusal.
+var errFileChanging = errors.New("read policy: the file changed while being read; will retry")
+
 // read reads the file and refuses it if it changed while being read.
 func (r *Reloader) read() ([]byte, fileStamp, error) {
 	before, err := os.Stat(r.path)
@@ -174,7 +180,7 @@ func (r *Reloader) read() ([]byte, fileStamp, error) {
 	}
 	stamp := stampOf(after)
 	if stamp != stampOf(before) || stamp.size != int64(len(data)) {
-		return nil, fileStamp{}, errors.New("read policy: the file changed while being read; will retry")
+		return nil, fileStamp{}, errFileChanging
 	}
 	return data, stamp, nil
 }
