@@ -19,6 +19,41 @@ type Call struct {
 	// Requester names the agent (or token) that asked. It may never approve
 	// its own call.
 	Requester string `json:"requester,omitempty"`
+	// Execution says who runs the tool: "" (toolgate's worker) or
+	// ExecutionAgent (the agent runs it after the decision, then reports).
+	Execution Execution `json:"execution,omitempty"`
+	// Annotations are the tool's hints (tool.Tool.Annotations), filled in
+	// for the policy at evaluation; never taken from the agent.
+	Annotations map[string]any `json:"annotations,omitempty"`
+}
+
+// Execution says who runs a call's tool.
+type Execution string
+
+const (
+	// ExecutionToolgate (the zero value): a tool registered in toolgate's
+	// worker runs as an activity.
+	ExecutionToolgate Execution = ""
+	// ExecutionAgent: the agent runs the tool itself once the call is
+	// approved, and reports the outcome.
+	ExecutionAgent Execution = "agent"
+)
+
+// DefaultReportTimeout is how long an approved agent-executed call waits
+// for the agent's report when the policy names no report_timeout.
+const DefaultReportTimeout = time.Hour
+
+// AgentToolPolicy is implemented by policies that know about tools the
+// agent runs itself (which are not in toolgate's tool registry).
+type AgentToolPolicy interface {
+	// CheckAgentArgs checks an agent-executed call's arguments against the
+	// schema the policy declares for its tool; nil when they pass or no
+	// schema is declared. The error names the offending field.
+	CheckAgentArgs(tool string, args json.RawMessage) error
+	// ReportTimeout is how long an approved agent-executed call waits for
+	// the agent's report: the matching rule's report_timeout, else the
+	// tool's, else 0 (the caller applies DefaultReportTimeout).
+	ReportTimeout(call Call) time.Duration
 }
 
 // DefaultApprovalTimeout is how long a call waits for a person when its

@@ -72,6 +72,32 @@ type Tool struct {
 	Schema  json.RawMessage
 	Run     Func
 	Options Options
+	// Annotations are hints about the tool's behaviour, in MCP's words
+	// (readOnlyHint, destructiveHint, idempotentHint, openWorldHint,
+	// title). Policies see them; nil means none are known.
+	Annotations map[string]any
+}
+
+// Descriptor is what an agent (or a model) is told about a tool: its name,
+// what it does, and the JSON Schema of its arguments.
+type Descriptor struct {
+	Name        string          `json:"name"`
+	Description string          `json:"description,omitempty"`
+	Schema      json.RawMessage `json:"input_schema,omitempty"`
+	Annotations map[string]any  `json:"annotations,omitempty"`
+}
+
+// Describe lists the registered tools' descriptors, sorted by name.
+func (r *Registry) Describe() []Descriptor {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	out := make([]Descriptor, 0, len(r.tools))
+	for _, e := range r.tools {
+		t := e.tool
+		out = append(out, Descriptor{Name: t.Name, Description: t.Description, Schema: t.Schema, Annotations: t.Annotations})
+	}
+	slices.SortFunc(out, func(a, b Descriptor) int { return strings.Compare(a.Name, b.Name) })
+	return out
 }
 
 // ErrUnknownTool is returned for a tool that is not registered.
