@@ -72,6 +72,13 @@ type CallRequest struct {
 	Args json.RawMessage
 	// Requester names the agent; it can never decide this call.
 	Requester string
+	// Execution policy.ExecutionAgent: the agent runs the tool itself once
+	// the call is approved (the tool need not be registered), and reports
+	// the outcome with Report.
+	Execution policy.Execution
+	// NoReport, for an agent-executed call: the call ends at the decision
+	// (status ok when approved); the agent does not report.
+	NoReport bool
 }
 
 // idPattern is the one rule for identifiers: call IDs, sessions, tool

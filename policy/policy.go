@@ -39,6 +39,13 @@ const (
 	ExecutionAgent Execution = "agent"
 )
 
+// OutrightDenier is implemented by policies that can tell that every call
+// of a tool is denied whatever its arguments; tool listings leave such
+// tools out.
+type OutrightDenier interface {
+	DeniesOutright(call Call) bool
+}
+
 // DefaultReportTimeout is how long an approved agent-executed call waits
 // for the agent's report when the policy names no report_timeout.
 const DefaultReportTimeout = time.Hour

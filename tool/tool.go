@@ -272,3 +272,14 @@ func (e *PermanentError) Unwrap() error { return e.Err }
 
 // Permanent wraps err so the tool is not retried.
 func Permanent(err error) error { return &PermanentError{Err: err} }
+
+// OutcomeUnknownError says the tool may or may not have had its effect
+// (e.g. the process that ran it died mid-call). The call ends with status
+// unknown and is never retried.
+type OutcomeUnknownError struct{ Err error }
+
+func (e *OutcomeUnknownError) Error() string { return e.Err.Error() }
+func (e *OutcomeUnknownError) Unwrap() error { return e.Err }
+
+// OutcomeUnknown wraps err to say the tool may have run.
+func OutcomeUnknown(err error) error { return &OutcomeUnknownError{Err: err} }

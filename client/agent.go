@@ -1,0 +1,42 @@
+package client
+
+import (
+	"context"
+	"encoding/json"
+
+	"github.com/toolgate/toolgate/tool"
+	"github.com/toolgate/toolgate/workflows"
+)
+
+// Agent is what a program acting for an agent needs of toolgate. *Client
+// (over Temporal) and *apiclient.Client (over the HTTP API, with an agent
+// token) both implement it, so hooks and gateways take either.
+type Agent interface {
+	// Submit starts a call and returns its ID (idempotent by call ID).
+	Submit(ctx context.Context, req CallRequest) (string, error)
+	// Wait blocks until the call has a Result or ctx ends
+	// (context.DeadlineExceeded).
+	Wait(ctx context.Context, callID string) (workflows.Result, error)
+	// WaitDecided blocks until the call has a Result, or, for an
+	// agent-executed call, until it is approved and waits for the agent's
+	// report (Status.State.Status is then workflows.StatusApproved and
+	// Status.State.Call.Args are the arguments to run); or ctx ends
+	// (context.DeadlineExceeded).
+	WaitDecided(ctx context.Context, callID string) (Status, error)
+	// Status returns where the call stands now.
+	Status(ctx context.Context, callID string) (Status, error)
+	// Report completes an approved agent-executed call with what the tool
+	// did; requester must be the call's requester (the API takes it from
+	// the token).
+	Report(ctx context.Context, callID, requester string, r Report) error
+	// Tools lists the tools toolgate runs that the policy does not deny
+	// outright.
+	Tools(ctx context.Context) ([]tool.Descriptor, error)
+}
+
+// Report is an agent's account of an agent-executed call: the tool's
+// output, or the error it failed with. Exactly one is set.
+type Report struct {
+	Output json.RawMessage `json:"output,omitempty"`
+	Error  string          `json:"error,omitempty"`
+}
