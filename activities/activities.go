@@ -30,6 +30,11 @@ const DefaultMaxOutputBytes = 1 << 20
 const (
 	ErrTypeToolFailed     = "ToolFailed"
 	ErrTypeOutputTooLarge = "OutputTooLarge"
+	// ErrTypeOutcomeUnknown: the tool may or may not have run
+	// (tool.OutcomeUnknown).
+	ErrTypeOutcomeUnknown = "ToolOutcomeUnknown"
+	// ErrTypeAgentReported: the agent reported that its tool failed.
+	ErrTypeAgentReported = "AgentReportedError"
 )
 
 // Metrics the activities emit; Prometheus adds _total or _bucket.
@@ -80,6 +85,9 @@ type Evaluation struct {
 	// session. Nil means unknown: the call registers, and the session
 	// answers.
 	Sticky *policy.Decision `json:"sticky,omitempty"`
+	// ReportTimeout bounds the wait for the agent's report of an
+	// agent-executed call.
+	ReportTimeout time.Duration `json:"report_timeout,omitempty"`
 	// HasHandler and Channels tell the workflow which optional steps
 	// exist, so it schedules no activity that would do nothing.
 	HasHandler bool     `json:"has_handler,omitempty"`
@@ -115,12 +123,10 @@ func (a *Activities) Evaluate(ctx context.Context, in EvaluateInput) (Evaluation
 		HasHandler:    a.Handler != nil,
 		Channels:      a.channelNames(),
 	}
-	if err := a.Tools.Validate(call.Tool, call.Args); err != nil {
-		ev.Problem, ev.InvalidRequest = err.Error(), true
+	if problem := a.checkTool(&call, &ev); problem != "" {
+		ev.Problem, ev.InvalidRequest = problem, true
 		return ev, nil
 	}
-	t, _ := a.Tools.Lookup(call.Tool)
-	ev.ToolOptions = t.Options
 	if q, ok := policy.QuotaOf(a.Policy, call.Tool); ok {
 		ev.Quota = &q
 	}
@@ -141,6 +147,43 @@ func (a *Activities) Evaluate(ctx context.Context, in EvaluateInput) (Evaluation
 		ev.Sticky = a.lookupSticky(ctx, in.Session, req.StickyKeyFor(call.Tool))
 	}
 	return ev, nil
+}
+
+// checkTool checks the call's tool and arguments: against the registry for
+// a tool toolgate runs (whose annotations the policy then sees), against
+// the policy's declared schema, if any, for a tool the agent runs. It sets
+// the tool's options and returns the problem, or "".
+func (a *Activities) checkTool(call *policy.Call, ev *Evaluation) string {
+	switch call.Execution {
+	case policy.ExecutionToolgate:
+		if err := a.Tools.Validate(call.Tool, call.Args); err != nil {
+			return err.Error()
+		}
+		t, _ := a.Tools.Lookup(call.Tool)
+		ev.ToolOptions, call.Annotations = t.Options, t.Annotations
+	case policy.ExecutionAgent:
+		call.Annotations = nil // hints come from toolgate's registry only
+		ev.ReportTimeout = policy.DefaultReportTimeout
+		if p, ok := a.Policy.(policy.AgentToolPolicy); ok {
+			if err := p.CheckAgentArgs(call.Tool, call.Args); err != nil {
+				return err.Error()
+			}
+			if d := p.ReportTimeout(*call); d > 0 {
+				ev.ReportTimeout = d
+			}
+		}
+	default:
+		return fmt.Sprintf("unknown execution %q: it is \"agent\" or empty", call.Execution)
+	}
+	return ""
+}
+
+// AwaitReport is the tool step of an agent-executed call: the agent runs
+// the tool, and its report (client.Report) completes this activity by
+// workflow ID and workflows.ReportActivityID.
+func (a *Activities) AwaitReport(ctx context.Context, call policy.Call) (json.RawMessage, error) {
+	activity.GetLogger(ctx).Debug("Waiting for the agent's report", "callID", call.ID)
+	return nil, activity.ErrResultPending
 }
 
 // lookupSticky asks the running session for a sticky decision. Any failure
@@ -240,6 +283,10 @@ func (a *Activities) RunTool(ctx context.Context, call policy.Call) (json.RawMes
 	}
 	if err == nil {
 		return out, nil
+	}
+	var unknown *tool.OutcomeUnknownError
+	if errors.As(err, &unknown) {
+		return nil, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeOutcomeUnknown, nil)
 	}
 	var permanent *tool.PermanentError
 	if errors.As(err, &permanent) {

@@ -115,6 +115,8 @@ type callRun struct {
 	batchedSession bool
 	// stickyKey is the key the call registered under.
 	stickyKey string
+	// noReport: an agent-executed call that ends at its decision.
+	noReport bool
 }
 
 // changeBatchedSession is the workflow.GetVersion change ID of the calls
@@ -145,6 +147,7 @@ func newCallRun(ctx workflow.Context, in CallInput) *callRun {
 	return &callRun{
 		state:       CallState{Call: in.Call, Status: StatusEvaluating},
 		requestedAt: workflow.GetInfo(ctx).WorkflowStartTime,
+		noReport:    in.NoReport && in.Call.Execution == policy.ExecutionAgent,
 	}
 }
 
@@ -493,8 +496,11 @@ func (c *callRun) waitForPerson(ctx workflow.Context, req policy.ApprovalRequest
 	}
 	// The decided event says what happens next: the tool runs, or not.
 	next := StatusRunning
-	if !c.state.Decision.Kind.Approves() {
+	switch {
+	case !c.state.Decision.Kind.Approves():
 		next = StatusDenied
+	case c.state.Call.Execution == policy.ExecutionAgent:
+		next = StatusApproved
 	}
 	c.announce(ctx, activities.Outcome{Event: activities.EventDecided, Status: string(next), At: workflow.Now(ctx), Reason: c.state.Decision.Reason})
 }
@@ -680,16 +686,18 @@ func (c *callRun) execute(ctx workflow.Context) (Result, error) {
 	}
 
 	var output json.RawMessage
-	if err := workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, toolActivityOptions(c.eval)), a.RunTool, call).Get(ctx, &output); err != nil {
-		if ctx.Err() != nil && c.batchedSession {
-			return c.finish(ctx, StatusUnknown, "the call was cancelled while the tool ran: it may or may not have run. "+
-				"Do not assume either; check its effects before asking to run it again", nil), nil
+	var err error
+	if call.Execution == policy.ExecutionAgent {
+		if c.noReport {
+			c.note = joinNotes(c.note, "the agent runs the tool itself and does not report how it went")
+			return c.finish(ctx, StatusOK, "", nil), nil
 		}
-		if lost, ok := lostAttempt(err); ok && !c.eval.ToolOptions.Idempotent {
-			return c.finish(ctx, StatusUnknown, "the tool may or may not have run: "+lost+
-				". Do not assume either; check its effects before asking to run it again", nil), nil
-		}
-		return c.finish(ctx, StatusError, "tool failed: "+rootCause(err), nil), nil
+		err = c.awaitReport(ctx, &output)
+	} else {
+		err = workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, toolActivityOptions(c.eval)), a.RunTool, call).Get(ctx, &output)
+	}
+	if err != nil {
+		return c.toolFailed(ctx, err), nil
 	}
 
 	var after activities.AfterCallOutcome
@@ -705,6 +713,48 @@ func (c *callRun) execute(ctx workflow.Context) (Result, error) {
 	r := c.finish(ctx, StatusOK, "", after.Output)
 	r.Redactions = after.Redactions
 	return r, nil
+}
+
+// awaitReport is the tool step of an agent-executed call: the call shows
+// status approved, and an activity waits for the agent's report, which
+// completes it (asynchronous completion by workflow ID and
+// ReportActivityID). One attempt: Temporal cannot retry the agent's run.
+func (c *callRun) awaitReport(ctx workflow.Context, output *json.RawMessage) error {
+	c.state.Status = StatusApproved
+	c.upsertStatus(ctx, StatusApproved)
+	opts := workflow.ActivityOptions{
+		ActivityID:          ReportActivityID,
+		StartToCloseTimeout: c.eval.ReportTimeout,
+		RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 1},
+	}
+	return workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, opts), a.AwaitReport, c.state.Call).Get(ctx, output)
+}
+
+// toolFailed ends a call whose tool step failed: unknown when the tool may
+// have had its effect, else error.
+func (c *callRun) toolFailed(ctx workflow.Context, err error) Result {
+	const checkFirst = ". Do not assume either; check its effects before asking to run it again"
+	agent := c.state.Call.Execution == policy.ExecutionAgent
+	var appErr *temporal.ApplicationError
+	isApp := errors.As(err, &appErr)
+	switch {
+	case ctx.Err() != nil && (c.batchedSession || agent):
+		return c.finish(ctx, StatusUnknown, "the call was cancelled while the tool ran: it may or may not have run"+checkFirst, nil)
+	case agent && isApp && appErr.Type() == activities.ErrTypeAgentReported:
+		return c.finish(ctx, StatusError, "the agent reported that the tool failed: "+appErr.Message(), nil)
+	case agent:
+		var timeoutErr *temporal.TimeoutError
+		if errors.As(err, &timeoutErr) {
+			return c.finish(ctx, StatusUnknown, fmt.Sprintf("the agent did not say whether it ran the tool: no report within %s", c.eval.ReportTimeout), nil)
+		}
+		return c.finish(ctx, StatusUnknown, "the agent's report was lost ("+rootCause(err)+"): the tool may or may not have run"+checkFirst, nil)
+	case isApp && appErr.Type() == activities.ErrTypeOutcomeUnknown:
+		return c.finish(ctx, StatusUnknown, "the tool may or may not have run: "+appErr.Message()+checkFirst, nil)
+	}
+	if lost, ok := lostAttempt(err); ok && !c.eval.ToolOptions.Idempotent {
+		return c.finish(ctx, StatusUnknown, "the tool may or may not have run: "+lost+checkFirst, nil)
+	}
+	return c.finish(ctx, StatusError, "tool failed: "+rootCause(err), nil)
 }
 
 func toolActivityOptions(ev activities.Evaluation) workflow.ActivityOptions {
@@ -726,7 +776,7 @@ func (c *callRun) finish(ctx workflow.Context, status Status, reason string, out
 	call := c.state.Call
 	r := Result{
 		CallID: call.ID, Session: call.Session, Tool: call.Tool, Requester: call.Requester,
-		Status: status, Output: output, Reason: reason, Note: c.note,
+		Status: status, Execution: call.Execution, Output: output, Reason: reason, Note: c.note,
 		Args: call.Args, OriginalArgs: c.originalArgs, Notices: c.state.Notices,
 		Rule: c.eval.Rule, PolicyVersion: c.eval.PolicyVersion,
 		RequestedAt: c.requestedAt, FinishedAt: workflow.Now(ctx),
@@ -744,6 +794,7 @@ func (c *callRun) finish(ctx workflow.Context, status Status, reason string, out
 		r.OriginalArgs = nil
 		r.Note += " (the original arguments are left out of this result for size; the call's history has them)"
 	}
+	r.ModelMessage = modelMessage(r, c.noReport, c.originalArgs != nil)
 	c.state.Status = status
 	c.state.Result = &r
 	workflow.GetMetricsHandler(ctx).WithTags(map[string]string{"tool": call.Tool, "status": string(status)}).

@@ -151,6 +151,9 @@ const (
 	StatusPending Status = "pending"
 	// StatusRunning: approved; checks and the tool are running.
 	StatusRunning Status = "running"
+	// StatusApproved: an agent-executed call was approved; the agent runs
+	// the tool (Call.Args, edited if an approver edited them) and reports.
+	StatusApproved Status = "approved"
 )
 
 // Final reports whether the status is an outcome.
@@ -224,7 +227,14 @@ func (r RevokeRequest) approver() policy.Approver {
 // CallInput starts a ToolCallWorkflow.
 type CallInput struct {
 	Call policy.Call `json:"call"`
+	// NoReport, for an agent-executed call: the call ends when it is
+	// decided (status ok when approved), and the agent does not report.
+	NoReport bool `json:"no_report,omitempty"`
 }
+
+// ReportActivityID is the activity ID of an agent-executed call's tool
+// step: the agent's report completes it by workflow ID and this ID.
+const ReportActivityID = "agent-report"
 
 // Result is what the agent gets back, whatever happened. Denials, refusals
 // by hooks, unknown tools, tool failures and timeouts are all Results.
@@ -234,6 +244,11 @@ type Result struct {
 	Tool      string `json:"tool"`
 	Requester string `json:"requester,omitempty"`
 	Status    Status `json:"status"`
+	// Execution is "agent" when the agent ran the tool itself.
+	Execution policy.Execution `json:"execution,omitempty"`
+	// ModelMessage is one plain sentence for the model: what ran or why
+	// not, who decided, what was changed.
+	ModelMessage string `json:"model_message,omitempty"`
 	// Output is the tool's output after middleware (status ok only).
 	Output json.RawMessage `json:"output,omitempty"`
 	// Reason says why the call did not succeed, for the model.
@@ -267,7 +282,7 @@ type Result struct {
 
 // Call returns the identity of the call the Result answers.
 func (r Result) Call() policy.Call {
-	return policy.Call{ID: r.CallID, Session: r.Session, Tool: r.Tool, Args: r.Args, Requester: r.Requester}
+	return policy.Call{ID: r.CallID, Session: r.Session, Tool: r.Tool, Args: r.Args, Requester: r.Requester, Execution: r.Execution}
 }
 
 // CallState is a call's live state, returned by QueryCall.

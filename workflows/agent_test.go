@@ -1,0 +1,232 @@
+package workflows
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"github.com/stretchr/testify/mock"
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/toolgate/toolgate/activities"
+	"github.com/toolgate/toolgate/policy"
+	"github.com/toolgate/toolgate/tool"
+)
+
+// agentCall is an agent-executed call of a tool toolgate does not know.
+func agentCall(id, toolName, args string) CallInput {
+	in := call(id, toolName, args)
+	in.Call.Execution = policy.ExecutionAgent
+	return in
+}
+
+// reportActivityIDs records the activity IDs of the report steps started.
+func (s *CallSuite) reportActivityIDs() *[]string {
+	var ids []string
+	s.env.SetOnActivityStartedListener(func(info *activity.Info, _ context.Context, _ converter.EncodedValues) {
+		if info.ActivityType.Name == "AwaitReport" {
+			ids = append(ids, info.ActivityID)
+		}
+	})
+	return &ids
+}
+
+// runAsked runs one call that asks a person, beside its session.
+func (s *CallSuite) runAsked(in CallInput) Result {
+	return s.runSession(harnessInput{Calls: []CallInput{in}})[0]
+}
+
+// stateAt queries the call at a virtual time.
+func (s *CallSuite) stateAt(after time.Duration, callID string) *CallState {
+	st := &CallState{}
+	s.env.RegisterDelayedCallback(func() {
+		v, err := s.env.QueryWorkflowByID(CallWorkflowID(callID), QueryCall)
+		s.Require().NoError(err)
+		s.Require().NoError(v.Get(st))
+	}, after)
+	return st
+}
+
+func (s *CallSuite) TestAgentExecutedCallIsApprovedThenCompletedByTheReport() {
+	s.policy.ask["deploy"] = policy.ApprovalRequest{Message: "deploy?", Rule: "ask-deploy"}
+	ids := s.reportActivityIDs()
+	var reported policy.Call
+	s.env.OnActivity(a.AwaitReport, mock.Anything, mock.Anything).After(30*time.Minute).Return(
+		func(_ context.Context, c policy.Call) (json.RawMessage, error) {
+			reported = c
+			return json.RawMessage(`{"deployed":true,"token":"sk-live-123"}`), nil
+		})
+	decideAt(s.env, time.Hour, "c1", decision(policy.Approved, "alice"))
+	approved := s.stateAt(time.Hour+time.Minute, "c1")
+
+	r := s.runAsked(agentCall("c1", "deploy", `{"env":"prod"}`))
+
+	s.Equal(StatusApproved, approved.Status, "the decision shows at once, before the report")
+	s.JSONEq(`{"env":"prod"}`, string(approved.Call.Args))
+	s.Equal("alice", approved.Decision.DecidedBy)
+	s.Equal([]string{ReportActivityID}, *ids, "the report completes a step with a fixed activity ID")
+	s.Equal("c1", reported.ID)
+	s.Equal(StatusOK, r.Status)
+	s.Equal(policy.ExecutionAgent, r.Execution)
+	s.JSONEq(`{"deployed":true,"token":"[REDACTED]"}`, string(r.Output), "output middleware runs on the reported output")
+	s.Equal(1, r.Redactions)
+	s.Equal("alice", r.DecidedBy)
+	s.Equal("You ran deploy and toolgate recorded its output, approved by alice.", r.ModelMessage)
+	s.Zero(s.runs.total(), "toolgate runs nothing itself")
+}
+
+// noReport makes the report step time out as Temporal does when no
+// report came within its start-to-close timeout.
+func (s *CallSuite) noReport() {
+	s.env.OnActivity(a.AwaitReport, mock.Anything, mock.Anything).Return(nil,
+		temporal.NewTimeoutError(enumspb.TIMEOUT_TYPE_START_TO_CLOSE, nil))
+}
+
+func (s *CallSuite) TestAgentExecutedCallNeedsNoRegisteredTool() {
+	s.noReport()
+	r := s.runOne(agentCall("c1", "Bash", `{"command":"ls"}`))
+	s.Equal(StatusUnknown, r.Status, "allowed at once, then no report within the default hour")
+	s.Equal("the agent did not say whether it ran the tool: no report within 1h0m0s", r.Reason)
+	s.Equal("policy", r.DecidedBy)
+	s.False(r.InvalidRequest)
+	s.Equal("Bash may or may not have run: the agent did not say whether it ran the tool: no report within 1h0m0s.", r.ModelMessage)
+}
+
+func (s *CallSuite) TestAgentReportedErrorEndsTheCallWithIt() {
+	s.env.OnActivity(a.AwaitReport, mock.Anything, mock.Anything).Return(nil,
+		temporal.NewNonRetryableApplicationError("exit status 1: permission denied", activities.ErrTypeAgentReported, nil))
+	r := s.runOne(agentCall("c1", "Bash", `{"command":"ls /root"}`))
+
+	s.Equal(StatusError, r.Status)
+	s.Equal("the agent reported that the tool failed: exit status 1: permission denied", r.Reason)
+	s.Equal("Bash failed (allowed by the policy): the agent reported that the tool failed: exit status 1: permission denied.", r.ModelMessage)
+}
+
+func (s *CallSuite) TestAgentReportRunsAfterCallChecks() {
+	s.policy.after = func(_ policy.Call, out json.RawMessage) error {
+		if string(out) == `{"rows":100000}` {
+			return errors.New("too many rows for one answer")
+		}
+		return nil
+	}
+	s.env.OnActivity(a.AwaitReport, mock.Anything, mock.Anything).Return(json.RawMessage(`{"rows":100000}`), nil)
+	r := s.runOne(agentCall("c1", "sql", `{"q":"select"}`))
+
+	s.Equal(StatusError, r.Status)
+	s.Equal("refused after the call: too many rows for one answer", r.Reason)
+}
+
+func (s *CallSuite) TestAgentExecutedCallWithoutReportEndsAtTheDecision() {
+	s.policy.ask["deploy"] = policy.ApprovalRequest{Message: "deploy?"}
+	ids := s.reportActivityIDs()
+	decideAt(s.env, time.Minute, "c1", decision(policy.Approved, "alice"))
+	in := agentCall("c1", "deploy", `{}`)
+	in.NoReport = true
+
+	r := s.runAsked(in)
+
+	s.Equal(StatusOK, r.Status)
+	s.Empty(*ids, "nothing waits for a report")
+	s.Contains(r.Note, "the agent runs the tool itself")
+	s.Equal("deploy is approved: run it yourself with the approved arguments, approved by alice.", r.ModelMessage)
+}
+
+func (s *CallSuite) TestDeniedAgentExecutedCallIsFinalWithTheReason() {
+	s.policy.ask["deploy"] = policy.ApprovalRequest{Message: "deploy?"}
+	ids := s.reportActivityIDs()
+	d := decision(policy.DeniedWithReason, "alice")
+	d.Reason = "not during the freeze"
+	decideAt(s.env, time.Minute, "c1", d)
+
+	r := s.runAsked(agentCall("c1", "deploy", `{}`))
+
+	s.Equal(StatusDenied, r.Status)
+	s.Equal("not during the freeze", r.Reason)
+	s.Empty(*ids)
+	s.Equal("deploy was not run: denied by alice: not during the freeze.", r.ModelMessage)
+}
+
+func (s *CallSuite) TestEditedArgumentsAreTheOnesTheAgentRuns() {
+	s.policy.ask["deploy"] = policy.ApprovalRequest{Message: "deploy?"}
+	var ran json.RawMessage
+	d := decision(policy.ApprovedWithEdits, "alice")
+	d.EditedArgs = json.RawMessage(`{"env":"staging"}`)
+	decideAt(s.env, time.Minute, "c1", d)
+	approved := s.stateAt(2*time.Minute, "c1")
+	s.env.OnActivity(a.AwaitReport, mock.Anything, mock.Anything).After(time.Hour).Return(
+		func(_ context.Context, c policy.Call) (json.RawMessage, error) {
+			ran = c.Args
+			return json.RawMessage(`"done"`), nil
+		})
+
+	r := s.runAsked(agentCall("c1", "deploy", `{"env":"prod"}`))
+
+	s.JSONEq(`{"env":"staging"}`, string(approved.Call.Args), "the approved call shows the edited arguments")
+	s.JSONEq(`{"env":"staging"}`, string(ran))
+	s.Equal(StatusOK, r.Status)
+	s.JSONEq(`{"env":"prod"}`, string(r.OriginalArgs))
+	s.Contains(r.ModelMessage, `alice changed the arguments to {"env":"staging"}`)
+}
+
+// agentToolPolicy declares a schema and a report timeout for "deploy".
+type agentToolPolicy struct{ *testPolicy }
+
+func (agentToolPolicy) CheckAgentArgs(toolName string, args json.RawMessage) error {
+	if toolName == "deploy" && string(args) != `{"env":"prod"}` {
+		return errors.New(`invalid arguments for tool "deploy": /env: want "prod"`)
+	}
+	return nil
+}
+
+func (agentToolPolicy) ReportTimeout(policy.Call) time.Duration { return 2 * time.Hour }
+
+func (s *CallSuite) TestPolicyDeclaredSchemaAndReportTimeoutApplyToAgentTools() {
+	s.env = s.NewTestWorkflowEnvironment()
+	s.env.RegisterActivity(newActivities(agentToolPolicy{s.policy}, s.runs, s.hooks))
+	s.env.RegisterWorkflow(ToolCallWorkflow)
+
+	r := s.runOne(agentCall("c1", "deploy", `{"env":"dev"}`))
+	s.Equal(StatusError, r.Status)
+	s.True(r.InvalidRequest)
+	s.Equal(`invalid arguments for tool "deploy": /env: want "prod"`, r.Reason)
+	s.Equal(`deploy was not run: invalid arguments for tool "deploy": /env: want "prod".`, r.ModelMessage)
+
+	s.env = s.NewTestWorkflowEnvironment()
+	s.env.RegisterActivity(newActivities(agentToolPolicy{s.policy}, s.runs, s.hooks))
+	s.env.RegisterWorkflow(ToolCallWorkflow)
+	s.noReport()
+	r = s.runOne(agentCall("c2", "deploy", `{"env":"prod"}`))
+	s.Equal(StatusUnknown, r.Status)
+	s.Equal("the agent did not say whether it ran the tool: no report within 2h0m0s", r.Reason)
+}
+
+func (s *CallSuite) TestAgentCannotClaimAnnotationsOrAnUnknownExecution() {
+	var seen policy.Call
+	s.policy.refuse = func(c policy.Call) string { seen = c; return "" }
+	in := agentCall("c1", "Read", `{}`)
+	in.Call.Annotations = map[string]any{"readOnlyHint": true}
+	s.env.OnActivity(a.AwaitReport, mock.Anything, mock.Anything).Return(json.RawMessage(`"x"`), nil)
+	s.runOne(in)
+	s.Nil(seen.Annotations, "hints come from toolgate's registry, never from the agent")
+
+	s.env = s.NewTestWorkflowEnvironment()
+	s.env.RegisterActivity(newActivities(s.policy, s.runs, s.hooks))
+	s.env.RegisterWorkflow(ToolCallWorkflow)
+	in = call("c2", "echo", `{}`)
+	in.Call.Execution = "worker"
+	r := s.runOne(in)
+	s.Equal(StatusError, r.Status)
+	s.Contains(r.Reason, `unknown execution "worker"`)
+}
+
+func (s *CallSuite) TestAToolThatMayHaveRunEndsUnknown() {
+	s.env.OnActivity(a.RunTool, mock.Anything, mock.Anything).Return(nil,
+		temporal.NewNonRetryableApplicationError(tool.OutcomeUnknown(errors.New("the upstream server died mid-call")).Error(), activities.ErrTypeOutcomeUnknown, nil))
+	r := s.runOne(call("c1", "echo", `{}`))
+	s.Equal(StatusUnknown, r.Status)
+	s.Contains(r.Reason, "the tool may or may not have run: the upstream server died mid-call")
+}
