@@ -44,48 +44,60 @@ type apiError struct {
 // do sends a request and decodes a 2xx answer into out; other answers
 // become the client package's error types.
 func (c *Client) do(ctx context.Context, method, path string, body, out any) error {
+	_, data, err := c.send(ctx, method, path, body)
+	if err != nil || out == nil {
+		return err
+	}
+	return json.Unmarshal(data, out)
+}
+
+// send sends a request and returns a 2xx answer's status and body; other
+// answers become the client package's error types.
+func (c *Client) send(ctx context.Context, method, path string, body any) (int, []byte, error) {
 	var rd io.Reader
 	if body != nil {
 		b, err := json.Marshal(body)
 		if err != nil {
-			return err
+			return 0, nil, err
 		}
 		rd = bytes.NewReader(b)
 	}
 	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
 	if err != nil {
-		return fmt.Errorf("toolgate API: %w", err)
+		return 0, nil, fmt.Errorf("toolgate API: %w", err)
 	}
 	req.Header.Set("Authorization", "Bearer "+c.token)
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return fmt.Errorf("toolgate API at %s: %w", c.base, err)
+		return 0, nil, fmt.Errorf("toolgate API at %s: %w", c.base, err)
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
 	if err != nil {
-		return fmt.Errorf("toolgate API: read answer: %w", err)
+		return 0, nil, fmt.Errorf("toolgate API: read answer: %w", err)
 	}
 	if resp.StatusCode/100 == 2 {
-		if out == nil {
-			return nil
-		}
-		return json.Unmarshal(data, out)
+		return resp.StatusCode, data, nil
 	}
 	var e apiError
 	if json.Unmarshal(data, &e) != nil || e.Error.Code == "" {
-		return fmt.Errorf("toolgate API: %s: %s", resp.Status, strings.TrimSpace(string(data)))
+		return 0, nil, fmt.Errorf("toolgate API: %s: %s", resp.Status, strings.TrimSpace(string(data)))
 	}
 	switch e.Error.Code {
 	case "unknown_call":
-		return fmt.Errorf("%w: %s", tgclient.ErrUnknownCall, e.Error.Message)
+		return 0, nil, fmt.Errorf("%w: %s", tgclient.ErrUnknownCall, e.Error.Message)
 	case "already_decided":
-		return &tgclient.AlreadyDecidedError{Message: e.Error.Message}
+		return 0, nil, &tgclient.AlreadyDecidedError{Message: e.Error.Message}
+	case "no_result":
+		return 0, nil, fmt.Errorf("%w: %s", tgclient.ErrNoResult, e.Error.Message)
+	case "invalid_request": // the message is "<field> <problem>"
+		field, problem, _ := strings.Cut(e.Error.Message, " ")
+		return 0, nil, &tgclient.InputError{Field: field, Problem: problem}
 	case "unauthorized":
-		return errors.New("toolgate API: " + e.Error.Message)
+		return 0, nil, errors.New("toolgate API: " + e.Error.Message)
 	}
-	return &tgclient.RefusedError{Type: e.Error.Code, Message: e.Error.Message}
+	return 0, nil, &tgclient.RefusedError{Type: e.Error.Code, Message: e.Error.Message}
 }
 
 // Pending lists a page of the calls waiting for a person that the token

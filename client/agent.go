@@ -40,3 +40,5 @@ type Report struct {
 	Output json.RawMessage `json:"output,omitempty"`
 	Error  string          `json:"error,omitempty"`
 }
+
+var _ Agent = (*Client)(nil)

@@ -33,6 +33,7 @@ const MaxArgsBytes = policy.MaxArgsBytes
 type Client struct {
 	tc         client.Client
 	taskQueue  string
+	namespace  string
 	eagerStart bool
 	// firstPages remembers where Pending found first pages (pending.go).
 	firstPages *pageHints
@@ -44,7 +45,16 @@ func New(tc client.Client, taskQueue string) *Client {
 	if taskQueue == "" {
 		taskQueue = workflows.TaskQueue
 	}
-	return &Client{tc: tc, taskQueue: taskQueue, firstPages: &pageHints{}}
+	return &Client{tc: tc, taskQueue: taskQueue, namespace: "default", firstPages: &pageHints{}}
+}
+
+// WithNamespace returns a client that names namespace where the Temporal
+// API needs it spelled out (completing an agent's report). It must be the
+// namespace tc is connected to; the default is "default".
+func (c *Client) WithNamespace(namespace string) *Client {
+	n := *c
+	n.namespace = namespace
+	return &n
 }
 
 // WithEagerStart returns a client that asks the server to hand a new
@@ -122,6 +132,12 @@ func (r *CallRequest) Validate() error {
 	if problem := notAnObject(r.Args); problem != "" {
 		return &InputError{Field: "args", Problem: problem}
 	}
+	switch {
+	case r.Execution != policy.ExecutionToolgate && r.Execution != policy.ExecutionAgent:
+		return &InputError{Field: "execution", Problem: `must be "agent" (the agent runs the tool) or empty (toolgate runs it)`}
+	case r.NoReport && r.Execution != policy.ExecutionAgent:
+		return &InputError{Field: "report", Problem: `can be false only for a call with execution "agent"`}
+	}
 	return nil
 }
 
@@ -159,7 +175,10 @@ func (c *Client) Submit(ctx context.Context, req CallRequest) (string, error) {
 	if req.CallID == "" {
 		req.CallID = NewCallID()
 	}
-	in := workflows.CallInput{Call: policy.Call{ID: req.CallID, Session: req.Session, Tool: req.Tool, Args: req.Args, Requester: req.Requester}}
+	in := workflows.CallInput{
+		Call:     policy.Call{ID: req.CallID, Session: req.Session, Tool: req.Tool, Args: req.Args, Requester: req.Requester, Execution: req.Execution},
+		NoReport: req.NoReport,
+	}
 	opts := client.StartWorkflowOptions{
 		ID:                                       workflows.CallWorkflowID(req.CallID),
 		TaskQueue:                                c.taskQueue,
@@ -195,7 +214,8 @@ func (c *Client) checkSameCall(ctx context.Context, req CallRequest) error {
 	if err != nil {
 		return err
 	}
-	if first.Session != req.Session || first.Tool != req.Tool || first.Requester != req.Requester || !sameJSON(first.Args, req.Args) {
+	if first.Session != req.Session || first.Tool != req.Tool || first.Requester != req.Requester ||
+		first.Execution != req.Execution || !sameJSON(first.Args, req.Args) {
 		return &InputError{Field: "call_id", Problem: fmt.Sprintf("%q is already taken by another call; use a new call ID", req.CallID), Err: ErrCallIDTaken}
 	}
 	return nil
@@ -312,22 +332,34 @@ type Waiting struct {
 	Tool      string           `json:"tool"`
 	Requester string           `json:"requester,omitempty"`
 	Status    workflows.Status `json:"status"`
-	Args      json.RawMessage  `json:"args,omitempty"`
-	Message   string           `json:"message,omitempty"`
-	Rule      string           `json:"rule,omitempty"`
-	Groups    []string         `json:"groups,omitempty"`
+	// Execution is "agent" when the agent runs the tool itself.
+	Execution policy.Execution `json:"execution,omitempty"`
+	// Args are the arguments to run: for an approved agent-executed call,
+	// the approver's edit when there was one.
+	Args    json.RawMessage `json:"args,omitempty"`
+	Message string          `json:"message,omitempty"`
+	Rule    string          `json:"rule,omitempty"`
+	Groups  []string        `json:"groups,omitempty"`
 	// WaitingSince and Deadline are set while a person is asked.
 	WaitingSince time.Time `json:"waiting_since,omitzero"`
 	Deadline     time.Time `json:"deadline,omitzero"`
 	// Notices say who was told about the call, and when.
 	Notices []workflows.NoticeRecord `json:"notices,omitempty"`
+	// Decision, DecidedBy and Comment are set once the call is decided
+	// (status approved or running).
+	Decision  string `json:"decision,omitempty"`
+	DecidedBy string `json:"decided_by,omitempty"`
+	Comment   string `json:"comment,omitempty"`
 }
 
 // WaitingView turns a call's live state into its Waiting shape.
 func WaitingView(st workflows.CallState) Waiting {
 	w := Waiting{
 		CallID: st.Call.ID, Session: st.Call.Session, Tool: st.Call.Tool, Requester: st.Call.Requester,
-		Status: st.Status, Args: st.Call.Args, WaitingSince: st.WaitingSince, Deadline: st.Deadline, Notices: st.Notices,
+		Status: st.Status, Execution: st.Call.Execution, Args: st.Call.Args, WaitingSince: st.WaitingSince, Deadline: st.Deadline, Notices: st.Notices,
+	}
+	if d := st.Decision; d != nil {
+		w.Decision, w.DecidedBy, w.Comment = d.Kind.String(), d.DecidedBy, d.Comment
 	}
 	if st.Request != nil {
 		w.Message, w.Rule, w.Groups = st.Request.Message, st.Request.Rule, st.Request.Groups

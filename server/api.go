@@ -55,10 +55,12 @@ func (a *api) table() []route {
 		{"GET", "/v1/pending", a.pending, approvers},
 		{"POST", "/v1/calls/{call_id}/decision", a.decideOne, approvers},
 		{"POST", "/v1/calls/{call_id}/cancel", a.cancelCall, everyone},
+		{"POST", "/v1/calls/{call_id}/report", a.report, agents},
 		{"POST", "/v1/decisions", a.decideBulk, approvers},
 		{"GET", "/v1/sessions/{session}", a.session, approvers},
 		{"DELETE", "/v1/sessions/{session}/sticky/{tool}", a.revoke, approvers},
 		{"POST", "/v1/sessions/{session}/end", a.endSession, approvers},
+		{"GET", "/v1/tools", a.listTools, agents},
 	}
 }
 
@@ -132,6 +134,10 @@ type submitRequest struct {
 	Tool    string          `json:"tool"`
 	Args    json.RawMessage `json:"args"`
 	CallID  string          `json:"call_id"`
+	// Execution "agent": the agent runs the tool once approved, and
+	// reports (unless Report is false).
+	Execution policy.Execution `json:"execution"`
+	Report    *bool            `json:"report"`
 }
 
 func (a *api) submit(w http.ResponseWriter, r *http.Request, p Principal) {
@@ -145,7 +151,8 @@ func (a *api) submit(w http.ResponseWriter, r *http.Request, p Principal) {
 		writeError(w, err)
 		return
 	}
-	id, err := a.calls.Submit(r.Context(), tgclient.CallRequest{CallID: req.CallID, Session: req.Session, Tool: req.Tool, Args: req.Args, Requester: p.Name})
+	id, err := a.calls.Submit(r.Context(), tgclient.CallRequest{CallID: req.CallID, Session: req.Session, Tool: req.Tool, Args: req.Args,
+		Requester: p.Name, Execution: req.Execution, NoReport: req.Report != nil && !*req.Report})
 	if err != nil {
 		writeError(w, a.mapError(err))
 		return
@@ -163,28 +170,21 @@ func (a *api) getCall(w http.ResponseWriter, r *http.Request, p Principal) {
 }
 
 // respondCall answers with the Result (200) when the call is final within
-// wait, else with the waiting call (202).
+// wait, else with the call as it stands (202): still waiting, or, for an
+// agent-executed call, approved with the arguments to run.
 func (a *api) respondCall(w http.ResponseWriter, r *http.Request, p Principal, callID string, wait time.Duration) {
 	ctx := r.Context()
+	var st tgclient.Status
+	var err error
 	if wait > 0 {
 		// Ends at wait, or when the server shuts down (waitContext).
 		wctx, cancel := waitContext(ctx, wait)
-		res, err := a.calls.Wait(wctx, callID)
+		st, err = a.calls.WaitDecided(wctx, callID)
 		cancel()
-		if err == nil {
-			if !mayRead(p, res.Call()) {
-				writeError(w, notFound(callID))
-				return
-			}
-			writeJSON(w, http.StatusOK, res)
-			return
-		}
-		if !errors.Is(err, context.DeadlineExceeded) {
-			writeError(w, a.mapError(err))
-			return
-		}
 	}
-	st, err := a.calls.Status(ctx, callID)
+	if wait == 0 || errors.Is(err, context.DeadlineExceeded) {
+		st, err = a.calls.Status(ctx, callID)
+	}
 	if err != nil {
 		writeError(w, a.mapError(err))
 		return
@@ -203,6 +203,30 @@ func (a *api) respondCall(w http.ResponseWriter, r *http.Request, p Principal, c
 	}
 	writeJSON(w, http.StatusAccepted, tgclient.WaitingView(*st.State))
 }
+
+// reportWait bounds how long a report's answer waits for the final Result
+// (the after-call checks run on the reported output).
+const reportWait = 30 * time.Second
+
+// report completes an approved agent-executed call with the agent's
+// output or error, then answers like GET /v1/calls/{id}?wait=30s.
+func (a *api) report(w http.ResponseWriter, r *http.Request, p Principal) {
+	var rep tgclient.Report
+	if err := decodeBodyLimit(w, r, &rep, maxReportBody); err != nil {
+		writeError(w, err)
+		return
+	}
+	callID := r.PathValue("call_id")
+	if err := a.calls.Report(r.Context(), callID, p.Name, rep); err != nil {
+		writeError(w, a.mapError(err))
+		return
+	}
+	a.logger.Info("Agent reported", zap.String("call_id", callID), zap.String("agent", p.Name), zap.Bool("error", rep.Error != ""))
+	a.respondCall(w, r, p, callID, reportWait)
+}
+
+// maxReportBody leaves room around the largest output a report may carry.
+const maxReportBody = 1<<20 + 64<<10
 
 // mayRead: agents read only the calls they submitted.
 func mayRead(p Principal, c policy.Call) bool {
@@ -323,7 +347,12 @@ func durationParam(v, name string) (time.Duration, error) {
 // decodeBody reads a JSON body strictly: size-capped, unknown fields
 // refused, nothing after the JSON value.
 func decodeBody(w http.ResponseWriter, r *http.Request, into any) error {
-	r.Body = http.MaxBytesReader(w, r.Body, MaxBodyBytes)
+	return decodeBodyLimit(w, r, into, MaxBodyBytes)
+}
+
+// decodeBodyLimit is decodeBody with another size cap.
+func decodeBodyLimit(w http.ResponseWriter, r *http.Request, into any, limit int64) error {
+	r.Body = http.MaxBytesReader(w, r.Body, limit)
 	dec := json.NewDecoder(r.Body)
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(into); err != nil {
@@ -331,7 +360,7 @@ func decodeBody(w http.ResponseWriter, r *http.Request, into any) error {
 		var typeErr *json.UnmarshalTypeError
 		switch {
 		case errors.As(err, &tooLarge):
-			return &apiError{http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("request body is over the %d-byte limit", MaxBodyBytes)}
+			return &apiError{http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("request body is over the %d-byte limit", limit)}
 		case errors.As(err, &typeErr):
 			field := typeErr.Field
 			if field == "" {

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	enumspb "go.temporal.io/api/enums/v1"
+	historypb "go.temporal.io/api/history/v1"
 	workflowpb "go.temporal.io/api/workflow/v1"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
@@ -56,6 +57,25 @@ func (f *waitingTemporal) DescribeWorkflowExecution(context.Context, string, str
 
 func (f *waitingTemporal) QueryWorkflow(context.Context, string, string, string, ...any) (converter.EncodedValue, error) {
 	return jsonValue{f.state()}, nil
+}
+
+func (f *waitingTemporal) GetWorkflowHistory(ctx context.Context, _, _ string, _ bool, _ enumspb.HistoryEventFilterType) client.HistoryEventIterator {
+	return &waitingHistory{ctx: ctx, f: f}
+}
+
+// waitingHistory is the history of a call that never moves: its long poll
+// lasts until the waiter gives up.
+type waitingHistory struct {
+	ctx context.Context
+	f   *waitingTemporal
+}
+
+func (h *waitingHistory) HasNext() bool { return true }
+
+func (h *waitingHistory) Next() (*historypb.HistoryEvent, error) {
+	h.f.polls <- struct{}{}
+	<-h.ctx.Done()
+	return nil, h.ctx.Err()
 }
 
 // waitingRun is the run of a call that never ends.

@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	tgclient "github.com/toolgate/toolgate/client"
+	"github.com/toolgate/toolgate/policy"
 	"github.com/toolgate/toolgate/workflows"
 )
 
@@ -23,27 +24,37 @@ func (a *app) client() (*tgclient.Client, func(), error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	return tgclient.New(tc, a.conn.taskQueue), tc.Close, nil
+	return tgclient.New(tc, a.conn.taskQueue).WithNamespace(a.conn.namespace), tc.Close, nil
 }
 
 func (a *app) callCommand() *cobra.Command {
 	var (
-		session, callID, requester string
-		wait                       time.Duration
-		asJSON                     bool
+		session, callID, requester  string
+		wait                        time.Duration
+		asJSON, agentRuns, noReport bool
 	)
 	cmd := &cobra.Command{
-		Use:   "call --session S [--id CALL_ID] [--wait DUR] [--json] TOOL [ARGS_JSON]",
+		Use:   "call --session S [--id CALL_ID] [--wait DUR] [--agent-runs [--no-report]] [--json] TOOL [ARGS_JSON]",
 		Short: "Ask toolgate to run a tool, and wait for the outcome",
 		Long: `Submit a tool call and wait until it is decided and run (or for --wait).
 ARGS_JSON is a JSON object, or @FILE to read it from a file (- for stdin).
 Exit status: 0 the tool ran and succeeded; 3 denied (by policy, a person, a
 sticky decision or a timeout); 4 the tool or a hook failed; 5 still waiting
 when --wait ran out (the call goes on; see 'toolgate status'); 2 bad usage or
-arguments; 1 anything else.`,
+arguments; 1 anything else.
+
+With --agent-runs the caller runs the tool itself: TOOL need not be one of
+toolgate's, the command returns (exit 0) as soon as the call is approved and
+prints the arguments to run (an approver's edit, if any), and the outcome is
+then reported with 'toolgate report CALL_ID --output JSON' (or --error
+TEXT); without a report within the rule's report_timeout (default 1h) the
+call ends unknown. --no-report ends the call at its approval instead.`,
 		Args: rangeArgs(1, "TOOL", "[ARGS_JSON]"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			req := tgclient.CallRequest{CallID: callID, Session: session, Tool: args[0], Requester: requester}
+			req := tgclient.CallRequest{CallID: callID, Session: session, Tool: args[0], Requester: requester, NoReport: noReport}
+			if agentRuns {
+				req.Execution = policy.ExecutionAgent
+			}
 			if len(args) == 2 {
 				raw, err := readArgs(args[1])
 				if err != nil {
@@ -76,6 +87,8 @@ arguments; 1 anything else.`,
 	f.StringVar(&requester, "requester", "cli-agent", "who asks; a requester can never decide its own call")
 	f.DurationVar(&wait, "wait", 0, "how long to wait for the outcome; 0 waits until the call is decided and run")
 	f.BoolVar(&asJSON, "json", false, "print the outcome as JSON")
+	f.BoolVar(&agentRuns, "agent-runs", false, "the caller runs the tool itself once approved, then reports with 'toolgate report'")
+	f.BoolVar(&noReport, "no-report", false, "with --agent-runs: the call ends at its approval; nothing is reported")
 	_ = cmd.MarkFlagRequired("session")
 	a.conn.addFlags(cmd)
 	return cmd
@@ -115,12 +128,15 @@ func (a *app) awaitOutcome(ctx context.Context, c *tgclient.Client, callID strin
 		if wait > 0 {
 			wctx, cancel = context.WithTimeout(ctx, wait)
 		}
-		r, err := c.Wait(wctx, callID)
+		st, err := c.WaitDecided(wctx, callID)
 		cancel()
-		if err == nil {
-			return a.printResult(r, asJSON)
-		}
-		if !errors.Is(err, context.DeadlineExceeded) {
+		switch {
+		case err == nil && st.Result != nil:
+			return a.printResult(*st.Result, asJSON)
+		case err == nil:
+			a.printWaiting(*st.State, asJSON) // approved: the agent runs the tool
+			return nil
+		case !errors.Is(err, context.DeadlineExceeded):
 			return a.callError(err)
 		}
 	}
@@ -135,6 +151,9 @@ func (a *app) awaitOutcome(ctx context.Context, c *tgclient.Client, callID strin
 		return a.printResult(*st.State.Result, asJSON)
 	}
 	a.printWaiting(*st.State, asJSON)
+	if st.State.Status == workflows.StatusApproved {
+		return nil
+	}
 	return &exitError{code: exitStillWaiting, err: errors.New("")}
 }
 
@@ -193,10 +212,65 @@ func (a *app) printWaiting(st workflows.CallState, asJSON bool) {
 		return
 	}
 	fmt.Fprintf(a.stdout, "call %s  session %s  tool %s\nstatus: %s\n", w.CallID, w.Session, w.Tool, w.Status)
-	if w.Status == workflows.StatusPending {
+	switch w.Status {
+	case workflows.StatusPending:
 		fmt.Fprintf(a.stdout, "waiting for a person: %s\ndeadline: %s\napprove: toolgate approve %s --by NAME\n",
 			w.Message, w.Deadline.Local().Format(time.RFC1123), w.CallID)
+	case workflows.StatusApproved:
+		fmt.Fprintf(a.stdout, "decision: %s by %s\nrun it with: %s\nthen report: toolgate report %s --output JSON (or --error TEXT)\n",
+			w.Decision, w.DecidedBy, w.Args, w.CallID)
 	}
+}
+
+func (a *app) reportCommand() *cobra.Command {
+	var (
+		output, errText, requester string
+		asJSON                     bool
+	)
+	cmd := &cobra.Command{
+		Use:   "report CALL_ID (--output JSON | --error TEXT) [--requester NAME] [--json]",
+		Short: "Report how an approved agent-executed call went",
+		Long: `Report the outcome of a call submitted with 'toolgate call --agent-runs'
+once it was approved and run: --output with the tool's output (JSON, or
+@FILE, @- for stdin), or --error with why it failed. Only the requester may
+report, once. The after-call checks run on the output, and the final
+outcome is printed with the exit status of 'toolgate call'; 1 when the
+report is refused (not approved yet, already reported, another requester).`,
+		Args: exactArgs("CALL_ID"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			rep := tgclient.Report{Error: errText}
+			if output != "" {
+				raw, err := readArgs(output)
+				if err != nil {
+					return usageError("%v", err)
+				}
+				rep.Output = raw
+			}
+			if err := rep.Validate(); err != nil {
+				return usageError("%v", err)
+			}
+			c, closeFn, err := a.client()
+			if err != nil {
+				return err
+			}
+			defer closeFn()
+			if err := c.Report(cmd.Context(), args[0], requester, rep); err != nil {
+				var inputErr *tgclient.InputError
+				if errors.As(err, &inputErr) {
+					return usageError("%v", err)
+				}
+				return a.callError(err)
+			}
+			return a.awaitOutcome(cmd.Context(), c, args[0], time.Minute, true, asJSON)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&output, "output", "", "the tool's output: JSON, or @FILE (@- for stdin)")
+	f.StringVar(&errText, "error", "", "why the tool failed")
+	f.StringVar(&requester, "requester", "cli-agent", "who reports: the call's requester")
+	f.BoolVar(&asJSON, "json", false, "print the outcome as JSON")
+	a.conn.addFlags(cmd)
+	return cmd
 }
 
 func (a *app) pendingCommand() *cobra.Command {

@@ -1,0 +1,147 @@
+package apiclient
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"time"
+
+	tgclient "github.com/toolgate/toolgate/client"
+	"github.com/toolgate/toolgate/policy"
+	"github.com/toolgate/toolgate/workflows"
+)
+
+// The agent half of the API: the token names the requester.
+
+var _ tgclient.Agent = (*Client)(nil)
+
+// Submit starts a call (POST /v1/calls) and returns its ID.
+func (c *Client) Submit(ctx context.Context, req tgclient.CallRequest) (string, error) {
+	body := map[string]any{"session": req.Session, "tool": req.Tool, "args": req.Args}
+	if req.CallID != "" {
+		body["call_id"] = req.CallID
+	}
+	if req.Execution != policy.ExecutionToolgate {
+		body["execution"] = req.Execution
+	}
+	if req.NoReport {
+		body["report"] = false
+	}
+	var out struct {
+		CallID string `json:"call_id"`
+	}
+	err := c.do(ctx, http.MethodPost, "/v1/calls", body, &out)
+	return out.CallID, err
+}
+
+// longPoll bounds one ?wait= request; longer waits poll again.
+const longPoll = 60 * time.Second
+
+// Wait blocks until the call has a Result, or ctx ends.
+func (c *Client) Wait(ctx context.Context, callID string) (workflows.Result, error) {
+	for {
+		st, err := c.poll(ctx, callID)
+		if err != nil {
+			return workflows.Result{}, err
+		}
+		if st.Result != nil {
+			return *st.Result, nil
+		}
+	}
+}
+
+// WaitDecided blocks until the call has a Result or is an approved
+// agent-executed call waiting for its report, or ctx ends.
+func (c *Client) WaitDecided(ctx context.Context, callID string) (tgclient.Status, error) {
+	for {
+		st, err := c.poll(ctx, callID)
+		if err != nil || st.Result != nil || st.State.Status == workflows.StatusApproved {
+			return st, err
+		}
+	}
+}
+
+// poll makes one long poll of GET /v1/calls/{id}?wait=, bounded by ctx's
+// deadline; it returns context.DeadlineExceeded when ctx ended first.
+func (c *Client) poll(ctx context.Context, callID string) (tgclient.Status, error) {
+	wait := longPoll
+	if dl, ok := ctx.Deadline(); ok {
+		wait = min(wait, time.Until(dl)-100*time.Millisecond)
+	}
+	if wait <= 0 {
+		return tgclient.Status{}, context.DeadlineExceeded
+	}
+	st, err := c.status(ctx, callID, wait)
+	if err != nil && ctx.Err() != nil {
+		return st, context.DeadlineExceeded
+	}
+	return st, err
+}
+
+// Status returns where the call stands now (GET /v1/calls/{id}).
+func (c *Client) Status(ctx context.Context, callID string) (tgclient.Status, error) {
+	return c.status(ctx, callID, 0)
+}
+
+func (c *Client) status(ctx context.Context, callID string, wait time.Duration) (tgclient.Status, error) {
+	path := "/v1/calls/" + url.PathEscape(callID)
+	if wait > 0 {
+		path += "?wait=" + wait.Round(time.Millisecond).String()
+	}
+	code, data, err := c.send(ctx, http.MethodGet, path, nil)
+	if err != nil {
+		return tgclient.Status{}, err
+	}
+	if code == http.StatusOK {
+		var r workflows.Result
+		if err := json.Unmarshal(data, &r); err != nil {
+			return tgclient.Status{}, fmt.Errorf("toolgate API: decode result: %w", err)
+		}
+		return tgclient.Status{Result: &r}, nil
+	}
+	var w tgclient.Waiting
+	if err := json.Unmarshal(data, &w); err != nil {
+		return tgclient.Status{}, fmt.Errorf("toolgate API: decode call: %w", err)
+	}
+	return tgclient.Status{State: stateOf(w)}, nil
+}
+
+// stateOf rebuilds the live state a Waiting view shows.
+func stateOf(w tgclient.Waiting) *workflows.CallState {
+	st := &workflows.CallState{
+		Call:   policy.Call{ID: w.CallID, Session: w.Session, Tool: w.Tool, Requester: w.Requester, Args: w.Args, Execution: w.Execution},
+		Status: w.Status, WaitingSince: w.WaitingSince, Deadline: w.Deadline, Notices: w.Notices,
+	}
+	if w.Message != "" || w.Rule != "" || len(w.Groups) > 0 {
+		st.Request = &policy.ApprovalRequest{Message: w.Message, Rule: w.Rule, Groups: w.Groups}
+	}
+	if w.Decision != "" {
+		kind, err := policy.ParseDecisionKind(w.Decision)
+		if err == nil {
+			st.Decision = &policy.Decision{Kind: kind, DecidedBy: w.DecidedBy, Comment: w.Comment}
+		}
+	}
+	return st
+}
+
+// Report completes an approved agent-executed call
+// (POST /v1/calls/{id}/report); requester is ignored: the token names it.
+func (c *Client) Report(ctx context.Context, callID, _ string, r tgclient.Report) error {
+	if err := r.Validate(); err != nil {
+		return err
+	}
+	body := map[string]any{}
+	if r.Error != "" {
+		body["error"] = r.Error
+	} else {
+		body["output"] = r.Output
+	}
+	err := c.do(ctx, http.MethodPost, "/v1/calls/"+url.PathEscape(callID)+"/report", body, nil)
+	if errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("report call %s: %w", callID, err)
+	}
+	return err
+}

@@ -1,0 +1,170 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/toolgate/toolgate/apiclient"
+	tgclient "github.com/toolgate/toolgate/client"
+	"github.com/toolgate/toolgate/policy"
+	"github.com/toolgate/toolgate/workflows"
+)
+
+// TestAgentExecutedCalls: an agent puts its own tool behind toolgate over
+// the HTTP API and the CLI: submit, wait for the decision, run, report.
+func TestAgentExecutedCalls(t *testing.T) {
+	d, as := newAPIDev(t)
+	agent, alice, bob, root := as("agent-1"), as("alice"), as("bob"), as("root")
+
+	submitAgentCall := func(t *testing.T, callID string, extra map[string]any) {
+		t.Helper()
+		body := map[string]any{"session": "agents", "tool": "deploy", "call_id": callID, "args": map[string]any{"env": "prod"}, "execution": "agent"}
+		for k, v := range extra {
+			body[k] = v
+		}
+		r := agent.do("POST", "/v1/calls", body)
+		require.Equal(t, http.StatusAccepted, r.status, r.raw)
+		require.Eventually(t, func() bool {
+			return agent.do("GET", "/v1/calls/"+callID, nil).body["status"] == "pending"
+		}, 20*time.Second, 20*time.Millisecond, "the default policy asks for a tool it does not know")
+	}
+
+	t.Run("approved with edits, then reported", func(t *testing.T) {
+		submitAgentCall(t, "ag1", nil)
+		r := agent.do("POST", "/v1/calls/ag1/report", map[string]any{"output": "too early"})
+		assert.Equal(t, http.StatusConflict, r.status, r.raw)
+		assert.Contains(t, r.errorMessage(), "is not approved (status pending)")
+
+		// The agent's long poll wakes on the decision (a 5m wait would
+		// outlast the test client's 30 s).
+		waited := make(chan apiResponse, 1)
+		go func() { waited <- agent.do("GET", "/v1/calls/ag1?wait=5m", nil) }()
+		r = alice.do("POST", "/v1/calls/ag1/decision", map[string]any{"decision": "approve", "args": map[string]any{"env": "staging"}})
+		require.Equal(t, http.StatusOK, r.status, r.raw)
+		r = <-waited
+		require.Equal(t, http.StatusAccepted, r.status, r.raw)
+		assert.Equal(t, "approved", r.body["status"])
+		assert.Equal(t, map[string]any{"env": "staging"}, r.body["args"], "the arguments to run are the approver's")
+		assert.Equal(t, "alice", r.body["decided_by"])
+		assert.Equal(t, "agent", r.body["execution"])
+
+		r = root.do("POST", "/v1/calls/ag1/report", map[string]any{"output": map[string]any{"deployed": "staging"}})
+		assert.Equal(t, http.StatusForbidden, r.status, "only the requesting agent reports: %s", r.raw)
+		r = agent.do("POST", "/v1/calls/ag1/report", map[string]any{"output": map[string]any{"deployed": "staging"}, "error": "x"})
+		assert.Equal(t, http.StatusBadRequest, r.status, r.raw)
+
+		r = agent.do("POST", "/v1/calls/ag1/report", map[string]any{"output": map[string]any{"deployed": "staging"}})
+		require.Equal(t, http.StatusOK, r.status, r.raw)
+		assert.Equal(t, "ok", r.body["status"])
+		assert.Equal(t, "agent", r.body["execution"])
+		assert.Equal(t, map[string]any{"deployed": "staging"}, r.body["output"])
+		assert.Equal(t, map[string]any{"env": "prod"}, r.body["original_args"])
+		assert.Equal(t, `You ran deploy and toolgate recorded its output, approved by alice; alice changed the arguments to {"env":"staging"}.`, r.body["model_message"])
+
+		r = agent.do("POST", "/v1/calls/ag1/report", map[string]any{"output": "again"})
+		assert.Equal(t, http.StatusConflict, r.status, r.raw)
+		assert.Contains(t, r.errorMessage(), "already ended (status ok): a call is reported once")
+	})
+
+	t.Run("a reported error ends the call with it", func(t *testing.T) {
+		submitAgentCall(t, "ag2", nil)
+		require.Equal(t, http.StatusOK, bob.do("POST", "/v1/calls/ag2/decision", map[string]any{"decision": "approve"}).status)
+		r := agent.do("GET", "/v1/calls/ag2?wait=5m", nil)
+		require.Equal(t, "approved", r.body["status"], r.raw)
+		r = agent.do("POST", "/v1/calls/ag2/report", map[string]any{"error": "kubectl: connection refused"})
+		require.Equal(t, http.StatusOK, r.status, r.raw)
+		assert.Equal(t, "error", r.body["status"])
+		assert.Equal(t, "the agent reported that the tool failed: kubectl: connection refused", r.body["reason"])
+	})
+
+	t.Run("report false ends the call at the decision", func(t *testing.T) {
+		submitAgentCall(t, "ag3", map[string]any{"report": false})
+		require.Equal(t, http.StatusOK, bob.do("POST", "/v1/calls/ag3/decision", map[string]any{"decision": "approve"}).status)
+		r := agent.do("GET", "/v1/calls/ag3?wait=5m", nil)
+		require.Equal(t, http.StatusOK, r.status, r.raw)
+		assert.Equal(t, "ok", r.body["status"])
+		assert.Equal(t, "deploy is approved: run it yourself with the approved arguments, approved by bob.", r.body["model_message"])
+		r = agent.do("POST", "/v1/calls/ag3/report", map[string]any{"output": 1})
+		assert.Equal(t, http.StatusConflict, r.status, r.raw)
+	})
+
+	t.Run("a denial's reason reaches the agent", func(t *testing.T) {
+		submitAgentCall(t, "ag4", nil)
+		r := bob.do("POST", "/v1/calls/ag4/decision", map[string]any{"decision": "deny", "reason": "prod is frozen until Monday"})
+		require.Equal(t, http.StatusOK, r.status, r.raw)
+		r = agent.do("GET", "/v1/calls/ag4?wait=5m", nil)
+		require.Equal(t, http.StatusOK, r.status, r.raw)
+		assert.Equal(t, "denied", r.body["status"])
+		assert.Equal(t, "prod is frozen until Monday", r.body["reason"])
+		assert.Equal(t, "deploy was not run: denied by bob: prod is frozen until Monday.", r.body["model_message"])
+	})
+
+	t.Run("bad submissions name the field", func(t *testing.T) {
+		r := agent.do("POST", "/v1/calls", map[string]any{"session": "agents", "tool": "deploy", "execution": "worker"})
+		assert.Equal(t, http.StatusBadRequest, r.status, r.raw)
+		assert.Contains(t, r.errorMessage(), "execution must be")
+		r = agent.do("POST", "/v1/calls", map[string]any{"session": "agents", "tool": "echo", "report": false})
+		assert.Equal(t, http.StatusBadRequest, r.status, r.raw)
+		assert.Contains(t, r.errorMessage(), "report can be false only")
+		r = agent.do("POST", "/v1/calls/ag1/report", map[string]any{})
+		assert.Equal(t, http.StatusBadRequest, r.status, r.raw)
+	})
+
+	t.Run("the Go API client is an Agent", func(t *testing.T) {
+		var c tgclient.Agent = apiclient.New("http://"+d.httpAddr, "token-agent-1")
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		id, err := c.Submit(ctx, tgclient.CallRequest{CallID: "ag5", Session: "agents", Tool: "migrate", Args: json.RawMessage(`{"step":3}`), Execution: policy.ExecutionAgent})
+		require.NoError(t, err)
+		short, cancelShort := context.WithTimeout(ctx, 300*time.Millisecond)
+		_, err = c.WaitDecided(short, id)
+		cancelShort()
+		require.ErrorIs(t, err, context.DeadlineExceeded, "nobody decided yet")
+		require.Eventually(t, func() bool {
+			return bob.do("POST", "/v1/calls/ag5/decision", map[string]any{"decision": "approve"}).status == http.StatusOK
+		}, 20*time.Second, 50*time.Millisecond)
+		st, err := c.WaitDecided(ctx, id)
+		require.NoError(t, err)
+		require.NotNil(t, st.State)
+		assert.Equal(t, workflows.StatusApproved, st.State.Status)
+		assert.Equal(t, "bob", st.State.Decision.DecidedBy)
+		err = c.Report(ctx, id, "", tgclient.Report{Output: json.RawMessage(`{"migrated":3}`)})
+		require.NoError(t, err)
+		res, err := c.Wait(ctx, id)
+		require.NoError(t, err)
+		assert.Equal(t, workflows.StatusOK, res.Status)
+		assert.JSONEq(t, `{"migrated":3}`, string(res.Output))
+		var refused *tgclient.RefusedError
+		require.ErrorAs(t, c.Report(ctx, id, "", tgclient.Report{Output: json.RawMessage(`1`)}), &refused)
+		assert.Equal(t, "not_waiting", refused.Type)
+	})
+
+	t.Run("the CLI runs the same flow", func(t *testing.T) {
+		r := d.cli("call", "--session", "cli-agents", "--id", "ag6", "--agent-runs", "--wait", "200ms", "backup", `{"db":"orders"}`)
+		require.Equal(t, 5, r.code, "still waiting: %s %s", r.stdout, r.stderr)
+		d.waitPending(d.client(), "ag6")
+		r = d.cli("approve", "ag6", "--by", "carol")
+		require.Equal(t, 0, r.code, r.stdout+r.stderr)
+		r = d.cli("status", "ag6", "--wait", "30s", "--json")
+		require.Equal(t, 0, r.code, "approved means: run it now\n%s %s", r.stdout, r.stderr)
+		var w map[string]any
+		require.NoError(t, json.Unmarshal([]byte(r.stdout), &w), r.stdout)
+		assert.Equal(t, "approved", w["status"])
+		assert.Equal(t, map[string]any{"db": "orders"}, w["args"])
+
+		r = d.cli("report", "ag6", "--requester", "someone-else", "--output", `{"bytes":1024}`)
+		assert.Equal(t, 1, r.code, "another requester is refused: %s %s", r.stdout, r.stderr)
+		r = d.cli("report", "ag6", "--output", `{"bytes":1024}`, "--json")
+		require.Equal(t, 0, r.code, r.stdout+r.stderr)
+		var res map[string]any
+		require.NoError(t, json.Unmarshal([]byte(r.stdout), &res), r.stdout)
+		assert.Equal(t, "ok", res["status"])
+		assert.Equal(t, map[string]any{"bytes": float64(1024)}, res["output"])
+	})
+}
