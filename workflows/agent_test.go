@@ -55,7 +55,7 @@ func (s *CallSuite) TestAgentExecutedCallIsApprovedThenCompletedByTheReport() {
 	s.policy.ask["deploy"] = policy.ApprovalRequest{Message: "deploy?", Rule: "ask-deploy"}
 	ids := s.reportActivityIDs()
 	var reported policy.Call
-	s.env.OnActivity(a.AwaitReport, mock.Anything, mock.Anything).After(30*time.Minute).Return(
+	s.env.OnActivity(a.AwaitReport, mock.Anything, mock.Anything).After(30 * time.Minute).Return(
 		func(_ context.Context, c policy.Call) (json.RawMessage, error) {
 			reported = c
 			return json.RawMessage(`{"deployed":true,"token":"sk-live-123"}`), nil

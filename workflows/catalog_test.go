@@ -81,7 +81,7 @@ func TestCatalogLeavesOutToolsThePolicyDeniesOutright(t *testing.T) {
 	assert.Equal(t, []string{"echo", "read"}, names(ds), "shell is denied by name, delete by its annotations")
 }
 
-func TestCatalogFailsWhenNoActivityAnswers(t *testing.T) {
+func TestCatalogRetriesAFailingListingThenFails(t *testing.T) {
 	var s testsuite.WorkflowTestSuite
 	s.SetLogger(quietLogger{})
 	env := s.NewTestWorkflowEnvironment()
