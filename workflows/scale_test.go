@@ -56,6 +56,45 @@ func TestOneStickyDecisionReleasesHundredsOfWaitingCallsOnceEach(t *testing.T) {
 		require.Nil(t, got[0].Decision, "%s: parked first", id)
 		require.Equal(t, policy.ApprovedForSession, got[1].Decision.Kind, "%s: then released", id)
 	}
+	sent.mu.Lock()
+	defer sent.mu.Unlock()
+	require.Positive(t, sent.batches, "answers go out in batches from an activity, not one signal each from the workflow")
+	require.LessOrEqual(t, sent.batches, 2*(600/maxBatch+1))
+}
+
+func TestCallsABatchCouldNotReachAreForgotten(t *testing.T) {
+	var ts testsuite.WorkflowTestSuite
+	ts.SetLogger(quietLogger{})
+	env := ts.NewTestWorkflowEnvironment()
+	env.RegisterWorkflowWithOptions(ToolgateSession, workflow.RegisterOptions{Name: SessionWorkflowType})
+	env.RegisterActivity(&activities.Activities{})
+	var a *activities.Activities
+	var batch []activities.Signal
+	env.OnActivity(a.SendSignals, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.SignalsInput) ([]string, error) {
+		batch = in.Signals
+		return []string{in.Signals[0].WorkflowID, in.Signals[1].WorkflowID}, nil // ended meanwhile
+	})
+	// A run continued with 20 parked answers still to send.
+	state := SessionState{Profiles: []CallProfile{{Tool: "write", Key: "write", Timeout: time.Hour}}}
+	for i := range 20 {
+		id := fmt.Sprintf("w%02d", i)
+		state.Calls = append(state.Calls, WaitingCall{CallID: id, RequestedAt: env.Now().UnixMilli()})
+		state.Outbox = append(state.Outbox, Delivery{CallID: id, Decision: DeliverAskPerson})
+	}
+	var view SessionView
+	env.RegisterDelayedCallback(func() {
+		v, err := env.QueryWorkflow(QuerySession)
+		require.NoError(t, err)
+		require.NoError(t, v.Get(&view))
+	}, time.Minute)
+	env.ExecuteWorkflow(ToolgateSession, SessionInput{Session: "s1", IdleTimeout: 2 * time.Hour, State: state})
+
+	require.NoError(t, env.GetWorkflowError())
+	require.Len(t, batch, 20, "one batch from one activity")
+	require.Equal(t, CallWorkflowID("w00"), batch[0].WorkflowID)
+	require.Equal(t, SignalSessionDecision, batch[0].Name)
+	require.JSONEq(t, `{}`, string(batch[0].Arg), "ask a person")
+	require.Equal(t, 18, view.WaitingCount, "the two calls that no longer run are forgotten")
 }
 
 func TestACallRegisteringAfterAStickyDecisionIsNeverParked(t *testing.T) {

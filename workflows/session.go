@@ -1,6 +1,7 @@
 package workflows
 
 import (
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -41,6 +42,7 @@ import (
 //     terminated session's calls are not orphaned.
 func ToolgateSession(ctx workflow.Context, in SessionInput) error {
 	s := newSessionRun(in)
+	s.signalByActivity = workflow.GetVersion(ctx, changeSignalByActivity, workflow.DefaultVersion, 1) >= 1
 	if err := s.registerHandlers(ctx); err != nil {
 		return err
 	}
@@ -51,6 +53,9 @@ const (
 	// maxBatch bounds the signals in flight at once, well under the
 	// server's limit on pending signals of one workflow (2,000).
 	maxBatch = 250
+	// maxInlineSignals: a batch of more answers goes out from one
+	// activity (deliverByActivity) in runs from changeSignalByActivity on.
+	maxInlineSignals = 8
 	// maxSignalsPerRun continues the session as new before Temporal's
 	// 10,000 signals per run.
 	maxSignalsPerRun = 4000
@@ -84,7 +89,14 @@ type sessionRun struct {
 	// (by key) or of the end's denial (""), so the calls it answers share
 	// one entry. Cleared with state.Decisions.
 	answers map[string]int
+	// signalByActivity: large batches of answers go out from an activity.
+	// Runs started before changeSignalByActivity replay without.
+	signalByActivity bool
 }
+
+// changeSignalByActivity is the workflow.GetVersion change ID of sending
+// large batches of answers from an activity.
+const changeSignalByActivity = "signal-by-activity"
 
 func newSessionRun(in SessionInput) *sessionRun {
 	s := &sessionRun{in: in, state: in.State, waitingShown: -1, answers: map[string]int{}}
@@ -286,17 +298,18 @@ func (s *sessionRun) flush(ctx workflow.Context, box inbox) {
 		batch := slices.Clone(s.pending()[:n])
 		replies := s.state.QuotaReplies[:min(len(s.state.QuotaReplies), maxBatch-n)]
 		var sent []workflow.Future
-		for _, d := range batch {
-			sent = append(sent, s.deliver(ctx, d))
+		callIDs := make([]string, 0, len(batch)+len(replies))
+		if s.signalByActivity && len(batch) > maxInlineSignals {
+			sent = append(sent, s.deliverByActivity(ctx, batch))
+			callIDs = append(callIDs, "") // the activity names the calls it could not reach
+		} else {
+			for _, d := range batch {
+				sent = append(sent, s.deliver(ctx, d))
+				callIDs = append(callIDs, d.CallID)
+			}
 		}
 		for _, q := range replies {
 			sent = append(sent, workflow.SignalExternalWorkflow(ctx, CallWorkflowID(q.CallID), "", SignalQuotaAnswer, q.Answer))
-		}
-		callIDs := make([]string, 0, len(sent))
-		for _, d := range batch {
-			callIDs = append(callIDs, d.CallID)
-		}
-		for _, q := range replies {
 			callIDs = append(callIDs, q.CallID)
 		}
 		for _, d := range batch {
@@ -305,6 +318,10 @@ func (s *sessionRun) flush(ctx workflow.Context, box inbox) {
 		s.sent += n
 		s.state.QuotaReplies = slices.Clone(s.state.QuotaReplies[len(replies):])
 		for i, f := range sent {
+			if callIDs[i] == "" {
+				s.forgetUnreachable(ctx, f)
+				continue
+			}
 			if err := f.Get(ctx, nil); err != nil {
 				// The call ended meanwhile (its own deadline, a decision,
 				// termination): it waits no longer.
@@ -322,6 +339,52 @@ func (s *sessionRun) flush(ctx workflow.Context, box inbox) {
 		if s.continueAsNewNow(ctx) {
 			return
 		}
+	}
+}
+
+// deliverByActivity sends a batch of answers from one activity, in
+// parallel: signals sent from the workflow each also write to the
+// session's own history, one after another, which made a large release
+// several times slower than the same signals from a client. The activity
+// returns the workflow IDs of the calls that no longer run.
+func (s *sessionRun) deliverByActivity(ctx workflow.Context, batch []Delivery) workflow.Future {
+	in := activities.SignalsInput{Signals: make([]activities.Signal, 0, len(batch))}
+	for _, d := range batch {
+		sig := activities.Signal{WorkflowID: CallWorkflowID(d.CallID), Name: SignalSessionDecision}
+		switch d.Decision {
+		case DeliverReregister:
+			sig.Name = SignalReregister
+		case DeliverAskPerson:
+			sig.Arg, _ = json.Marshal(SessionDecision{})
+		default:
+			decision := s.state.Decisions[d.Decision]
+			sig.Arg, _ = json.Marshal(SessionDecision{Decision: &decision})
+		}
+		in.Signals = append(in.Signals, sig)
+	}
+	return workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, signalsOptions), a.SendSignals, in)
+}
+
+// signalsOptions retry a batch of answers for a while: the calls take a
+// repeated answer as one.
+var signalsOptions = workflow.ActivityOptions{
+	StartToCloseTimeout: time.Minute,
+	RetryPolicy:         &temporal.RetryPolicy{MaximumInterval: 10 * time.Second, MaximumAttempts: 30},
+}
+
+// forgetUnreachable forgets the calls a batch could not reach; a batch
+// that could not be sent at all leaves its calls waiting, to be asked to
+// register again by the next run.
+func (s *sessionRun) forgetUnreachable(ctx workflow.Context, f workflow.Future) {
+	var gone []string
+	if err := f.Get(ctx, &gone); err != nil {
+		workflow.GetLogger(ctx).Warn("Could not send a batch of answers", "session", s.in.Session, "error", err)
+		return
+	}
+	for _, wid := range gone {
+		callID := strings.TrimPrefix(wid, CallWorkflowID(""))
+		workflow.GetLogger(ctx).Info("Could not reach call", "session", s.in.Session, "callID", callID)
+		s.forget(callID)
 	}
 }
 

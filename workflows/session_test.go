@@ -1,7 +1,10 @@
 package workflows
 
 import (
+	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -20,6 +23,14 @@ import (
 type sentDecisions struct {
 	mu  sync.Mutex
 	got map[string][]SessionDecision
+	// batches counts the batches sent by the SendSignals activity.
+	batches int
+}
+
+func (s *sentDecisions) add(workflowID string, d SessionDecision) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.got[workflowID] = append(s.got[workflowID], d)
 }
 
 func (s *sentDecisions) to(callID string) []SessionDecision {
@@ -38,11 +49,27 @@ func sessionEnv(t *testing.T) (*testsuite.TestWorkflowEnvironment, *sentDecision
 	sent := &sentDecisions{got: map[string][]SessionDecision{}}
 	env.OnSignalExternalWorkflow(mock.Anything, mock.Anything, "", SignalSessionDecision, mock.Anything).Return(
 		func(_, workflowID, _, _ string, arg any) error {
-			sent.mu.Lock()
-			defer sent.mu.Unlock()
-			sent.got[workflowID] = append(sent.got[workflowID], arg.(SessionDecision))
+			sent.add(workflowID, arg.(SessionDecision))
 			return nil
 		})
+	// Batches over maxInlineSignals go out from the SendSignals activity.
+	var a *activities.Activities
+	env.OnActivity(a.SendSignals, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.SignalsInput) ([]string, error) {
+		for _, s := range in.Signals {
+			if s.Name != SignalSessionDecision {
+				return nil, fmt.Errorf("unexpected signal %s to %s", s.Name, s.WorkflowID)
+			}
+			var d SessionDecision
+			if err := json.Unmarshal(s.Arg, &d); err != nil {
+				return nil, err
+			}
+			sent.add(s.WorkflowID, d)
+		}
+		sent.mu.Lock()
+		defer sent.mu.Unlock()
+		sent.batches++
+		return nil, nil
+	})
 	return env, sent
 }
 

@@ -220,7 +220,12 @@ func (r *recorder) askApprove(ctx context.Context) error {
 // session resolves the other two through the session workflow.
 func (r *recorder) stickyFanOut(ctx context.Context) error {
 	const session = "replay-sticky"
-	ids := []string{"sticky-1", "sticky-2", "sticky-3"}
+	// Twelve, so the release (eleven answers) goes out from one SendSignals
+	// activity (more than maxInlineSignals).
+	var ids []string
+	for i := 1; i <= 12; i++ {
+		ids = append(ids, fmt.Sprintf("sticky-%d", i))
+	}
 	// One at a time, so every recording has the same shape: the first
 	// call creates the session (signal-with-start), the others signal it.
 	for _, id := range ids {
