@@ -16,6 +16,7 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/toolgate/toolgate/policy"
@@ -107,6 +108,10 @@ type EvaluateInput struct {
 type StickyLookup struct {
 	WorkflowID string `json:"workflow_id,omitempty"`
 	Query      string `json:"query,omitempty"`
+	// Memo, when set, is the memo key where the session shows its sticky
+	// decisions by key; the query is asked only of a session that does
+	// not show them (one started before it learned to).
+	Memo string `json:"memo,omitempty"`
 }
 
 // stickyLookupTimeout bounds the query: without an answer the call asks
@@ -186,14 +191,29 @@ func (a *Activities) AwaitReport(ctx context.Context, call policy.Call) (json.Ra
 	return nil, activity.ErrResultPending
 }
 
-// lookupSticky asks the running session for a sticky decision. Any failure
-// (no session yet, an ended one, a slow worker) means "unknown".
+// lookupSticky finds the running session's sticky decision for key: in
+// its memo, which the server answers, or, for a session that does not show
+// them there, by a query its worker answers. Any failure (no session yet,
+// an ended one, a slow worker) means "unknown".
 func (a *Activities) lookupSticky(ctx context.Context, l StickyLookup, key string) *policy.Decision {
 	if a.Client == nil || l.WorkflowID == "" {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, stickyLookupTimeout)
 	defer cancel()
+	if l.Memo != "" {
+		desc, err := a.Client.DescribeWorkflowExecution(ctx, l.WorkflowID, "")
+		if err != nil || desc.GetWorkflowExecutionInfo().GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+			return nil
+		}
+		if shown, ok := desc.GetWorkflowExecutionInfo().GetMemo().GetFields()[l.Memo]; ok {
+			var byKey map[string]*policy.Decision
+			if err := converter.GetDefaultDataConverter().FromPayload(shown, &byKey); err != nil {
+				return nil
+			}
+			return byKey[key]
+		}
+	}
 	resp, err := a.Client.QueryWorkflowWithOptions(ctx, &client.QueryWorkflowWithOptionsRequest{
 		WorkflowID:           l.WorkflowID,
 		QueryType:            l.Query,

@@ -409,7 +409,7 @@ func (c *callRun) run(ctx workflow.Context) (Result, error) {
 func (c *callRun) evaluate(ctx workflow.Context, call policy.Call, lookupSticky bool) error {
 	in := activities.EvaluateInput{Call: call}
 	if lookupSticky {
-		in.Session = activities.StickyLookup{WorkflowID: SessionWorkflowID(call.Session), Query: QuerySticky}
+		in.Session = activities.StickyLookup{WorkflowID: SessionWorkflowID(call.Session), Query: QuerySticky, Memo: MemoSticky}
 	}
 	lctx := workflow.WithLocalActivityOptions(ctx, localOptions)
 	if err := workflow.ExecuteLocalActivity(lctx, a.Evaluate, in).Get(ctx, &c.eval); err != nil {

@@ -43,6 +43,8 @@ import (
 func ToolgateSession(ctx workflow.Context, in SessionInput) error {
 	s := newSessionRun(in)
 	s.signalByActivity = workflow.GetVersion(ctx, changeSignalByActivity, workflow.DefaultVersion, 1) >= 1
+	s.stickyMemo = workflow.GetVersion(ctx, changeStickyMemo, workflow.DefaultVersion, 1) >= 1
+	s.showSticky(ctx) // every run: readers tell "none" from "not shown"
 	if err := s.registerHandlers(ctx); err != nil {
 		return err
 	}
@@ -92,6 +94,37 @@ type sessionRun struct {
 	// signalByActivity: large batches of answers go out from an activity.
 	// Runs started before changeSignalByActivity replay without.
 	signalByActivity bool
+	// stickyMemo: the run shows its sticky decisions in its memo
+	// (MemoSticky). Runs started before changeStickyMemo replay without.
+	stickyMemo bool
+}
+
+// changeStickyMemo is the workflow.GetVersion change ID of the sticky
+// decisions shown in the session's memo.
+const changeStickyMemo = "sticky-memo"
+
+// MemoSticky is the session's memo key holding its sticky decisions by key,
+// as a call applies them. A call's policy evaluation reads them with a
+// DescribeWorkflowExecution, which the server answers, where a query would
+// wait for the busy session's worker.
+const MemoSticky = "sticky"
+
+// showSticky writes the sticky decisions to the memo. It runs in the same
+// workflow task as the change, so no reader sees a revoked decision after
+// the revoke returned.
+func (s *sessionRun) showSticky(ctx workflow.Context) {
+	if !s.stickyMemo {
+		return
+	}
+	shown := map[string]*policy.Decision{}
+	if !s.state.Ended {
+		for _, d := range s.state.Sticky {
+			shown[d.Key] = fromSticky(d)
+		}
+	}
+	if err := workflow.UpsertMemo(ctx, map[string]any{MemoSticky: shown}); err != nil {
+		workflow.GetLogger(ctx).Warn("Could not show the sticky decisions", "session", s.in.Session, "error", err)
+	}
 }
 
 // changeSignalByActivity is the workflow.GetVersion change ID of sending
@@ -485,6 +518,7 @@ func (s *sessionRun) recordSticky(ctx workflow.Context, d StickyDecision) {
 		s.state.Sticky = append(s.state.Sticky, d)
 	}
 	delete(s.answers, d.Key) // a new decision for the key
+	s.showSticky(ctx)
 	for _, w := range s.state.Calls {
 		if w.CallID == "" || s.state.Profiles[w.Profile].Key != d.Key || !s.mayHand(ctx, d, w) {
 			continue
@@ -681,6 +715,7 @@ func (s *sessionRun) revoke(ctx workflow.Context, req RevokeRequest) (StickyDeci
 	i := s.stickyIndex(req.Key)
 	removed := s.state.Sticky[i]
 	s.state.Sticky = slices.Delete(s.state.Sticky, i, i+1)
+	s.showSticky(ctx)
 	workflow.GetLogger(ctx).Info("Sticky decision revoked", "session", s.in.Session, "key", req.Key, "approver", req.By)
 	return removed, nil
 }
@@ -721,6 +756,7 @@ func (s *sessionRun) validateEnd(ctx workflow.Context, req EndRequest) error {
 // main loop sends. It returns how many calls are denied.
 func (s *sessionRun) end(ctx workflow.Context, req EndRequest) (int, error) {
 	s.state.Ended = true
+	s.showSticky(ctx)
 	denial := policy.Decision{Kind: policy.DeniedWithReason, Reason: "the session was ended by " + req.By,
 		DecidedBy: req.By, DeciderGroups: req.Groups, Channel: "session"}
 	n := 0

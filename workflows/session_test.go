@@ -181,3 +181,29 @@ func TestSessionRevokeOfUnknownStickyIsRefused(t *testing.T) {
 	require.Error(t, refused)
 	require.Contains(t, refused.Error(), `session s1 has no sticky decision for "write"`)
 }
+
+func TestSessionShowsItsStickyDecisionsInItsMemo(t *testing.T) {
+	env, _ := sessionEnv(t)
+	var mu sync.Mutex // the environment calls mocks from its own goroutines
+	var shown []map[string]*policy.Decision
+	env.OnUpsertMemo(mock.Anything).Run(func(args mock.Arguments) {
+		mu.Lock()
+		defer mu.Unlock()
+		shown = append(shown, args.Get(0).(map[string]any)[MemoSticky].(map[string]*policy.Decision))
+	}).Return(nil)
+	signalAt(env, time.Minute, SignalSticky, approveForSession("write", "alice"))
+	env.RegisterDelayedCallback(func() {
+		env.UpdateWorkflow(UpdateRevoke, "revoke", &testsuite.TestUpdateCallback{OnAccept: func() {}, OnReject: func(err error) { t.Error(err) }, OnComplete: func(any, error) {}},
+			RevokeRequest{Key: "write", By: "alice", Groups: []string{"*"}})
+	}, 2*time.Minute)
+	env.ExecuteWorkflow(ToolgateSession, SessionInput{Session: "s1", IdleTimeout: time.Hour})
+
+	require.NoError(t, env.GetWorkflowError())
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, shown, 3, "at the start, at the decision, at the revoke")
+	require.Empty(t, shown[0], "shown even when empty, so a reader tells none from not shown")
+	require.Equal(t, policy.ApprovedForSession, shown[1]["write"].Kind)
+	require.Equal(t, "session", shown[1]["write"].Channel, "as a call applies it")
+	require.Empty(t, shown[2], "a revoked decision is gone from the memo")
+}
