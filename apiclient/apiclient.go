@@ -91,6 +91,8 @@ func (c *Client) send(ctx context.Context, method, path string, body any) (int, 
 		return 0, nil, &tgclient.AlreadyDecidedError{Message: e.Error.Message}
 	case "no_result":
 		return 0, nil, fmt.Errorf("%w: %s", tgclient.ErrNoResult, e.Error.Message)
+	case "conflict": // only a taken call ID answers 409 "conflict"
+		return 0, nil, &tgclient.InputError{Field: "call_id", Problem: strings.TrimPrefix(e.Error.Message, "call_id "), Err: tgclient.ErrCallIDTaken}
 	case "invalid_request": // the message is "<field> <problem>"
 		field, problem, _ := strings.Cut(e.Error.Message, " ")
 		return 0, nil, &tgclient.InputError{Field: field, Problem: problem}

@@ -511,7 +511,7 @@ func TestDefaultPolicy(t *testing.T) {
 	ws, root, outside := newWorkspace(t)
 	require.NoError(t, os.Symlink(outside, filepath.Join(root, "escape")))
 	p := DefaultPolicy(ws)
-	assert.Equal(t, "builtin-default/1", policy.VersionOf(p))
+	assert.Equal(t, "builtin-default/2", policy.VersionOf(p), "version 2 judges agent-executed and annotated tools")
 
 	tests := []struct {
 		name     string
@@ -566,6 +566,68 @@ func TestDefaultPolicy(t *testing.T) {
 	_, err := p.EvaluateApproval(context.Background(), policy.Call{Tool: WriteFileTool, Args: json.RawMessage(`[`)})
 	_, denied := policy.AsDeny(err)
 	assert.True(t, denied, "malformed arguments are refused, got %v", err)
+}
+
+// TestDefaultPolicyAgentAndAnnotatedTools: agent-executed calls ask
+// whatever their tool's name; registered tools are judged by their hints;
+// the built-in tools keep their rules whatever hints they carry.
+func TestDefaultPolicyAgentAndAnnotatedTools(t *testing.T) {
+	ws, _, _ := newWorkspace(t)
+	p := DefaultPolicy(ws)
+	agent := policy.ExecutionAgent
+	tests := []struct {
+		name        string
+		tool        string
+		execution   policy.Execution
+		annotations map[string]any
+		rule        string   // empty: approved without asking
+		contains    []string // in the ApprovalRequest message
+	}{
+		{name: "an unknown agent-executed tool asks", tool: "deploy", execution: agent,
+			rule: RuleUnknownTool, contains: []string{`its own tool "deploy"`, `{"x":1}`}},
+		{name: "an agent-executed echo is not toolgate's", tool: EchoTool, execution: agent,
+			rule: RuleUnknownTool, contains: []string{`its own tool "echo"`}},
+		{name: "an agent-executed read_file asks", tool: ReadFileTool, execution: agent, rule: RuleUnknownTool},
+		{name: "hints of an agent-executed call do not count", tool: "github__get_issue", execution: agent,
+			annotations: map[string]any{"readOnlyHint": true}, rule: RuleUnknownTool},
+		{name: "a read-only registered tool runs", tool: "github__get_issue",
+			annotations: map[string]any{"readOnlyHint": true}},
+		{name: "read-only and not destructive runs", tool: "github__get_issue",
+			annotations: map[string]any{"readOnlyHint": true, "destructiveHint": false, "title": "Get issue"}},
+		{name: "read-only but destructive asks", tool: "github__purge_cache",
+			annotations: map[string]any{"readOnlyHint": true, "destructiveHint": true},
+			rule:        RuleAnnotatedTool, contains: []string{`"github__purge_cache"`, "may be destructive"}},
+		{name: "not read-only asks", tool: "github__create_issue",
+			annotations: map[string]any{"readOnlyHint": false, "title": "Create issue"},
+			rule:        RuleAnnotatedTool, contains: []string{`"github__create_issue" (Create issue)`, "not marked read-only", `{"x":1}`}},
+		{name: "hints without readOnlyHint ask", tool: "github__update_issue",
+			annotations: map[string]any{"idempotentHint": true}, rule: RuleAnnotatedTool},
+		{name: "a readOnlyHint that is not a boolean asks", tool: "x",
+			annotations: map[string]any{"readOnlyHint": "true"}, rule: RuleAnnotatedTool},
+		{name: "empty annotations ask", tool: "x", annotations: map[string]any{}, rule: RuleAnnotatedTool},
+		{name: "a built-in tool keeps its rule whatever its hints", tool: ShellTool,
+			annotations: map[string]any{"readOnlyHint": true}, rule: RuleShell},
+		{name: "echo keeps running", tool: EchoTool, annotations: map[string]any{"readOnlyHint": false}},
+		{name: "a registered tool without hints asks as before", tool: "deploy",
+			rule: RuleUnknownTool, contains: []string{"No rule matched"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			call := policy.Call{ID: "c1", Session: "s1", Tool: tc.tool, Args: json.RawMessage(`{"x": 1}`),
+				Execution: tc.execution, Annotations: tc.annotations}
+			req, err := p.EvaluateApproval(context.Background(), call)
+			require.NoError(t, err)
+			if tc.rule == "" {
+				assert.Nil(t, req)
+				return
+			}
+			require.NotNil(t, req)
+			assert.Equal(t, tc.rule, req.Rule)
+			for _, s := range tc.contains {
+				assert.Contains(t, req.Message, s)
+			}
+		})
+	}
 }
 
 // TestFileToolsSymlinkSwapRace runs the file tools while a process in the

@@ -1,10 +1,12 @@
 package builtin
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"unicode/utf8"
 
 	"github.com/toolgate/toolgate/policy"
 )
@@ -15,11 +17,14 @@ const (
 	RuleWriteFile   = "default/write_file"
 	RuleShell       = "default/shell"
 	RuleUnknownTool = "default/unknown-tool"
+	// RuleAnnotatedTool asks about a registered tool whose annotations do
+	// not say it is read-only (say, an MCP server's tool).
+	RuleAnnotatedTool = "default/annotated-tool"
 )
 
 // DefaultPolicyVersion is the version the default policy records with its
-// decisions.
-const DefaultPolicyVersion = "builtin-default/1"
+// decisions. Version 2 judges agent-executed calls and annotated tools.
+const DefaultPolicyVersion = "builtin-default/2"
 
 // defaultPolicy is the policy DefaultPolicy returns.
 type defaultPolicy struct {
@@ -35,8 +40,13 @@ var (
 // DefaultPolicy returns the policy for the built-in tools: echo, read_file
 // and list_dir run without asking (the tools themselves refuse paths
 // outside ws); write_file and shell ask a person, except that a write_file
-// whose path leaves ws is refused at once; any other tool asks, since no
-// rule matched it. Its version is DefaultPolicyVersion.
+// whose path leaves ws is refused at once. Another registered tool whose
+// annotations say readOnlyHint true (and not destructiveHint true) runs
+// without asking; one with other annotations asks (RuleAnnotatedTool).
+// Any other tool asks, since no rule matched it (RuleUnknownTool); so
+// does every agent-executed call, whatever its tool's name, since toolgate
+// knows nothing of the tools an agent runs itself. Its version is
+// DefaultPolicyVersion.
 func DefaultPolicy(ws Workspace) policy.ToolPolicy { return &defaultPolicy{ws: ws} }
 
 // Version implements policy.Versioned.
@@ -44,6 +54,14 @@ func (p *defaultPolicy) Version() string { return DefaultPolicyVersion }
 
 // EvaluateApproval implements policy.ToolPolicy.
 func (p *defaultPolicy) EvaluateApproval(_ context.Context, call policy.Call) (*policy.ApprovalRequest, error) {
+	if call.Execution != policy.ExecutionToolgate {
+		// The agent's own "shell" or "read_file" is not toolgate's: none of
+		// the rules below, which know toolgate's tools, applies to it.
+		return &policy.ApprovalRequest{
+			Message: fmt.Sprintf("The agent asks to run its own tool %q, which no rule knows; allow this call? Arguments: %s", call.Tool, argsText(call.Args)),
+			Rule:    RuleUnknownTool,
+		}, nil
+	}
 	switch call.Tool {
 	case EchoTool, ReadFileTool, ListDirTool:
 		return nil, nil
@@ -60,12 +78,62 @@ func (p *defaultPolicy) EvaluateApproval(_ context.Context, call policy.Call) (*
 			Message: fmt.Sprintf("Run shell command %q in the workspace?", args.Command),
 			Rule:    RuleShell,
 		}, nil
-	default:
-		return &policy.ApprovalRequest{
-			Message: fmt.Sprintf("No rule matched tool %q; allow this call?", call.Tool),
-			Rule:    RuleUnknownTool,
-		}, nil
 	}
+	if call.Annotations != nil {
+		return p.annotated(call)
+	}
+	return &policy.ApprovalRequest{
+		Message: fmt.Sprintf("No rule matched tool %q; allow this call?", call.Tool),
+		Rule:    RuleUnknownTool,
+	}, nil
+}
+
+// annotated judges a registered tool by its hints: read-only and not
+// destructive runs; anything else asks. Hints that are not booleans count
+// as absent, and an absent readOnlyHint means the tool may write (MCP's
+// default).
+func (p *defaultPolicy) annotated(call policy.Call) (*policy.ApprovalRequest, error) {
+	readOnly, _ := call.Annotations["readOnlyHint"].(bool)
+	destructive, _ := call.Annotations["destructiveHint"].(bool)
+	if readOnly && !destructive {
+		return nil, nil
+	}
+	name := fmt.Sprintf("%q", call.Tool)
+	if title, _ := call.Annotations["title"].(string); title != "" {
+		name = fmt.Sprintf("%q (%s)", call.Tool, title)
+	}
+	why := "is not marked read-only"
+	if destructive {
+		why = "may be destructive"
+	}
+	return &policy.ApprovalRequest{
+		Message: fmt.Sprintf("Tool %s %s; allow this call? Arguments: %s", name, why, argsText(call.Args)),
+		Rule:    RuleAnnotatedTool,
+	}, nil
+}
+
+// maxArgsText bounds the arguments quoted in a message.
+const maxArgsText = 1024
+
+// argsText shows a call's arguments to a person, compact and bounded.
+func argsText(raw json.RawMessage) string {
+	var b bytes.Buffer
+	if json.Compact(&b, raw) != nil || b.Len() == 0 {
+		b.Reset()
+		b.Write(raw)
+	}
+	s := b.String()
+	if s == "" {
+		return "{}"
+	}
+	if len(s) > maxArgsText {
+		cut := maxArgsText
+		for cut > 0 && !utf8.RuneStart(s[cut]) {
+			cut--
+		}
+		s = s[:cut] + "…"
+	}
+	return s
 }
 
 func (p *defaultPolicy) writeFile(call policy.Call) (*policy.ApprovalRequest, error) {

@@ -130,10 +130,15 @@ func (c *Client) WaitDecided(ctx context.Context, callID string) (Status, error)
 			}
 			return Status{}, c.mapNotFound(ctx, callID, fmt.Errorf("wait for call %s: %w", callID, err))
 		}
-		if attrs := ev.GetActivityTaskScheduledEventAttributes(); attrs != nil && attrs.GetActivityId() == workflows.ReportActivityID {
-			break
+		attrs := ev.GetActivityTaskScheduledEventAttributes()
+		if attrs == nil || attrs.GetActivityId() != workflows.ReportActivityID {
+			continue
+		}
+		// The report step is scheduled: approved, unless already reported.
+		st, err := c.Status(ctx, callID)
+		if err != nil || st.Result != nil || st.State.Status == workflows.StatusApproved {
+			return st, err
 		}
 	}
-	// Approved (the report step is scheduled) or closed: say where it stands.
-	return c.Status(ctx, callID)
+	return c.Status(ctx, callID) // closed
 }

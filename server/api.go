@@ -173,13 +173,27 @@ func (a *api) getCall(w http.ResponseWriter, r *http.Request, p Principal) {
 // wait, else with the call as it stands (202): still waiting, or, for an
 // agent-executed call, approved with the arguments to run.
 func (a *api) respondCall(w http.ResponseWriter, r *http.Request, p Principal, callID string, wait time.Duration) {
+	a.respond(w, r, p, callID, wait, a.calls.WaitDecided)
+}
+
+// respondResult is respondCall waiting for the Result only: after a
+// report, the call is still "approved" until its after-call checks ran.
+func (a *api) respondResult(w http.ResponseWriter, r *http.Request, p Principal, callID string, wait time.Duration) {
+	a.respond(w, r, p, callID, wait, func(ctx context.Context, callID string) (tgclient.Status, error) {
+		res, err := a.calls.Wait(ctx, callID)
+		return tgclient.Status{Result: &res}, err
+	})
+}
+
+func (a *api) respond(w http.ResponseWriter, r *http.Request, p Principal, callID string, wait time.Duration,
+	waitFor func(context.Context, string) (tgclient.Status, error)) {
 	ctx := r.Context()
 	var st tgclient.Status
 	var err error
 	if wait > 0 {
 		// Ends at wait, or when the server shuts down (waitContext).
 		wctx, cancel := waitContext(ctx, wait)
-		st, err = a.calls.WaitDecided(wctx, callID)
+		st, err = waitFor(wctx, callID)
 		cancel()
 	}
 	if wait == 0 || errors.Is(err, context.DeadlineExceeded) {
@@ -222,7 +236,7 @@ func (a *api) report(w http.ResponseWriter, r *http.Request, p Principal) {
 		return
 	}
 	a.logger.Info("Agent reported", zap.String("call_id", callID), zap.String("agent", p.Name), zap.Bool("error", rep.Error != ""))
-	a.respondCall(w, r, p, callID, reportWait)
+	a.respondResult(w, r, p, callID, reportWait)
 }
 
 // maxReportBody leaves room around the largest output a report may carry.

@@ -28,6 +28,20 @@ type Config struct {
 	// email, /email/decide takes signed links. Both decide as the approvers
 	// of Notify.Approvers. Optional: the zero value serves neither.
 	Notify notify.Config
+	// MCP, when set, is served at /mcp: the MCP gateway over streamable
+	// HTTP (mcpgate.Gateway.HTTPHandler with Tokens.Agent), which checks
+	// the agent token itself. Optional.
+	MCP http.Handler
+}
+
+// Agent names the agent a bearer token belongs to: ok only for a token
+// with role agent or admin, the roles that may submit calls.
+func (t *Tokens) Agent(token string) (name string, ok bool) {
+	p, known := t.Lookup(token)
+	if !known || (p.Role != RoleAgent && p.Role != RoleAdmin) {
+		return "", false
+	}
+	return p.Name, true
 }
 
 // New returns the HTTP handler.
@@ -56,6 +70,9 @@ func New(cfg Config) http.Handler {
 	}
 	if e := newEmailLinks(cfg); e != nil {
 		e.routes(mux)
+	}
+	if cfg.MCP != nil {
+		mux.Handle("/mcp", cfg.MCP)
 	}
 	return mux
 }

@@ -50,7 +50,7 @@ func (r *catalogRun) Get(_ context.Context, out any) error {
 var catalog = []tool.Descriptor{
 	{Name: "echo", Description: "Return the arguments.", Annotations: map[string]any{"readOnlyHint": true}},
 	{Name: "github__create_issue", Description: "Create an issue.\nNeeds a repo.",
-		Schema: json.RawMessage(`{"type":"object","required":["title"],"properties":{"title":{"type":"string"}}}`),
+		Schema:      json.RawMessage(`{"type":"object","required":["title"],"properties":{"title":{"type":"string"}}}`),
 		Annotations: map[string]any{"readOnlyHint": false, "destructiveHint": false}},
 }
 

@@ -54,6 +54,7 @@ func New(c client.Client, o Options) (sdkworker.Worker, error) {
 	w.RegisterWorkflowWithOptions(workflows.ToolgateSession, workflow.RegisterOptions{Name: workflows.SessionWorkflowType})
 	w.RegisterWorkflowWithOptions(workflows.LegacySessionWorkflow, workflow.RegisterOptions{Name: workflows.LegacySessionWorkflowType})
 	w.RegisterWorkflowWithOptions(workflows.NoticesWorkflow, workflow.RegisterOptions{Name: workflows.NoticesWorkflowType})
+	w.RegisterWorkflowWithOptions(workflows.ToolCatalogWorkflow, workflow.RegisterOptions{Name: workflows.ToolCatalogWorkflowType})
 	w.RegisterActivity(&activities.Activities{
 		Policy:         o.Policy,
 		Tools:          o.Tools,

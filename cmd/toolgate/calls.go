@@ -261,7 +261,15 @@ report is refused (not approved yet, already reported, another requester).`,
 				}
 				return a.callError(err)
 			}
-			return a.awaitOutcome(cmd.Context(), c, args[0], time.Minute, true, asJSON)
+			// After the report the call is still "approved" until its
+			// after-call checks ran: wait for the Result.
+			wctx, cancel := context.WithTimeout(cmd.Context(), time.Minute)
+			defer cancel()
+			r, err := c.Wait(wctx, args[0])
+			if err != nil {
+				return a.callError(err)
+			}
+			return a.printResult(r, asJSON)
 		},
 	}
 	f := cmd.Flags()

@@ -121,6 +121,7 @@ verbs from a second terminal.`,
 		a.serveCommand(),
 		a.callCommand(),
 		a.statusCommand(),
+		a.reportCommand(),
 		a.pendingCommand(),
 		a.approveCommand(),
 		a.denyCommand(),
@@ -130,6 +131,9 @@ verbs from a second terminal.`,
 		a.benchCommand(),
 		a.healthCommand(),
 		a.policyCommand(),
+		a.hookCommand(),
+		a.toolsCommand(),
+		a.mcpCommand(),
 	)
 	return root
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/toolgate/toolgate/builtin"
 	tgclient "github.com/toolgate/toolgate/client"
 	"github.com/toolgate/toolgate/devserver"
+	"github.com/toolgate/toolgate/mcpgate"
 	"github.com/toolgate/toolgate/metrics"
 	"github.com/toolgate/toolgate/notify"
 	"github.com/toolgate/toolgate/policy"
@@ -219,8 +220,10 @@ func (a *app) runProcesses(ctx context.Context, p processes) error {
 	if p.httpAddr != "" {
 		mux := http.NewServeMux()
 		mux.Handle("GET /metrics", m.HTTP)
-		mux.Handle("/", server.New(server.Config{Calls: tgclient.New(tc, a.conn.taskQueue), Tokens: a.tokens,
-			Logger: a.logger.Named("http"), Notify: notifications}))
+		calls := tgclient.New(tc, a.conn.taskQueue).WithNamespace(a.conn.namespace)
+		gateway := mcpgate.NewGateway(calls, mcpgate.Options{Logger: a.logger.Named("mcp")})
+		mux.Handle("/", server.New(server.Config{Calls: calls, Tokens: a.tokens,
+			Logger: a.logger.Named("http"), Notify: notifications, MCP: gateway.HTTPHandler(a.tokens.Agent)}))
 		url, stop, err := a.serveHTTP(p.httpAddr, mux)
 		if err != nil {
 			return err
@@ -275,6 +278,7 @@ type workerFlags struct {
 	maxWorkflowTasks int
 	cacheSize        int
 	shutdownTimeout  time.Duration
+	mcpFile          string
 }
 
 func (f *workerFlags) add(cmd *cobra.Command, workspaceDefault string) {
@@ -286,6 +290,7 @@ func (f *workerFlags) add(cmd *cobra.Command, workspaceDefault string) {
 	fs.IntVar(&f.maxWorkflowTasks, "max-concurrent-workflow-tasks", 200, "workflow tasks processed at once")
 	fs.IntVar(&f.cacheSize, "cache-size", 10000, "workflows kept in memory between tasks (sticky cache); memory grows up to this")
 	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 30*time.Second, "on SIGTERM, how long running tools may finish before the worker stops")
+	fs.StringVar(&f.mcpFile, "mcp", os.Getenv("TOOLGATE_MCP"), "upstream MCP servers file (the mcpServers of .mcp.json); their tools run as <server>__<tool> (env TOOLGATE_MCP)")
 }
 
 // startWorker registers the built-in tools and default policy and starts
@@ -318,6 +323,10 @@ func (a *app) startWorker(ctx context.Context, tc client.Client, f workerFlags, 
 			return nil, nil, "", err
 		}
 	}
+	closeUpstreams, err := a.startUpstreams(ctx, f.mcpFile, tools)
+	if err != nil {
+		return nil, nil, "", err
+	}
 	sdkworker.SetStickyWorkflowCacheSize(f.cacheSize)
 	w, err := worker.New(tc, worker.Options{
 		TaskQueue:  a.conn.taskQueue,
@@ -334,12 +343,14 @@ func (a *app) startWorker(ctx context.Context, tc client.Client, f workerFlags, 
 		},
 	})
 	if err != nil {
+		closeUpstreams()
 		return nil, nil, "", err
 	}
 	if err := w.Start(); err != nil {
+		closeUpstreams()
 		return nil, nil, "", fmt.Errorf("start worker: %w", err)
 	}
-	return w, tools.Names(), ws, nil
+	return withUpstreams(w, closeUpstreams), tools.Names(), ws, nil
 }
 
 // loadPolicy returns the policy file's rules, reloaded while ctx lasts, or

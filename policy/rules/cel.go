@@ -17,7 +17,8 @@ import (
 const costLimit = 1_000_000
 
 // celEnv declares what conditions can use: tool, args, session, requester,
-// workspace, the standard library and the strings extension.
+// workspace, execution, annotations, the standard library and the strings
+// extension.
 var celEnv = sync.OnceValues(func() (*cel.Env, error) {
 	return cel.NewEnv(
 		cel.Variable("tool", cel.StringType),
@@ -25,6 +26,8 @@ var celEnv = sync.OnceValues(func() (*cel.Env, error) {
 		cel.Variable("session", cel.StringType),
 		cel.Variable("requester", cel.StringType),
 		cel.Variable("workspace", cel.StringType),
+		cel.Variable("execution", cel.StringType),
+		cel.Variable("annotations", cel.MapType(cel.StringType, cel.DynType)),
 		ext.Strings(),
 	)
 })

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -96,4 +97,122 @@ func TestExamplePolicyChecksAsShipped(t *testing.T) {
 	p, err = Load("../../examples/policy.yaml", CheckOptions(dir))
 	require.NoError(t, err)
 	assert.Equal(t, dir, p.Workspace(), "--workspace wins over the current directory")
+}
+
+// TestEveryExampleFileLoads loads each policy file in examples/ as
+// `toolgate policy check` does, running the examples of its rules.
+func TestEveryExampleFileLoads(t *testing.T) {
+	files, err := filepath.Glob("../../examples/*.yaml")
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, len(files), 3, "examples/policy.yaml, coding-agent.yaml, mcp-github.yaml")
+	for _, f := range files {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			_, err := Load(f, CheckOptions(t.TempDir()))
+			require.NoError(t, err)
+		})
+	}
+}
+
+// TestCodingAgentPolicy decides a coding agent's calls as
+// examples/coding-agent.yaml says.
+func TestCodingAgentPolicy(t *testing.T) {
+	repo := t.TempDir()
+	p, err := Load("../../examples/coding-agent.yaml", Options{Workspace: repo})
+	require.NoError(t, err)
+	in := func(rel string) string { return filepath.Join(repo, rel) }
+	edit := func(tool, path string) policy.Call {
+		args, _ := json.Marshal(map[string]string{"file_path": path, "old_string": "a", "new_string": "b", "content": "x"})
+		return agentCall(tool, string(args))
+	}
+	tests := []struct {
+		name   string
+		call   policy.Call
+		action Action
+		rule   string
+	}{
+		{"Read runs", agentCall("Read", `{"file_path":"/etc/hosts"}`), ActionAllow, "reads"},
+		{"Glob runs", agentCall("Glob", `{"pattern":"**/*.go"}`), ActionAllow, "reads"},
+		{"Grep runs", agentCall("Grep", `{"pattern":"TODO"}`), ActionAllow, "reads"},
+		{"rm -rf is denied", agentCall("Bash", `{"command":"rm -rf /"}`), ActionDeny, "no-destructive-shell"},
+		{"rm -fr is denied", agentCall("Bash", `{"command":"cd x && rm -fr build"}`), ActionDeny, "no-destructive-shell"},
+		{"git push --force is denied", agentCall("Bash", `{"command":"git push --force origin main"}`), ActionDeny, "no-destructive-shell"},
+		{"git push -f is denied", agentCall("Bash", `{"command":"git push -f"}`), ActionDeny, "no-destructive-shell"},
+		{"git push asks", agentCall("Bash", `{"command":"git push origin feature"}`), ActionAsk, "shell"},
+		{"other commands ask", agentCall("Bash", `{"command":"go test ./..."}`), ActionAsk, "shell"},
+		{"Edit in the repo runs", edit("Edit", in("main.go")), ActionAllow, "edits-in-repo"},
+		{"Write in the repo runs", edit("Write", in("docs/new.md")), ActionAllow, "edits-in-repo"},
+		{"Write outside the repo asks", edit("Write", "/etc/hosts"), ActionAsk, "edits-outside-repo"},
+		{"Edit climbing out asks", edit("Edit", in("../other/main.go")), ActionAsk, "edits-outside-repo"},
+		{"a sibling with the repo's name as prefix asks", edit("Edit", repo+"-evil/x"), ActionAsk, "edits-outside-repo"},
+		{"a relative path asks", edit("Edit", "main.go"), ActionAsk, "edits-outside-repo"},
+		{"a git hook asks", edit("Write", in(".git/hooks/pre-commit")), ActionAsk, "sensitive-edits"},
+		{"an Edit without file_path asks (the condition fails)", agentCall("Edit", `{}`), ActionAsk, "edits-outside-repo"},
+		{"an agent-executed MCP tool asks (no hints)", agentCall("mcp__github__get_issue", `{}`), ActionAsk, "mcp-writes"},
+		{"a registered read-only MCP tool runs", hinted("mcp__github__get_issue", map[string]any{"readOnlyHint": true}), ActionAllow, "mcp-reads"},
+		{"a registered MCP tool that writes asks", hinted("mcp__github__create_issue", map[string]any{"readOnlyHint": false}), ActionAsk, "mcp-writes"},
+		{"an unknown tool asks", agentCall("WebFetch", `{"url":"https://x"}`), ActionAsk, RuleDefault},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			v := p.Evaluate(tt.call)
+			assert.Equal(t, tt.action, v.Action, "%+v", v)
+			assert.Equal(t, tt.rule, v.Rule)
+		})
+	}
+
+	deny := p.Evaluate(agentCall("Bash", `{"command":"git push --force"}`))
+	assert.Contains(t, deny.Reason, "rm -rf and git push --force are not allowed")
+	ask := p.Evaluate(edit("Write", "/etc/hosts")).Request
+	assert.Equal(t, `Write "/etc/hosts", outside the repository `+repo+`?`, ask.Message)
+
+	assert.ErrorContains(t, p.CheckAgentArgs("Bash", json.RawMessage(`{"command":""}`)), "at /command: minLength")
+	assert.ErrorContains(t, p.CheckAgentArgs("Edit", json.RawMessage(`{"file_path":"a"}`)), "missing properties 'old_string', 'new_string'")
+	assert.NoError(t, p.CheckAgentArgs("Grep", json.RawMessage(`{"pattern":"x"}`)), "no schema declared")
+	assert.Equal(t, 30*time.Minute, p.ReportTimeout(agentCall("Bash", `{"command":"make"}`)))
+	assert.Equal(t, 5*time.Minute, p.ReportTimeout(agentCall("Read", `{"file_path":"a"}`)))
+	assert.Equal(t, time.Duration(0), p.ReportTimeout(agentCall("Grep", `{}`)), "the default applies")
+	assert.False(t, p.DeniesOutright(policy.Call{Tool: "Bash"}))
+}
+
+// TestMCPGitHubPolicy decides the calls of a GitHub MCP server's tools as
+// examples/mcp-github.yaml says.
+func TestMCPGitHubPolicy(t *testing.T) {
+	p, err := Load("../../examples/mcp-github.yaml", Options{})
+	require.NoError(t, err)
+	readOnly := map[string]any{"readOnlyHint": true, "title": "Get issue"}
+	writes := map[string]any{"readOnlyHint": false, "destructiveHint": false}
+	tests := []struct {
+		name   string
+		call   policy.Call
+		action Action
+		rule   string
+	}{
+		{"read-only runs", hinted("github__get_issue", readOnly), ActionAllow, "github-reads"},
+		{"read-only and destructive asks", hinted("github__get_issue", map[string]any{"readOnlyHint": true, "destructiveHint": true}), ActionAsk, "github-writes"},
+		{"no hints asks", hinted("github__list_commits", nil), ActionAsk, "github-writes"},
+		{"merges ask", hinted("github__merge_pull_request", writes), ActionAsk, "github-writes"},
+		{"creates ask maintainers", hinted("github__create_issue", writes), ActionAsk, "github-creates"},
+		{"creates ask even if marked read-only", hinted("github__create_branch", readOnly), ActionAsk, "github-creates"},
+		{"deletes are denied", hinted("github__delete_file", writes), ActionDeny, "github-deletes"},
+		{"deletes are denied even if marked read-only", hinted("github__delete_file", readOnly), ActionDeny, "github-deletes"},
+		{"other servers fall to the default", hinted("jira__get_issue", readOnly), ActionAsk, RuleDefault},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			v := p.Evaluate(tt.call)
+			assert.Equal(t, tt.action, v.Action, "%+v", v)
+			assert.Equal(t, tt.rule, v.Rule)
+		})
+	}
+	c := hinted("github__create_issue", writes)
+	c.Args = json.RawMessage(`{"owner":"acme","repo":"api","title":"Flaky"}`)
+	req := p.Evaluate(c).Request
+	assert.Equal(t, []string{"maintainers"}, req.Groups)
+	assert.Equal(t, 4*time.Hour, req.Timeout)
+	assert.Equal(t, `github__create_issue on acme/api: {"owner":"acme","repo":"api","title":"Flaky"}`, req.Message)
+	assert.Contains(t, p.Evaluate(hinted("github__delete_repo", nil)).Reason, "agents may not delete anything on GitHub")
+
+	assert.True(t, p.DeniesOutright(policy.Call{Tool: "github__delete_repo"}), "tool listings hide deletes")
+	assert.False(t, p.DeniesOutright(policy.Call{Tool: "github__create_issue"}))
+	assert.False(t, p.DeniesOutright(policy.Call{Tool: "github__get_issue"}))
 }

@@ -40,7 +40,7 @@ func (l *loader) examples(n *yaml.Node, where string) []example {
 		for i, en := range ln.Content {
 			ex := example{node: en, label: fmt.Sprintf("%s[%d]", list, i), want: list == "match"}
 			what := where + ": example " + ex.label
-			ef := l.fields(en, what, "tool", "args", "session", "requester")
+			ef := l.fields(en, what, "tool", "args", "session", "requester", "execution", "annotations")
 			if en.Kind != yaml.MappingNode {
 				continue
 			}
@@ -50,6 +50,24 @@ func (l *loader) examples(n *yaml.Node, where string) []example {
 			}
 			ex.call.Session = l.str(ef["session"], what+": session")
 			ex.call.Requester = l.str(ef["requester"], what+": requester")
+			switch e := l.str(ef["execution"], what+": execution"); e {
+			case "", executionToolgate:
+			case executionAgent:
+				ex.call.Execution = policy.ExecutionAgent
+			default:
+				l.errorf(ef["execution"], "%s: execution must be toolgate or agent, not %q", what, e)
+			}
+			if an := ef["annotations"]; an != nil && !isNull(an) {
+				if an.Kind != yaml.MappingNode {
+					l.errorf(an, "%s: annotations must be a mapping, not %s", what, describe(an))
+					continue
+				}
+				v, ok := l.plain(an, what+": annotations")
+				if !ok {
+					continue
+				}
+				ex.call.Annotations = v.(map[string]any)
+			}
 			args := map[string]any{}
 			if an := ef["args"]; an != nil && !isNull(an) {
 				if an.Kind != yaml.MappingNode {
@@ -70,11 +88,13 @@ func (l *loader) examples(n *yaml.Node, where string) []example {
 			ex.call.Args = raw
 			ex.call.ID = "example-" + ex.label
 			text, _ := json.Marshal(struct {
-				Tool      string          `json:"tool"`
-				Args      json.RawMessage `json:"args"`
-				Session   string          `json:"session,omitempty"`
-				Requester string          `json:"requester,omitempty"`
-			}{ex.call.Tool, raw, ex.call.Session, ex.call.Requester})
+				Tool        string           `json:"tool"`
+				Args        json.RawMessage  `json:"args"`
+				Session     string           `json:"session,omitempty"`
+				Requester   string           `json:"requester,omitempty"`
+				Execution   policy.Execution `json:"execution,omitempty"`
+				Annotations map[string]any   `json:"annotations,omitempty"`
+			}{ex.call.Tool, raw, ex.call.Session, ex.call.Requester, ex.call.Execution, ex.call.Annotations})
 			ex.text = string(text)
 			out = append(out, ex)
 		}

@@ -68,11 +68,11 @@ func Parse(name string, data []byte, opts Options) (*Policy, error) {
 	return p, nil
 }
 
-var topFields = []string{"workspace", "default", "rules", "redact", "after", "guards", "quotas"}
+var topFields = []string{"workspace", "default", "rules", "tools", "redact", "after", "guards", "quotas"}
 
 var ruleFields = []string{
 	"name", "tool", "tools", "when", "action", "reason", "message", "groups", "timeout",
-	"on_timeout", "remind_after", "escalate_after", "escalate_to", "sticky_by", "examples",
+	"on_timeout", "remind_after", "escalate_after", "escalate_to", "sticky_by", "report_timeout", "examples",
 }
 
 // actionFields are the fields of a rule that say what it does; the
@@ -98,6 +98,7 @@ func (l *loader) policy(root *yaml.Node, opts Options) *Policy {
 	if p.workspace == "" && opts.Workspace != "" {
 		p.workspace = l.absDir(nil, opts.Workspace, "")
 	}
+	p.tools = l.tools(top["tools"])
 	p.fallback = l.defaultRule(top["default"])
 	p.byName[RuleDefault] = p.fallback
 	l.rules(p, top["rules"])
@@ -265,6 +266,12 @@ func (l *loader) rules(p *Policy, n *yaml.Node) {
 			r.cond = l.condition(cn, where, p.workspace)
 		}
 		l.actionBody(r, rn, f, where)
+		if n := f["report_timeout"]; n != nil {
+			if r.action == ActionDeny {
+				l.errorf(n, "%s: report_timeout is only for allow and ask rules (a denied call is never run)", where)
+			}
+			r.reportTimeout = l.duration(n, where+": report_timeout")
+		}
 		switch r.action {
 		case ActionDeny:
 			p.deny = append(p.deny, r)

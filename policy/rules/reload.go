@@ -32,8 +32,9 @@ const mtimeSlack = 2 * time.Second
 // file (which is refused if it is unchanged while being read... or, if it
 // happens to be a valid prefix, taken).
 //
-// Reloader implements policy.ToolPolicy, policy.Versioned and
-// policy.OutputMiddleware by delegating each call to the current policy.
+// Reloader implements policy.ToolPolicy, policy.Versioned,
+// policy.OutputMiddleware, policy.QuotaPolicy, policy.AgentToolPolicy and
+// policy.OutrightDenier by delegating each call to the current policy.
 type Reloader struct {
 	path   string
 	opts   Options
@@ -53,6 +54,9 @@ var (
 	_ policy.ToolPolicy       = (*Reloader)(nil)
 	_ policy.Versioned        = (*Reloader)(nil)
 	_ policy.OutputMiddleware = (*Reloader)(nil)
+	_ policy.QuotaPolicy      = (*Reloader)(nil)
+	_ policy.AgentToolPolicy  = (*Reloader)(nil)
+	_ policy.OutrightDenier   = (*Reloader)(nil)
 )
 
 type fileStamp struct {
@@ -220,3 +224,20 @@ func (r *Reloader) TransformOutput(ctx context.Context, call policy.Call, output
 func (r *Reloader) SessionQuota(tool string) (policy.Quota, bool) {
 	return r.Current().SessionQuota(tool)
 }
+
+// CheckAgentArgs implements policy.AgentToolPolicy with the current policy.
+func (r *Reloader) CheckAgentArgs(tool string, args json.RawMessage) error {
+	return r.Current().CheckAgentArgs(tool, args)
+}
+
+// ReportTimeout implements policy.AgentToolPolicy with the current policy.
+func (r *Reloader) ReportTimeout(call policy.Call) time.Duration {
+	return r.Current().ReportTimeout(call)
+}
+
+// DeniesOutright implements policy.OutrightDenier with the current policy.
+func (r *Reloader) DeniesOutright(call policy.Call) bool { return r.Current().DeniesOutright(call) }
+
+// AgentTools returns the current policy's tools section (see
+// Policy.AgentTools).
+func (r *Reloader) AgentTools() []AgentTool { return r.Current().AgentTools() }

@@ -37,6 +37,10 @@ type rule struct {
 	onTimeout policy.TimeoutAction
 	stickyBy  []string
 	schedule  *Schedule
+	// reportTimeout bounds the wait for the agent's report of an
+	// agent-executed call this rule allows or asks about; 0 leaves it to
+	// the tools section or the default.
+	reportTimeout time.Duration
 }
 
 // matches reports whether the call is one of r's tools and satisfies its
@@ -192,11 +196,14 @@ func truncate(s string, max int) string {
 
 // input is a call prepared for evaluation: its arguments decoded once.
 type input struct {
-	call       policy.Call
-	workspace  string
-	args       any // a map[string]any when argsErr is nil
-	argsErr    error
-	activation interpreter.Activation
+	call      policy.Call
+	workspace string
+	args      any // a map[string]any when argsErr is nil
+	argsErr   error
+	execution string
+	// annotations are the tool's hints with MCP's defaults (annotationsOf).
+	annotations map[string]any
+	activation  interpreter.Activation
 }
 
 func newInput(call policy.Call, workspace string) *input {
@@ -206,14 +213,67 @@ func newInput(call policy.Call, workspace string) *input {
 	if in.argsErr != nil {
 		args = map[string]any{}
 	}
+	in.execution = executionName(call.Execution)
+	in.annotations = annotationsOf(call.Annotations)
 	in.activation, _ = interpreter.NewActivation(map[string]any{
-		"tool":      call.Tool,
-		"args":      args,
-		"session":   call.Session,
-		"requester": call.Requester,
-		"workspace": workspace,
+		"tool":        call.Tool,
+		"args":        args,
+		"session":     call.Session,
+		"requester":   call.Requester,
+		"workspace":   workspace,
+		"execution":   in.execution,
+		"annotations": in.annotations,
 	})
 	return in
+}
+
+// Values of `execution` in conditions and templates.
+const (
+	executionToolgate = "toolgate"
+	executionAgent    = "agent"
+)
+
+// executionName is what conditions see as `execution`: "toolgate" for a
+// tool toolgate's worker runs, "agent" for one the agent runs itself.
+func executionName(e policy.Execution) string {
+	if e == policy.ExecutionToolgate {
+		return executionToolgate
+	}
+	return string(e)
+}
+
+// annotationsOf is what conditions see as `annotations`: the tool's hints
+// as JSON values, with MCP's defaults for the four hints it leaves out, so
+// that `annotations.readOnlyHint == true` is false rather than an error
+// for a tool without hints (every agent-executed tool): readOnlyHint
+// false, destructiveHint true unless the tool is read-only (MCP gives it
+// meaning only for tools that are not), idempotentHint false and
+// openWorldHint true. Other keys, title included, are there only when the
+// tool sets them; test them with has(annotations.title).
+func annotationsOf(hints map[string]any) map[string]any {
+	out := map[string]any{}
+	if len(hints) > 0 {
+		// A JSON round trip turns whatever Go values the registry holds
+		// into the values CEL and templates know (as for args).
+		if raw, err := json.Marshal(hints); err == nil {
+			if v, err := decodeArgs(raw); err == nil {
+				out = v.(map[string]any)
+			}
+		}
+	}
+	readOnly, _ := out["readOnlyHint"].(bool)
+	defaults := map[string]any{
+		"readOnlyHint":    false,
+		"destructiveHint": !readOnly,
+		"idempotentHint":  false,
+		"openWorldHint":   true,
+	}
+	for k, v := range defaults {
+		if _, set := out[k]; !set {
+			out[k] = v
+		}
+	}
+	return out
 }
 
 // templateData is what message templates see. Arguments that are null
@@ -225,11 +285,13 @@ func (in *input) templateData() map[string]any {
 		args = withoutNulls(in.args)
 	}
 	return map[string]any{
-		"tool":      in.call.Tool,
-		"args":      args,
-		"session":   in.call.Session,
-		"requester": in.call.Requester,
-		"workspace": in.workspace,
+		"tool":        in.call.Tool,
+		"args":        args,
+		"session":     in.call.Session,
+		"requester":   in.call.Requester,
+		"workspace":   in.workspace,
+		"execution":   in.execution,
+		"annotations": in.annotations,
 	}
 }
 

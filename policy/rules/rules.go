@@ -15,11 +15,17 @@
 // the error. A failing deny rule only asks if no other deny rule matches
 // cleanly, since a refusal is stricter than a question.
 //
+// Conditions see the call's execution ("toolgate" or "agent") and its
+// tool's MCP annotations, the four hints defaulted as MCP says. The
+// `tools:` section describes tools the agent runs itself (agent-executed
+// calls): a JSON Schema for their arguments and how long to wait for the
+// agent's report (see AgentTool, CheckAgentArgs and ReportTimeout).
+//
 // A policy file is checked entirely at load: YAML syntax, unknown fields,
 // CEL that does not compile or is not boolean, durations, globs, regular
-// expressions, message templates, and each rule's examples. A bad file is
-// refused with "file:line: what is wrong", and a Reloader keeps serving the
-// last good one.
+// expressions, message templates, JSON Schemas, and each rule's examples.
+// A bad file is refused with "file:line: what is wrong", and a Reloader
+// keeps serving the last good one.
 package rules
 
 import (
@@ -165,6 +171,7 @@ type Policy struct {
 	redactor  *redactor
 	after     []*afterRule
 	quotas    []Quota
+	tools     map[string]*agentTool
 }
 
 var (
@@ -172,6 +179,8 @@ var (
 	_ policy.Versioned        = (*Policy)(nil)
 	_ policy.OutputMiddleware = (*Policy)(nil)
 	_ policy.QuotaPolicy      = (*Policy)(nil)
+	_ policy.AgentToolPolicy  = (*Policy)(nil)
+	_ policy.OutrightDenier   = (*Policy)(nil)
 )
 
 // Name returns the file name the policy was loaded from.

@@ -1,0 +1,427 @@
+// Package hook puts toolgate in front of the tools of coding agents through
+// their command hooks. Claude Code's PreToolUse hook (and the same protocol
+// in Codex and VS Code Copilot) submits each tool use as an agent-executed
+// toolgate call and answers with toolgate's decision; the PostToolUse hook
+// reports what the tool did, which completes the call.
+//
+// A call still waiting for a person when the hook must answer is denied
+// with a reason that asks the model to try again later; the retry (same
+// session, tool and arguments) finds the same call through IDs derived
+// from the attempt and a small per-session state file, so nobody is asked
+// twice and each decision is used once.
+package hook
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/toolgate/toolgate/client"
+	"github.com/toolgate/toolgate/policy"
+	"github.com/toolgate/toolgate/workflows"
+)
+
+// Dialect is the agent whose hook protocol the hook speaks.
+type Dialect int
+
+const (
+	// ClaudeCode: Claude Code (and VS Code Copilot, which reads the same
+	// output). Every PreToolUse answer is a JSON permission decision.
+	ClaudeCode Dialect = iota + 1
+	// Codex: OpenAI Codex CLI, whose PreToolUse hooks may only deny (with
+	// a reason) or rewrite the input with "allow" + updatedInput; a plain
+	// "allow" or "ask" is an unsupported output there, so the hook prints
+	// nothing and Codex goes on with its own approval settings.
+	Codex
+)
+
+// callIDPrefix starts the call IDs the hook derives, per dialect.
+func (d Dialect) callIDPrefix() string {
+	if d == Codex {
+		return "cx-"
+	}
+	return "cc-"
+}
+
+// Defaults of Config.
+const (
+	// DefaultWait is how long PreToolUse waits for a decision: below Claude
+	// Code's 600 s hook timeout, so the hook always answers itself (a hook
+	// that times out lets the tool run).
+	DefaultWait = 540 * time.Second
+	// reportTimeout bounds PostToolUse's report.
+	reportTimeout = 30 * time.Second
+	// statusTimeout bounds the look at a call still waiting after Wait.
+	statusTimeout = 10 * time.Second
+	// maxReportBytes caps a reported output; larger ones are cut to a
+	// summary (toolgate refuses outputs over activities.DefaultMaxOutputBytes).
+	maxReportBytes = 256 << 10
+)
+
+// Config is one run of the hook.
+type Config struct {
+	// Connect opens toolgate (the HTTP API or Temporal) and returns the
+	// agent client and a close function. It is called only for an event
+	// that needs toolgate, after the event was read and checked. Required.
+	Connect func(ctx context.Context) (client.Agent, func(), error)
+	// Requester names the agent for calls over Temporal; over the HTTP API
+	// the token's name is used instead. Required over Temporal.
+	Requester string
+	// Wait is how long PreToolUse waits for a decision; 0 means
+	// DefaultWait.
+	Wait time.Duration
+	// StateDir holds the per-session state files; empty means
+	// DefaultStateDir().
+	StateDir string
+	// FailOpen: when toolgate cannot decide (unreachable, a malformed
+	// event, any error), ask the user through the agent's own permission
+	// prompt instead of denying.
+	FailOpen bool
+	// NoReport: submit calls that end at the decision, for setups with no
+	// PostToolUse hook. Otherwise each allowed call waits for the
+	// PostToolUse report of its tool's outcome.
+	NoReport bool
+	// Dialect is the agent's protocol; 0 means ClaudeCode.
+	Dialect Dialect
+	// Logger logs to stderr (stdout is the protocol); nil means none.
+	Logger *zap.Logger
+}
+
+// permission is a PreToolUse answer.
+type permission struct {
+	decision string // "allow", "deny" or "ask"
+	reason   string
+	// updatedInput replaces the tool input (an approver's edit).
+	updatedInput json.RawMessage
+	// context is told to the model.
+	context string
+}
+
+// preToolUseOutput is the JSON a PreToolUse hook prints.
+type preToolUseOutput struct {
+	HookSpecificOutput preToolUseDecision `json:"hookSpecificOutput"`
+}
+
+type preToolUseDecision struct {
+	HookEventName            string          `json:"hookEventName"`
+	PermissionDecision       string          `json:"permissionDecision"`
+	PermissionDecisionReason string          `json:"permissionDecisionReason,omitempty"`
+	UpdatedInput             json.RawMessage `json:"updatedInput,omitempty"`
+	AdditionalContext        string          `json:"additionalContext,omitempty"`
+}
+
+// Run handles one hook event read from stdin and returns the process's exit
+// status. PreToolUse always gets an answer on stdout with status 0; only
+// when stdout cannot be written does it exit 2 (which blocks the tool) with
+// the reason on stderr. It never returns 1, which agents treat as a
+// non-blocking error. PostToolUse always exits 0: the tool already ran.
+func (c Config) Run(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer) int {
+	c = c.withDefaults()
+	raw, err := io.ReadAll(io.LimitReader(stdin, maxEventBytes+1))
+	var ev Event
+	if err == nil {
+		ev, err = ParseEvent(raw)
+	} else {
+		err = fmt.Errorf("read the hook event: %w", err)
+	}
+	if err == nil {
+		switch ev.HookEventName {
+		case EventPostToolUse, EventPostToolUseFailure:
+			c.post(ctx, ev)
+			return 0
+		case EventPreToolUse, "":
+		default:
+			c.Logger.Warn("hook event not handled; configure toolgate for PreToolUse and PostToolUse only", zap.String("event", ev.HookEventName))
+			return 0
+		}
+	}
+	var p permission
+	if err != nil {
+		p = c.failure(err)
+	} else {
+		p = c.preSafely(ctx, ev)
+	}
+	return c.write(stdout, stderr, p)
+}
+
+func (c Config) withDefaults() Config {
+	if c.Wait <= 0 {
+		c.Wait = DefaultWait
+	}
+	if c.StateDir == "" {
+		c.StateDir = DefaultStateDir()
+	}
+	if c.Dialect == 0 {
+		c.Dialect = ClaudeCode
+	}
+	if c.Logger == nil {
+		c.Logger = zap.NewNop()
+	}
+	return c
+}
+
+// preSafely is pre, with a panic turned into a failure: a crash must never
+// let a tool run.
+func (c Config) preSafely(ctx context.Context, ev Event) (p permission) {
+	defer func() {
+		if r := recover(); r != nil {
+			p = c.failure(fmt.Errorf("internal error: %v", r))
+		}
+	}()
+	return c.pre(ctx, ev)
+}
+
+// pre submits the attempt as a call (or finds the call an earlier
+// identical attempt left waiting), waits for its decision, and turns it
+// into a permission.
+func (c Config) pre(ctx context.Context, ev Event) permission {
+	args, err := ev.checkPre()
+	if err != nil {
+		return c.failure(err)
+	}
+	log := c.Logger.With(zap.String("session", ev.SessionID), zap.String("tool", ev.ToolName), zap.String("toolUseID", ev.ToolUseID))
+	store := stateStore{dir: c.StateDir}
+	var key, callID string
+	var gen int
+	err = store.update(ev.SessionID, func(st *sessionState) error {
+		key = attemptKey(st.Salt, ev.SessionID, ev.ToolName, args)
+		gen = st.Keys[key].Gen
+		callID = callIDFor(c.Dialect.callIDPrefix(), key, gen)
+		return nil
+	})
+	if err != nil {
+		return c.failure(err)
+	}
+
+	wctx, cancel := context.WithTimeout(ctx, c.Wait)
+	defer cancel()
+	agent, closeFn, err := c.Connect(wctx)
+	if err != nil {
+		return c.failure(fmt.Errorf("toolgate is unreachable: %w", err))
+	}
+	defer closeFn()
+
+	req := client.CallRequest{
+		CallID: callID, Session: ev.SessionID, Tool: ev.ToolName, Args: args,
+		Requester: c.Requester, Execution: policy.ExecutionAgent, NoReport: c.NoReport,
+	}
+	for tries := 0; ; tries++ {
+		_, err = agent.Submit(wctx, req)
+		if !callIDTaken(err) || tries == 3 {
+			break
+		}
+		// Another request holds this ID (another requester, say): the next
+		// generation is this attempt's.
+		gen++
+		req.CallID = callIDFor(c.Dialect.callIDPrefix(), key, gen)
+		if err := store.update(ev.SessionID, func(st *sessionState) error {
+			if st.Keys[key].Gen < gen {
+				st.Keys[key] = keyState{Gen: gen}
+			}
+			return nil
+		}); err != nil {
+			return c.failure(err)
+		}
+	}
+	callID = req.CallID
+	log = log.With(zap.String("callID", callID))
+	if err != nil {
+		var inputErr *client.InputError
+		if errors.As(err, &inputErr) {
+			return c.failure(fmt.Errorf("toolgate refused the call: %w", err))
+		}
+		return c.failure(fmt.Errorf("submit the call to toolgate: %w", err))
+	}
+
+	st, err := agent.WaitDecided(wctx, callID)
+	if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+		// The wait ran out: look once more, a decision may have just come.
+		sctx, scancel := context.WithTimeout(ctx, statusTimeout)
+		st, err = agent.Status(sctx, callID)
+		scancel()
+		if err == nil && !decided(st) {
+			log.Info("call still waiting; denied for now, the retry will find it")
+			return permission{decision: "deny", reason: stillWaitingReason(callID, st)}
+		}
+	}
+	if err != nil {
+		return c.failure(fmt.Errorf("wait for toolgate call %s: %w", callID, err))
+	}
+	p := decide(callID, args, st)
+	// The decision is delivered: the next identical attempt is a new call
+	// (a sticky decision answers it at once), and the tool_use_id maps to
+	// this call for PostToolUse.
+	err = store.update(ev.SessionID, func(s *sessionState) error {
+		if s.Keys[key].Gen <= gen {
+			s.Keys[key] = keyState{Gen: gen + 1}
+		}
+		if p.decision == "allow" && !c.NoReport && ev.ToolUseID != "" {
+			s.Uses[ev.ToolUseID] = use{CallID: callID, At: time.Now().UTC()}
+		}
+		return nil
+	})
+	if err != nil {
+		// Without the new generation a retry would use this decision again.
+		return c.failure(err)
+	}
+	log.Info("decision delivered", zap.String("decision", p.decision))
+	return p
+}
+
+// callIDTaken recognises the refusal of a call ID that names another call
+// (over Temporal and over the HTTP API alike).
+func callIDTaken(err error) bool { return errors.Is(err, client.ErrCallIDTaken) }
+
+// decided reports whether st carries a decision the hook can deliver: a
+// Result, or an agent-executed call approved and waiting for its run.
+func decided(st client.Status) bool {
+	switch {
+	case st.Result != nil:
+		return true
+	case st.State == nil:
+		return false
+	case st.State.Result != nil:
+		return true
+	}
+	return st.State.Status == workflows.StatusApproved
+}
+
+// decide turns a decided call into a permission.
+func decide(callID string, args json.RawMessage, st client.Status) permission {
+	r := st.Result
+	if r == nil && st.State != nil {
+		r = st.State.Result
+	}
+	if r != nil {
+		if r.Status != workflows.StatusOK {
+			return permission{decision: "deny", reason: denialReason(callID, *r)}
+		}
+		p := permission{decision: "allow", reason: approvalText(callID, r.Decision, r.DecidedBy, r.Channel)}
+		return withEdits(p, args, r.Args)
+	}
+	if st.State == nil || st.State.Status != workflows.StatusApproved {
+		return permission{decision: "deny", reason: stillWaitingReason(callID, st)}
+	}
+	p := permission{decision: "allow"}
+	if d := st.State.Decision; d != nil {
+		p.reason = approvalText(callID, d.Kind.String(), d.DecidedBy, d.Channel)
+	} else {
+		p.reason = approvalText(callID, "", "", "")
+	}
+	return withEdits(p, args, st.State.Call.Args)
+}
+
+// withEdits adds the approver's arguments when they differ from the
+// agent's.
+func withEdits(p permission, asked, approved json.RawMessage) permission {
+	if len(approved) == 0 || sameArgs(asked, approved) {
+		return p
+	}
+	p.updatedInput = approved
+	p.reason += "; an approver edited the arguments"
+	p.context = "toolgate: an approver edited this tool call's arguments before it ran; it ran with " + string(approved)
+	return p
+}
+
+func approvalText(callID, decision, by, channel string) string {
+	s := "toolgate call " + callID + ": "
+	switch {
+	case by == "policy" || channel == "policy":
+		return s + "allowed by policy"
+	case by != "":
+		if decision == "" {
+			decision = "approved"
+		}
+		return s + decision + " by " + by + " via " + channel
+	}
+	return s + "approved"
+}
+
+// denialReason is what the model reads when toolgate refused the call:
+// the Result's model_message (one sentence that says what happened and
+// why), else a sentence built from its status and reason.
+func denialReason(callID string, r workflows.Result) string {
+	if r.ModelMessage != "" {
+		return "toolgate call " + callID + ": " + r.ModelMessage
+	}
+	var what string
+	switch r.Status {
+	case workflows.StatusDenied:
+		what = "was denied"
+		if r.DecidedBy != "" && r.DecidedBy != "policy" {
+			what += " by " + r.DecidedBy
+		}
+	case workflows.StatusTimedOut:
+		what = "timed out: nobody decided it in time"
+	case workflows.StatusUnknown:
+		what = "ended unknown"
+	default:
+		what = "ended with an error"
+	}
+	s := "toolgate call " + callID + " " + what
+	if r.Reason != "" {
+		s += ": " + r.Reason
+	}
+	return s
+}
+
+// stillWaitingReason tells the model that the call waits for a person and
+// how to get the decision: ask again, the same way.
+func stillWaitingReason(callID string, st client.Status) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "toolgate call %s is waiting for a person to approve it", callID)
+	if st.State != nil && st.State.Request != nil && st.State.Request.Message != "" {
+		fmt.Fprintf(&b, " (%q)", st.State.Request.Message)
+	}
+	b.WriteString(". The tool did not run. Try the same action again later, with the same tool and exactly the same arguments: toolgate will then apply the decision taken meanwhile, without asking again")
+	if st.State != nil && !st.State.Deadline.IsZero() {
+		fmt.Fprintf(&b, " (the request stays open until %s)", st.State.Deadline.UTC().Format(time.RFC3339))
+	}
+	b.WriteString(". Meanwhile, go on with work that does not need it, or tell the user you are waiting for approval of " + callID + ".")
+	return b.String()
+}
+
+// failure is the answer when toolgate could not decide: deny (fail
+// closed), or with FailOpen ask the user.
+func (c Config) failure(err error) permission {
+	if c.FailOpen {
+		c.Logger.Warn("toolgate could not decide; asking the user (--fail-open)", zap.Error(err))
+		return permission{decision: "ask", reason: "toolgate could not check this tool call (" + err.Error() + "); asking you instead"}
+	}
+	c.Logger.Warn("toolgate could not decide; denied (fail closed)", zap.Error(err))
+	return permission{decision: "deny", reason: "toolgate could not check this tool call, so it is blocked: " + err.Error()}
+}
+
+// write prints the permission in the dialect's protocol.
+func (c Config) write(stdout, stderr io.Writer, p permission) int {
+	if c.Dialect == Codex && (p.decision == "ask" || (p.decision == "allow" && len(p.updatedInput) == 0)) {
+		// No output: Codex goes on with its own approval settings.
+		return 0
+	}
+	out := preToolUseOutput{HookSpecificOutput: preToolUseDecision{
+		HookEventName:            EventPreToolUse,
+		PermissionDecision:       p.decision,
+		PermissionDecisionReason: p.reason,
+		UpdatedInput:             p.updatedInput,
+		AdditionalContext:        p.context,
+	}}
+	b, err := json.Marshal(out)
+	if err == nil {
+		_, err = stdout.Write(append(b, '\n'))
+	}
+	if err != nil {
+		reason := p.reason
+		if p.decision != "deny" {
+			reason = "toolgate could not write its answer, so the tool is blocked: " + err.Error()
+		}
+		fmt.Fprintln(stderr, reason)
+		return 2
+	}
+	return 0
+}

@@ -1,0 +1,591 @@
+package hook
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/toolgate/toolgate/client"
+	"github.com/toolgate/toolgate/policy"
+	"github.com/toolgate/toolgate/tool"
+	"github.com/toolgate/toolgate/workflows"
+)
+
+// fakeAgent is toolgate as the hook sees it: calls by ID, a verdict for
+// each new call, people deciding later, sticky decisions per session and
+// tool.
+type fakeAgent struct {
+	mu      sync.Mutex
+	calls   map[string]*fakeCall
+	submits []client.CallRequest
+	reports map[string]client.Report
+	sticky  map[string]policy.DecisionKind // session/tool
+	// verdict is what a new call gets: "allow", "deny" or "ask".
+	verdict func(req client.CallRequest) string
+	// taken are call IDs another request holds.
+	taken  map[string]bool
+	panics bool
+}
+
+type fakeCall struct {
+	req     client.CallRequest
+	st      client.Status
+	decided chan struct{}
+}
+
+func newFakeAgent(verdict func(client.CallRequest) string) *fakeAgent {
+	return &fakeAgent{calls: map[string]*fakeCall{}, reports: map[string]client.Report{}, sticky: map[string]policy.DecisionKind{}, taken: map[string]bool{}, verdict: verdict}
+}
+
+var _ client.Agent = (*fakeAgent)(nil)
+
+func (f *fakeAgent) Submit(_ context.Context, req client.CallRequest) (string, error) {
+	if f.panics {
+		panic("boom")
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.submits = append(f.submits, req)
+	if f.taken[req.CallID] {
+		return "", &client.InputError{Field: "call_id", Problem: "is taken", Err: client.ErrCallIDTaken}
+	}
+	if c, ok := f.calls[req.CallID]; ok {
+		if !sameArgs(c.req.Args, req.Args) || c.req.Tool != req.Tool || c.req.Session != req.Session {
+			return "", &client.InputError{Field: "call_id", Problem: "is taken", Err: client.ErrCallIDTaken}
+		}
+		return req.CallID, nil
+	}
+	c := &fakeCall{req: req, decided: make(chan struct{})}
+	f.calls[req.CallID] = c
+	verdict := f.verdict(req)
+	if verdict == "ask" {
+		if k, ok := f.sticky[req.Session+"/"+req.Tool]; ok {
+			f.decideLocked(req.CallID, policy.Decision{Kind: k, DecidedBy: "alice", Channel: "session"})
+			return req.CallID, nil
+		}
+		c.st = client.Status{State: &workflows.CallState{
+			Call: policy.Call{ID: req.CallID, Session: req.Session, Tool: req.Tool, Args: req.Args}, Status: workflows.StatusPending,
+			Request:  &policy.ApprovalRequest{Message: "Run " + req.Tool + "?"},
+			Deadline: time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC),
+		}}
+		return req.CallID, nil
+	}
+	if verdict == "allow" {
+		f.decideLocked(req.CallID, policy.Decision{Kind: policy.Approved, DecidedBy: "policy", Channel: "policy"})
+	} else {
+		f.decideLocked(req.CallID, policy.Decision{Kind: policy.DeniedWithReason, Reason: "no recursive deletes", DecidedBy: "policy", Channel: "policy"})
+	}
+	return req.CallID, nil
+}
+
+// decide is a person's decision on a waiting call.
+func (f *fakeAgent) decide(callID string, d policy.Decision) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.decideLocked(callID, d)
+}
+
+func (f *fakeAgent) decideLocked(callID string, d policy.Decision) {
+	c := f.calls[callID]
+	if d.Kind.Sticky() {
+		f.sticky[c.req.Session+"/"+c.req.Tool] = d.Kind
+	}
+	call := policy.Call{ID: callID, Session: c.req.Session, Tool: c.req.Tool, Args: c.req.Args, Requester: c.req.Requester, Execution: c.req.Execution}
+	if d.Kind.Approves() {
+		if d.Kind == policy.ApprovedWithEdits {
+			call.Args = d.EditedArgs
+		}
+		if c.req.NoReport {
+			c.st = client.Status{Result: &workflows.Result{CallID: callID, Status: workflows.StatusOK, Decision: d.Kind.String(), DecidedBy: d.DecidedBy, Channel: d.Channel, Args: call.Args}}
+		} else {
+			c.st = client.Status{State: &workflows.CallState{Call: call, Status: workflows.StatusApproved, Decision: &d}}
+		}
+	} else {
+		c.st = client.Status{Result: &workflows.Result{
+			CallID: callID, Status: workflows.StatusDenied, Reason: d.Reason, Decision: d.Kind.String(), DecidedBy: d.DecidedBy, Channel: d.Channel,
+			ModelMessage: "Denied by " + d.DecidedBy + ": " + d.Reason,
+		}}
+	}
+	close(c.decided)
+}
+
+func (f *fakeAgent) Wait(ctx context.Context, callID string) (workflows.Result, error) {
+	return workflows.Result{}, errors.New("not used by the hook")
+}
+
+func (f *fakeAgent) WaitDecided(ctx context.Context, callID string) (client.Status, error) {
+	f.mu.Lock()
+	c, ok := f.calls[callID]
+	f.mu.Unlock()
+	if !ok {
+		return client.Status{}, client.ErrUnknownCall
+	}
+	select {
+	case <-c.decided:
+		return f.Status(ctx, callID)
+	case <-ctx.Done():
+		return client.Status{}, context.DeadlineExceeded
+	}
+}
+
+func (f *fakeAgent) Status(_ context.Context, callID string) (client.Status, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c, ok := f.calls[callID]
+	if !ok {
+		return client.Status{}, client.ErrUnknownCall
+	}
+	return c.st, nil
+}
+
+func (f *fakeAgent) Report(_ context.Context, callID, requester string, r client.Report) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c, ok := f.calls[callID]
+	switch {
+	case !ok:
+		return client.ErrUnknownCall
+	case requester != c.req.Requester:
+		return &client.RefusedError{Type: workflows.ErrTypeNotAuthorized, Message: "not your call"}
+	case c.st.State == nil || c.st.State.Status != workflows.StatusApproved:
+		return &client.RefusedError{Type: workflows.ErrTypeNotWaiting, Message: "not approved"}
+	}
+	f.reports[callID] = r
+	c.st = client.Status{Result: &workflows.Result{CallID: callID, Status: workflows.StatusOK, Output: r.Output}}
+	return nil
+}
+
+func (f *fakeAgent) Tools(context.Context) ([]tool.Descriptor, error) { return nil, nil }
+
+func (f *fakeAgent) submitted() []client.CallRequest {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]client.CallRequest(nil), f.submits...)
+}
+
+func (f *fakeAgent) report(callID string) (client.Report, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	r, ok := f.reports[callID]
+	return r, ok
+}
+
+// byCommand decides Bash calls by their command: "ls" is allowed, "rm -rf"
+// denied, anything else asks a person.
+func byCommand(req client.CallRequest) string {
+	var in struct{ Command string }
+	_ = json.Unmarshal(req.Args, &in)
+	switch {
+	case strings.HasPrefix(in.Command, "ls"):
+		return "allow"
+	case strings.Contains(in.Command, "rm -rf"):
+		return "deny"
+	}
+	return "ask"
+}
+
+type hookEnv struct {
+	t        *testing.T
+	agent    *fakeAgent
+	cfg      Config
+	connects atomic.Int32
+}
+
+func newHookEnv(t *testing.T) *hookEnv {
+	e := &hookEnv{t: t, agent: newFakeAgent(byCommand)}
+	e.cfg = Config{
+		Requester: "claude-code",
+		Wait:      50 * time.Millisecond,
+		StateDir:  t.TempDir(),
+		Connect: func(context.Context) (client.Agent, func(), error) {
+			e.connects.Add(1)
+			return e.agent, func() {}, nil
+		},
+	}
+	return e
+}
+
+type hookRun struct {
+	code           int
+	stdout, stderr string
+}
+
+func (e *hookEnv) run(event string) hookRun {
+	e.t.Helper()
+	var stdout, stderr bytes.Buffer
+	code := e.cfg.Run(context.Background(), strings.NewReader(event), &stdout, &stderr)
+	return hookRun{code: code, stdout: stdout.String(), stderr: stderr.String()}
+}
+
+// decision runs a PreToolUse event and decodes the answer.
+func (e *hookEnv) decision(event string) preToolUseDecision {
+	e.t.Helper()
+	return e.answer(e.run(event))
+}
+
+// answer decodes a PreToolUse run's decision, which comes with exit 0.
+func (e *hookEnv) answer(r hookRun) preToolUseDecision {
+	e.t.Helper()
+	require.Equal(e.t, 0, r.code, "stderr: %s", r.stderr)
+	var out preToolUseOutput
+	require.NoError(e.t, json.Unmarshal([]byte(r.stdout), &out), "stdout: %q", r.stdout)
+	require.Equal(e.t, "PreToolUse", out.HookSpecificOutput.HookEventName)
+	return out.HookSpecificOutput
+}
+
+func pre(toolUseID, tool, input string) string {
+	return fmt.Sprintf(`{"session_id":"3f2b6c1e-7d2a-4c55-9a51-0c1d2e3f4a5b","transcript_path":"/home/u/.claude/projects/p/t.jsonl","cwd":"/home/u/repo","permission_mode":"default","hook_event_name":"PreToolUse","tool_name":%q,"tool_input":%s,"tool_use_id":%q}`, tool, input, toolUseID)
+}
+
+func post(toolUseID, tool, input, response string) string {
+	return fmt.Sprintf(`{"session_id":"3f2b6c1e-7d2a-4c55-9a51-0c1d2e3f4a5b","cwd":"/home/u/repo","hook_event_name":"PostToolUse","tool_name":%q,"tool_input":%s,"tool_response":%s,"tool_use_id":%q}`, tool, input, response, toolUseID)
+}
+
+const session = "3f2b6c1e-7d2a-4c55-9a51-0c1d2e3f4a5b"
+
+func TestAllowedByPolicy(t *testing.T) {
+	e := newHookEnv(t)
+	d := e.decision(pre("toolu_1", "Bash", `{"command":"ls -la","description":"List files"}`))
+	assert.Equal(t, "allow", d.PermissionDecision)
+	assert.Contains(t, d.PermissionDecisionReason, "allowed by policy")
+	assert.Empty(t, d.UpdatedInput)
+
+	subs := e.agent.submitted()
+	require.Len(t, subs, 1)
+	req := subs[0]
+	assert.Equal(t, session, req.Session)
+	assert.Equal(t, "Bash", req.Tool)
+	assert.Equal(t, "claude-code", req.Requester)
+	assert.Equal(t, policy.ExecutionAgent, req.Execution)
+	assert.False(t, req.NoReport)
+	assert.JSONEq(t, `{"command":"ls -la","description":"List files"}`, string(req.Args))
+	assert.Regexp(t, `^cc-[0-9a-f]{20}-0$`, req.CallID)
+}
+
+func TestDeniedWithReasonForTheModel(t *testing.T) {
+	e := newHookEnv(t)
+	d := e.decision(pre("toolu_1", "Bash", `{"command":"rm -rf /"}`))
+	assert.Equal(t, "deny", d.PermissionDecision)
+	assert.Contains(t, d.PermissionDecisionReason, "no recursive deletes")
+	assert.Contains(t, d.PermissionDecisionReason, e.agent.submitted()[0].CallID)
+}
+
+func TestApprovalWithEditedArgumentsBecomesUpdatedInput(t *testing.T) {
+	e := newHookEnv(t)
+	done := make(chan hookRun, 1)
+	e.cfg.Wait = 5 * time.Second
+	go func() {
+		done <- e.run(pre("toolu_1", "Bash", `{"command":"git push origin main","description":"Push"}`))
+	}()
+	require.Eventually(t, func() bool { return len(e.agent.submitted()) == 1 }, 5*time.Second, time.Millisecond)
+	id := e.agent.submitted()[0].CallID
+	e.agent.decide(id, policy.Decision{Kind: policy.ApprovedWithEdits, EditedArgs: json.RawMessage(`{"command":"git push --dry-run origin main","description":"Push"}`), DecidedBy: "alice", Channel: "inbox"})
+	d := e.answer(<-done)
+	assert.Equal(t, "allow", d.PermissionDecision)
+	assert.JSONEq(t, `{"command":"git push --dry-run origin main","description":"Push"}`, string(d.UpdatedInput))
+	assert.Contains(t, d.PermissionDecisionReason, "alice")
+	assert.Contains(t, d.AdditionalContext, "edited")
+}
+
+// The story of a call nobody decides in time: denied for now, naming the
+// call; the identical retry finds it and gets its decision; the decision
+// is used once; a sticky decision answers the next one at once.
+func TestPendingThenRetriedFindsTheSameCallAndItsDecisionAppliesOnce(t *testing.T) {
+	e := newHookEnv(t)
+	input := `{"file_path":"/home/u/repo/main.go","old_string":"a","new_string":"b"}`
+
+	first := e.decision(pre("toolu_1", "Edit", input))
+	require.Len(t, e.agent.submitted(), 1)
+	callID := e.agent.submitted()[0].CallID
+	assert.Equal(t, "deny", first.PermissionDecision)
+	assert.Contains(t, first.PermissionDecisionReason, callID)
+	assert.Contains(t, first.PermissionDecisionReason, "waiting for a person")
+	assert.Contains(t, first.PermissionDecisionReason, "Try the same action again later")
+	assert.Contains(t, first.PermissionDecisionReason, `"Run Edit?"`)
+
+	// Still nobody: the retry is the same call again, still waiting.
+	again := e.decision(pre("toolu_2", "Edit", `{"new_string":"b","old_string":"a","file_path":"/home/u/repo/main.go"}`))
+	assert.Equal(t, "deny", again.PermissionDecision)
+	assert.Contains(t, again.PermissionDecisionReason, callID)
+
+	e.agent.decide(callID, policy.Decision{Kind: policy.Approved, DecidedBy: "alice", Channel: "cli"})
+	retried := e.decision(pre("toolu_3", "Edit", input))
+	assert.Equal(t, "allow", retried.PermissionDecision)
+	assert.Contains(t, retried.PermissionDecisionReason, callID)
+	for _, s := range e.agent.submitted() {
+		assert.Equal(t, callID, s.CallID, "every attempt so far is the one call")
+	}
+
+	// PostToolUse of the retried attempt reports to the call it found.
+	r := e.run(post("toolu_3", "Edit", input, `{"filePath":"/home/u/repo/main.go","success":true}`))
+	assert.Equal(t, 0, r.code)
+	assert.Empty(t, r.stdout)
+	rep, ok := e.agent.report(callID)
+	require.True(t, ok, "reported")
+	assert.JSONEq(t, `{"filePath":"/home/u/repo/main.go","success":true}`, string(rep.Output))
+
+	// The approval was used: a third identical attempt is a new call.
+	third := e.decision(pre("toolu_4", "Edit", input))
+	subs := e.agent.submitted()
+	newID := subs[len(subs)-1].CallID
+	assert.NotEqual(t, callID, newID)
+	assert.Equal(t, strings.TrimSuffix(callID, "-0")+"-1", newID)
+	assert.Equal(t, "deny", third.PermissionDecision)
+	assert.Contains(t, third.PermissionDecisionReason, newID)
+
+	// Approved for the session: the next identical attempt, a new call
+	// again, is answered at once by the sticky decision.
+	e.agent.decide(newID, policy.Decision{Kind: policy.ApprovedForSession, DecidedBy: "alice", Channel: "cli"})
+	assert.Equal(t, "allow", e.decision(pre("toolu_5", "Edit", input)).PermissionDecision) // the found call, gen 1
+	fifth := e.decision(pre("toolu_6", "Edit", input))
+	assert.Equal(t, "allow", fifth.PermissionDecision)
+	assert.Contains(t, fifth.PermissionDecisionReason, "via session")
+	subs = e.agent.submitted()
+	assert.Equal(t, strings.TrimSuffix(callID, "-0")+"-2", subs[len(subs)-1].CallID)
+}
+
+func TestDenialAppliesOnceToo(t *testing.T) {
+	e := newHookEnv(t)
+	input := `{"command":"make deploy"}`
+	e.decision(pre("toolu_1", "Bash", input))
+	callID := e.agent.submitted()[0].CallID
+	e.agent.decide(callID, policy.Decision{Kind: policy.DeniedWithReason, Reason: "not on a Friday", DecidedBy: "bob", Channel: "slack"})
+	d := e.decision(pre("toolu_2", "Bash", input))
+	assert.Equal(t, "deny", d.PermissionDecision)
+	assert.Contains(t, d.PermissionDecisionReason, "not on a Friday")
+	assert.Contains(t, d.PermissionDecisionReason, "Denied by bob", "the Result's model_message")
+	next := e.decision(pre("toolu_3", "Bash", input))
+	assert.Equal(t, "deny", next.PermissionDecision)
+	assert.Contains(t, next.PermissionDecisionReason, "waiting for a person", "a new call, asking again")
+	subs := e.agent.submitted()
+	assert.NotEqual(t, callID, subs[len(subs)-1].CallID)
+}
+
+func TestPostToolUseFailureReportsAnError(t *testing.T) {
+	e := newHookEnv(t)
+	require.Equal(t, "allow", e.decision(pre("toolu_1", "Bash", `{"command":"ls /nope"}`)).PermissionDecision)
+	callID := e.agent.submitted()[0].CallID
+	r := e.run(`{"session_id":"` + session + `","hook_event_name":"PostToolUseFailure","tool_name":"Bash","tool_input":{"command":"ls /nope"},"tool_use_id":"toolu_1","error":"Exit code 2\nls: cannot access '/nope'","is_interrupt":false}`)
+	assert.Equal(t, 0, r.code)
+	assert.Empty(t, r.stdout)
+	rep, ok := e.agent.report(callID)
+	require.True(t, ok)
+	assert.Contains(t, rep.Error, "cannot access")
+	assert.Empty(t, rep.Output)
+}
+
+func TestPostToolUseResponseThatSaysItFailedReportsAnError(t *testing.T) {
+	e := newHookEnv(t)
+	require.Equal(t, "allow", e.decision(pre("toolu_1", "Bash", `{"command":"ls"}`)).PermissionDecision)
+	e.run(post("toolu_1", "Bash", `{"command":"ls"}`, `{"stdout":"","stderr":"","interrupted":true,"isImage":false}`))
+	rep, ok := e.agent.report(e.agent.submitted()[0].CallID)
+	require.True(t, ok)
+	assert.Equal(t, "the tool was interrupted", rep.Error)
+}
+
+func TestPostToolUseOfAToolUseTheHookNeverAllowedIsIgnored(t *testing.T) {
+	e := newHookEnv(t)
+	r := e.run(post("toolu_unknown", "Read", `{"file_path":"/etc/hosts"}`, `{"type":"text"}`))
+	assert.Equal(t, 0, r.code)
+	assert.Empty(t, r.stdout)
+	assert.Zero(t, e.connects.Load(), "toolgate is not even contacted")
+}
+
+func TestPostToolUseWithToolgateDownExitsZero(t *testing.T) {
+	e := newHookEnv(t)
+	require.Equal(t, "allow", e.decision(pre("toolu_1", "Bash", `{"command":"ls"}`)).PermissionDecision)
+	e.cfg.Connect = func(context.Context) (client.Agent, func(), error) {
+		return nil, nil, errors.New("dial tcp 127.0.0.1:7700: connect: connection refused")
+	}
+	r := e.run(post("toolu_1", "Bash", `{"command":"ls"}`, `{"stdout":"a\n"}`))
+	assert.Equal(t, 0, r.code)
+	assert.Empty(t, r.stdout)
+}
+
+func TestMalformedEventsAreDenied(t *testing.T) {
+	for name, event := range map[string]string{
+		"not JSON":         `{"session_id": "s", "tool_name": "Bash", `,
+		"empty":            ``,
+		"no session":       `{"hook_event_name":"PreToolUse","tool_name":"Bash","tool_input":{"command":"ls"},"tool_use_id":"t"}`,
+		"no tool":          `{"session_id":"s1","hook_event_name":"PreToolUse","tool_input":{"command":"ls"},"tool_use_id":"t"}`,
+		"input not object": `{"session_id":"s1","hook_event_name":"PreToolUse","tool_name":"Bash","tool_input":"ls","tool_use_id":"t"}`,
+		"bad session":      `{"session_id":"../../etc/passwd","hook_event_name":"PreToolUse","tool_name":"Bash","tool_input":{},"tool_use_id":"t"}`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			e := newHookEnv(t)
+			d := e.decision(event)
+			assert.Equal(t, "deny", d.PermissionDecision)
+			assert.Contains(t, d.PermissionDecisionReason, "toolgate could not check this tool call, so it is blocked")
+			assert.Zero(t, e.connects.Load())
+		})
+	}
+}
+
+func TestUnreachableToolgateIsDenied(t *testing.T) {
+	e := newHookEnv(t)
+	e.cfg.Connect = func(context.Context) (client.Agent, func(), error) {
+		return nil, nil, errors.New("connect to Temporal at 127.0.0.1:7233: connection refused")
+	}
+	d := e.decision(pre("toolu_1", "Bash", `{"command":"ls"}`))
+	assert.Equal(t, "deny", d.PermissionDecision)
+	assert.Contains(t, d.PermissionDecisionReason, "toolgate is unreachable")
+	assert.Contains(t, d.PermissionDecisionReason, "connection refused")
+}
+
+func TestFailOpenAsksTheUser(t *testing.T) {
+	e := newHookEnv(t)
+	e.cfg.FailOpen = true
+	e.cfg.Connect = func(context.Context) (client.Agent, func(), error) { return nil, nil, errors.New("connection refused") }
+	d := e.decision(pre("toolu_1", "Bash", `{"command":"ls"}`))
+	assert.Equal(t, "ask", d.PermissionDecision)
+	assert.Contains(t, d.PermissionDecisionReason, "connection refused")
+	// A malformed event too; but a decision is never turned into "ask".
+	assert.Equal(t, "ask", e.decision(`nonsense`).PermissionDecision)
+	e = newHookEnv(t)
+	e.cfg.FailOpen = true
+	assert.Equal(t, "deny", e.decision(pre("toolu_1", "Bash", `{"command":"rm -rf /"}`)).PermissionDecision)
+}
+
+func TestAPanicIsADenial(t *testing.T) {
+	e := newHookEnv(t)
+	e.agent.panics = true
+	d := e.decision(pre("toolu_1", "Bash", `{"command":"ls"}`))
+	assert.Equal(t, "deny", d.PermissionDecision)
+	assert.Contains(t, d.PermissionDecisionReason, "internal error")
+}
+
+type brokenWriter struct{}
+
+func (brokenWriter) Write([]byte) (int, error) { return 0, io.ErrClosedPipe }
+
+func TestUnwritableStdoutExitsTwoWithTheReason(t *testing.T) {
+	e := newHookEnv(t)
+	var stderr bytes.Buffer
+	code := e.cfg.Run(context.Background(), strings.NewReader(pre("toolu_1", "Bash", `{"command":"rm -rf /"}`)), brokenWriter{}, &stderr)
+	assert.Equal(t, 2, code)
+	assert.Contains(t, stderr.String(), "no recursive deletes")
+
+	stderr.Reset()
+	code = e.cfg.Run(context.Background(), strings.NewReader(pre("toolu_2", "Bash", `{"command":"ls"}`)), brokenWriter{}, &stderr)
+	assert.Equal(t, 2, code, "an allow that cannot be said blocks")
+	assert.Contains(t, stderr.String(), "could not write")
+}
+
+func TestNoReportEndsCallsAtTheDecision(t *testing.T) {
+	e := newHookEnv(t)
+	e.cfg.NoReport = true
+	assert.Equal(t, "allow", e.decision(pre("toolu_1", "Bash", `{"command":"ls"}`)).PermissionDecision)
+	assert.True(t, e.agent.submitted()[0].NoReport)
+	r := e.run(post("toolu_1", "Bash", `{"command":"ls"}`, `{"stdout":""}`))
+	assert.Equal(t, 0, r.code)
+	_, reported := e.agent.report(e.agent.submitted()[0].CallID)
+	assert.False(t, reported)
+}
+
+func TestACallIDTakenByAnotherRequestMovesToTheNextGeneration(t *testing.T) {
+	e := newHookEnv(t)
+	// Find the ID the attempt will use, then let another request hold it.
+	e.decision(pre("toolu_1", "Bash", `{"command":"ls"}`))
+	first := e.agent.submitted()[0].CallID
+	second := strings.TrimSuffix(first, "-0") + "-1"
+	e.agent.taken[second] = true
+	d := e.decision(pre("toolu_2", "Bash", `{"command":"ls"}`))
+	assert.Equal(t, "allow", d.PermissionDecision)
+	subs := e.agent.submitted()
+	assert.Equal(t, strings.TrimSuffix(first, "-0")+"-2", subs[len(subs)-1].CallID)
+}
+
+func TestStateFileIsPrivateAndALostOneNeverReplaysOldDecisions(t *testing.T) {
+	e := newHookEnv(t)
+	input := `{"command":"make deploy"}`
+	e.decision(pre("toolu_1", "Bash", input))
+	callID := e.agent.submitted()[0].CallID
+	info, err := os.Stat(filepath.Join(e.cfg.StateDir, session+".json"))
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o600), info.Mode().Perm())
+
+	e.agent.decide(callID, policy.Decision{Kind: policy.Approved, DecidedBy: "alice", Channel: "cli"})
+	require.NoError(t, os.Remove(filepath.Join(e.cfg.StateDir, session+".json")))
+	d := e.decision(pre("toolu_2", "Bash", input))
+	assert.Equal(t, "deny", d.PermissionDecision, "a new call, not the approved one")
+	subs := e.agent.submitted()
+	assert.NotEqual(t, callID, subs[len(subs)-1].CallID)
+}
+
+func TestCodexGetsOnlyOutputsItSupports(t *testing.T) {
+	e := newHookEnv(t)
+	e.cfg.Dialect = Codex
+	e.cfg.Requester = "codex"
+	codexPre := func(id, cmd string) string {
+		return fmt.Sprintf(`{"session_id":"019a1b2c-3d4e-7f00-8a9b-0c1d2e3f4a5b","turn_id":"t1","transcript_path":null,"cwd":"/repo","hook_event_name":"PreToolUse","model":"gpt-5","permission_mode":"default","tool_name":"Bash","tool_input":{"command":%q},"tool_use_id":%q}`, cmd, id)
+	}
+	r := e.run(codexPre("call_1", "ls"))
+	assert.Equal(t, 0, r.code)
+	assert.Empty(t, r.stdout, "a plain allow is no output: Codex refuses permissionDecision allow without updatedInput")
+	assert.Regexp(t, `^cx-`, e.agent.submitted()[0].CallID)
+
+	d := e.decision(codexPre("call_2", "rm -rf /"))
+	assert.Equal(t, "deny", d.PermissionDecision)
+	assert.NotEmpty(t, d.PermissionDecisionReason, "Codex needs a reason with a deny")
+
+	e.cfg.FailOpen = true
+	e.cfg.Connect = func(context.Context) (client.Agent, func(), error) { return nil, nil, errors.New("refused") }
+	r = e.run(codexPre("call_3", "ls"))
+	assert.Equal(t, 0, r.code)
+	assert.Empty(t, r.stdout, "fail-open in Codex: no output, its own approval settings apply")
+}
+
+func TestVSCodeSpellingsAreRead(t *testing.T) {
+	e := newHookEnv(t)
+	d := e.decision(`{"timestamp":"2026-02-09T10:30:00.000Z","cwd":"/repo","sessionId":"vscode-session-1","hookEventName":"PreToolUse","tool_name":"run_in_terminal","tool_input":{"command":"ls"},"tool_use_id":"tool-123"}`)
+	assert.Equal(t, "allow", d.PermissionDecision)
+	assert.Equal(t, "vscode-session-1", e.agent.submitted()[0].Session)
+}
+
+func TestOtherEventsAreLeftAlone(t *testing.T) {
+	e := newHookEnv(t)
+	r := e.run(`{"session_id":"s1","hook_event_name":"Stop","stop_hook_active":false}`)
+	assert.Equal(t, 0, r.code)
+	assert.Empty(t, r.stdout)
+	assert.Zero(t, e.connects.Load())
+}
+
+func TestParallelHooksOfOneSessionKeepEveryMapping(t *testing.T) {
+	e := newHookEnv(t)
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var out bytes.Buffer
+			e.cfg.Run(context.Background(), strings.NewReader(pre(fmt.Sprintf("toolu_%d", i), "Bash", fmt.Sprintf(`{"command":"ls %d"}`, i))), &out, io.Discard)
+		}()
+	}
+	wg.Wait()
+	b, err := os.ReadFile(filepath.Join(e.cfg.StateDir, session+".json"))
+	require.NoError(t, err)
+	var st sessionState
+	require.NoError(t, json.Unmarshal(b, &st))
+	assert.Len(t, st.Uses, 8)
+	assert.Len(t, st.Keys, 8)
+}
+
+func TestDenialWithoutModelMessageSaysWhatHappened(t *testing.T) {
+	r := workflows.Result{CallID: "cc-1-0", Status: workflows.StatusTimedOut, Reason: "nobody answered within 24h"}
+	assert.Equal(t, "toolgate call cc-1-0 timed out: nobody decided it in time: nobody answered within 24h", denialReason("cc-1-0", r))
+	r = workflows.Result{CallID: "cc-1-0", Status: workflows.StatusDenied, DecidedBy: "bob", Reason: "not today"}
+	assert.Equal(t, "toolgate call cc-1-0 was denied by bob: not today", denialReason("cc-1-0", r))
+}

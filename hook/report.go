@@ -1,0 +1,134 @@
+package hook
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"go.uber.org/zap"
+
+	"github.com/toolgate/toolgate/client"
+)
+
+// post reports a tool's outcome (PostToolUse, PostToolUseFailure) as the
+// output of the call that allowed its tool_use_id. It never blocks
+// anything: the tool already ran. What goes wrong is logged on stderr; a
+// call that gets no report ends unknown after its report timeout.
+func (c Config) post(ctx context.Context, ev Event) {
+	log := c.Logger.With(zap.String("event", ev.HookEventName), zap.String("session", ev.SessionID), zap.String("tool", ev.ToolName), zap.String("toolUseID", ev.ToolUseID))
+	if ev.ToolUseID == "" || client.ValidateID("session_id", ev.SessionID) != nil {
+		log.Warn("hook event without a tool_use_id or a valid session_id; nothing to report")
+		return
+	}
+	store := stateStore{dir: c.StateDir}
+	var callID string
+	if err := store.update(ev.SessionID, func(st *sessionState) error {
+		callID = st.Uses[ev.ToolUseID].CallID
+		return nil
+	}); err != nil {
+		log.Warn("cannot read the hook state; the call will end unknown", zap.Error(err))
+		return
+	}
+	if callID == "" {
+		log.Info("no toolgate call allowed this tool use; nothing to report")
+		return
+	}
+	log = log.With(zap.String("callID", callID))
+	rep := reportOf(ev)
+	rctx, cancel := context.WithTimeout(ctx, reportTimeout)
+	defer cancel()
+	agent, closeFn, err := c.Connect(rctx)
+	if err != nil {
+		log.Warn("toolgate is unreachable; the call will end unknown after its report timeout", zap.Error(err))
+		return
+	}
+	defer closeFn()
+	if err := agent.Report(rctx, callID, c.Requester, rep); err != nil {
+		log.Warn("report refused or failed; the call will end unknown after its report timeout", zap.Error(err))
+		return
+	}
+	if err := store.update(ev.SessionID, func(st *sessionState) error {
+		delete(st.Uses, ev.ToolUseID)
+		return nil
+	}); err != nil {
+		log.Warn("reported, but the hook state was not updated", zap.Error(err))
+	}
+	log.Info("reported the tool's outcome", zap.Bool("failed", rep.Error != ""))
+}
+
+// reportOf is the Report of a tool's outcome: its error when the event
+// says it failed, else its response as the output.
+func reportOf(ev Event) client.Report {
+	if ev.HookEventName == EventPostToolUseFailure {
+		msg := jsonText(ev.Error)
+		if msg == "" {
+			msg = "the tool failed"
+		}
+		return client.Report{Error: msg}
+	}
+	if msg, failed := responseFailure(ev.ToolResponse); failed {
+		return client.Report{Error: msg}
+	}
+	out := ev.ToolResponse
+	if len(bytes.TrimSpace(out)) == 0 {
+		out = json.RawMessage("null")
+	}
+	if len(out) > maxReportBytes {
+		cut, _ := json.Marshal(map[string]any{
+			"truncated": true,
+			"bytes":     len(out),
+			"head":      strings.ToValidUTF8(string(out[:maxReportBytes/2]), ""),
+		})
+		out = cut
+	}
+	return client.Report{Output: out}
+}
+
+// responseFailure reads the failure a tool response states of itself:
+// {"success": false}, {"is_error": true} or {"interrupted": true} (Claude
+// Code's tools, MCP results).
+func responseFailure(resp json.RawMessage) (string, bool) {
+	var r struct {
+		Success     *bool           `json:"success"`
+		IsError     bool            `json:"is_error"`
+		IsErrorMCP  bool            `json:"isError"`
+		Interrupted bool            `json:"interrupted"`
+		Error       json.RawMessage `json:"error"`
+	}
+	if json.Unmarshal(resp, &r) != nil {
+		return "", false
+	}
+	failed := (r.Success != nil && !*r.Success) || r.IsError || r.IsErrorMCP || r.Interrupted
+	if !failed {
+		return "", false
+	}
+	if msg := jsonText(r.Error); msg != "" {
+		return msg, true
+	}
+	if r.Interrupted {
+		return "the tool was interrupted", true
+	}
+	return "the tool reported a failure: " + abridge(string(resp), 2000), true
+}
+
+// jsonText is a JSON string's text, or the JSON itself for other values.
+func jsonText(raw json.RawMessage) string {
+	raw = bytes.TrimSpace(raw)
+	if len(raw) == 0 || string(raw) == "null" {
+		return ""
+	}
+	var s string
+	if json.Unmarshal(raw, &s) == nil {
+		return s
+	}
+	return string(raw)
+}
+
+func abridge(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return fmt.Sprintf("%s… (%d bytes)", strings.ToValidUTF8(s[:n], ""), len(s))
+}

@@ -1,0 +1,510 @@
+package mcpgate_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	tgclient "github.com/toolgate/toolgate/client"
+	"github.com/toolgate/toolgate/mcpgate"
+	"github.com/toolgate/toolgate/policy"
+	"github.com/toolgate/toolgate/tool"
+	"github.com/toolgate/toolgate/workflows"
+)
+
+// fakeAgent is toolgate as the gateway sees it: decide says what becomes
+// of each submitted call (nil: it waits until resolve).
+type fakeAgent struct {
+	tools  []tool.Descriptor
+	decide func(req tgclient.CallRequest) *workflows.Result
+
+	mu        sync.Mutex
+	calls     map[string]*fakeCall
+	submitted []tgclient.CallRequest
+}
+
+type fakeCall struct {
+	req    tgclient.CallRequest
+	result *workflows.Result
+	done   chan struct{}
+}
+
+var _ tgclient.Agent = (*fakeAgent)(nil)
+
+func newFake(decide func(tgclient.CallRequest) *workflows.Result) *fakeAgent {
+	return &fakeAgent{decide: decide, calls: map[string]*fakeCall{}}
+}
+
+func (f *fakeAgent) Submit(_ context.Context, req tgclient.CallRequest) (string, error) {
+	if err := req.Validate(); err != nil {
+		return "", err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c := &fakeCall{req: req, done: make(chan struct{})}
+	f.calls[req.CallID] = c
+	f.submitted = append(f.submitted, req)
+	if r := f.decide(req); r != nil {
+		f.finish(c, *r)
+	}
+	return req.CallID, nil
+}
+
+// finish completes c with r, filling in the call's identity.
+func (f *fakeAgent) finish(c *fakeCall, r workflows.Result) {
+	r.CallID, r.Session, r.Tool, r.Requester = c.req.CallID, c.req.Session, c.req.Tool, c.req.Requester
+	c.result = &r
+	close(c.done)
+}
+
+func (f *fakeAgent) resolve(callID string, r workflows.Result) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.finish(f.calls[callID], r)
+}
+
+func (f *fakeAgent) call(id string) (*fakeCall, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c, ok := f.calls[id]
+	if !ok {
+		return nil, fmt.Errorf("call %s: %w", id, tgclient.ErrUnknownCall)
+	}
+	return c, nil
+}
+
+func (f *fakeAgent) Wait(ctx context.Context, id string) (workflows.Result, error) {
+	c, err := f.call(id)
+	if err != nil {
+		return workflows.Result{}, err
+	}
+	select {
+	case <-c.done:
+		return *c.result, nil
+	case <-ctx.Done():
+		return workflows.Result{}, context.DeadlineExceeded
+	}
+}
+
+func (f *fakeAgent) WaitDecided(ctx context.Context, id string) (tgclient.Status, error) {
+	return tgclient.Status{}, errors.New("not used")
+}
+
+func (f *fakeAgent) Status(_ context.Context, id string) (tgclient.Status, error) {
+	c, err := f.call(id)
+	if err != nil {
+		return tgclient.Status{}, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if c.result != nil {
+		r := *c.result
+		return tgclient.Status{Result: &r}, nil
+	}
+	return tgclient.Status{State: &workflows.CallState{
+		Call:     policy.Call{ID: id, Session: c.req.Session, Tool: c.req.Tool, Args: c.req.Args, Requester: c.req.Requester},
+		Status:   workflows.StatusPending,
+		Request:  &policy.ApprovalRequest{Message: "create an issue in acme/app", Groups: []string{"ops"}},
+		Deadline: time.Date(2030, 1, 2, 15, 4, 0, 0, time.UTC),
+	}}, nil
+}
+
+func (f *fakeAgent) Report(context.Context, string, string, tgclient.Report) error {
+	return errors.New("not used")
+}
+
+func (f *fakeAgent) Tools(context.Context) ([]tool.Descriptor, error) { return f.tools, nil }
+
+func (f *fakeAgent) lastSubmitted() tgclient.CallRequest {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.submitted[len(f.submitted)-1]
+}
+
+// connect runs the gateway's server for conn in memory and returns a
+// client session on it.
+func connect(t *testing.T, g *mcpgate.Gateway, conn mcpgate.Conn, opts *mcp.ClientOptions) *mcp.ClientSession {
+	t.Helper()
+	ctx := context.Background()
+	ct, st := mcp.NewInMemoryTransports()
+	ss, err := g.Server(conn).Connect(ctx, st, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = ss.Close() })
+	cs, err := mcp.NewClient(&mcp.Implementation{Name: "test-agent", Version: "1"}, opts).Connect(ctx, ct, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = cs.Close() })
+	return cs
+}
+
+func text(t *testing.T, res *mcp.CallToolResult) string {
+	t.Helper()
+	var parts []string
+	for _, c := range res.Content {
+		tc, ok := c.(*mcp.TextContent)
+		require.True(t, ok, "content %T is not text", c)
+		parts = append(parts, tc.Text)
+	}
+	return strings.Join(parts, "\n")
+}
+
+func callTool(t *testing.T, cs *mcp.ClientSession, name string, args any) *mcp.CallToolResult {
+	t.Helper()
+	res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: name, Arguments: args})
+	require.NoError(t, err)
+	return res
+}
+
+// upstreamOutput is what the upstream side records for an MCP tool: the
+// upstream's CallToolResult.
+const upstreamOutput = `{"content":[{"type":"text","text":"issue #7 created"}],"structuredContent":{"number":7}}`
+
+var gh = tool.Descriptor{
+	Name:        "github__create_issue",
+	Description: "Create an issue",
+	Schema:      json.RawMessage(`{"type":"object","properties":{"title":{"type":"string"}},"required":["title"]}`),
+	Annotations: map[string]any{"readOnlyHint": false, "destructiveHint": false, "title": "Create issue"},
+}
+
+var echo = tool.Descriptor{Name: "echo", Description: "Echo the arguments", Annotations: map[string]any{"readOnlyHint": true}}
+
+func TestToolsList(t *testing.T) {
+	f := newFake(nil)
+	f.tools = []tool.Descriptor{echo, gh}
+	cs := connect(t, mcpgate.NewGateway(f, mcpgate.Options{}), mcpgate.Conn{Requester: "agent-1", Session: "s1"}, nil)
+	res, err := cs.ListTools(context.Background(), nil)
+	require.NoError(t, err)
+	byName := map[string]*mcp.Tool{}
+	for _, tl := range res.Tools {
+		byName[tl.Name] = tl
+	}
+	require.Len(t, byName, 4, "echo, github__create_issue, toolgate_wait, toolgate_status")
+	require.Contains(t, byName, mcpgate.WaitTool)
+	require.Contains(t, byName, mcpgate.StatusTool)
+
+	g := byName["github__create_issue"]
+	require.NotNil(t, g)
+	assert.Equal(t, "Create an issue", g.Description)
+	assert.JSONEq(t, string(gh.Schema), mustJSON(t, g.InputSchema))
+	require.NotNil(t, g.Annotations)
+	assert.False(t, g.Annotations.ReadOnlyHint)
+	require.NotNil(t, g.Annotations.DestructiveHint)
+	assert.False(t, *g.Annotations.DestructiveHint)
+	assert.Equal(t, "Create issue", g.Annotations.Title)
+
+	e := byName["echo"]
+	assert.JSONEq(t, `{"type":"object"}`, mustJSON(t, e.InputSchema), "a tool without a schema takes any object")
+	assert.True(t, e.Annotations.ReadOnlyHint)
+}
+
+func mustJSON(t *testing.T, v any) string {
+	t.Helper()
+	b, err := json.Marshal(v)
+	require.NoError(t, err)
+	return string(b)
+}
+
+func TestCallAutoApprovedUpstreamResultAsIs(t *testing.T) {
+	f := newFake(func(tgclient.CallRequest) *workflows.Result {
+		return &workflows.Result{Status: workflows.StatusOK, Output: json.RawMessage(upstreamOutput), DecidedBy: "policy", ModelMessage: "toolgate ran github__create_issue, allowed by the policy."}
+	})
+	cs := connect(t, mcpgate.NewGateway(f, mcpgate.Options{}), mcpgate.Conn{Requester: "agent-1", Session: "s1"}, nil)
+	res := callTool(t, cs, "github__create_issue", map[string]any{"title": "bug"})
+	assert.False(t, res.IsError)
+	assert.Equal(t, "issue #7 created", text(t, res), "the upstream's content, nothing added")
+	assert.JSONEq(t, `{"number":7}`, mustJSON(t, res.StructuredContent))
+
+	req := f.lastSubmitted()
+	assert.Equal(t, "github__create_issue", req.Tool)
+	assert.Equal(t, "s1", req.Session)
+	assert.Equal(t, "agent-1", req.Requester)
+	assert.JSONEq(t, `{"title":"bug"}`, string(req.Args))
+	assert.Equal(t, req.CallID, res.Meta[mcpgate.MetaCallID])
+}
+
+func TestCallBuiltinOutputAsTextAndStructured(t *testing.T) {
+	f := newFake(func(req tgclient.CallRequest) *workflows.Result {
+		return &workflows.Result{Status: workflows.StatusOK, Output: req.Args, DecidedBy: "policy"}
+	})
+	cs := connect(t, mcpgate.NewGateway(f, mcpgate.Options{}), mcpgate.Conn{Requester: "agent-1", Session: "s1"}, nil)
+	res := callTool(t, cs, "echo", map[string]any{"hello": "world"})
+	assert.False(t, res.IsError)
+	assert.JSONEq(t, `{"hello":"world"}`, text(t, res))
+	assert.JSONEq(t, `{"hello":"world"}`, mustJSON(t, res.StructuredContent))
+
+	// No arguments at all is an empty object.
+	callTool(t, cs, "echo", nil)
+	assert.JSONEq(t, `{}`, string(f.lastSubmitted().Args))
+}
+
+func TestCallDeniedIsErrorWithReason(t *testing.T) {
+	f := newFake(func(tgclient.CallRequest) *workflows.Result {
+		return &workflows.Result{Status: workflows.StatusDenied, Reason: "no pushes on Fridays", DecidedBy: "alice",
+			ModelMessage: "github__create_issue was not run: denied by alice: no pushes on Fridays."}
+	})
+	cs := connect(t, mcpgate.NewGateway(f, mcpgate.Options{}), mcpgate.Conn{Requester: "agent-1", Session: "s1"}, nil)
+	res := callTool(t, cs, "github__create_issue", map[string]any{"title": "x"})
+	assert.True(t, res.IsError)
+	assert.Equal(t, "github__create_issue was not run: denied by alice: no pushes on Fridays.", text(t, res))
+}
+
+func TestCallErrorAndUnknownAreErrors(t *testing.T) {
+	for _, tc := range []struct {
+		status workflows.Status
+		output string
+		want   string
+	}{
+		{workflows.StatusError, "", "echo failed: disk full."},
+		{workflows.StatusUnknown, "", "echo may or may not have run: the worker died."},
+		{workflows.StatusTimedOut, "", "echo was not run: nobody decided within 1h."},
+	} {
+		t.Run(string(tc.status), func(t *testing.T) {
+			reason := map[workflows.Status]string{workflows.StatusError: "disk full", workflows.StatusUnknown: "the worker died", workflows.StatusTimedOut: "nobody decided within 1h"}[tc.status]
+			f := newFake(func(tgclient.CallRequest) *workflows.Result {
+				return &workflows.Result{Status: tc.status, Reason: reason}
+			})
+			cs := connect(t, mcpgate.NewGateway(f, mcpgate.Options{}), mcpgate.Conn{Requester: "agent-1", Session: "s1"}, nil)
+			res := callTool(t, cs, "echo", map[string]any{})
+			assert.True(t, res.IsError)
+			assert.Equal(t, tc.want, text(t, res), "built from the reason when the Result has no model message")
+		})
+	}
+}
+
+func TestCallUpstreamToolErrorKeepsItsContent(t *testing.T) {
+	f := newFake(func(tgclient.CallRequest) *workflows.Result {
+		return &workflows.Result{Status: workflows.StatusError, Reason: "the upstream tool failed",
+			Output: json.RawMessage(`{"content":[{"type":"text","text":"repo not found"}],"isError":true}`), ModelMessage: "github__create_issue failed: the upstream tool failed."}
+	})
+	cs := connect(t, mcpgate.NewGateway(f, mcpgate.Options{}), mcpgate.Conn{Requester: "agent-1", Session: "s1"}, nil)
+	res := callTool(t, cs, "github__create_issue", map[string]any{"title": "x"})
+	assert.True(t, res.IsError)
+	assert.Equal(t, "repo not found\ntoolgate: github__create_issue failed: the upstream tool failed.", text(t, res))
+}
+
+func TestCallRefusedArgumentsIsError(t *testing.T) {
+	f := newFake(func(tgclient.CallRequest) *workflows.Result { t.Fatal("a refused call was submitted"); return nil })
+	cs := connect(t, mcpgate.NewGateway(f, mcpgate.Options{}), mcpgate.Conn{Requester: "agent-1", Session: "s1"}, nil)
+	res := callTool(t, cs, "echo", []int{1, 2})
+	assert.True(t, res.IsError)
+	assert.Contains(t, text(t, res), "must be a JSON object, not an array")
+}
+
+func TestPendingThenToolgateWait(t *testing.T) {
+	f := newFake(func(tgclient.CallRequest) *workflows.Result { return nil })
+	g := mcpgate.NewGateway(f, mcpgate.Options{Wait: 200 * time.Millisecond})
+	cs := connect(t, g, mcpgate.Conn{Requester: "agent-1", Session: "s1"}, nil)
+
+	res := callTool(t, cs, "github__create_issue", map[string]any{"title": "bug"})
+	callID := f.lastSubmitted().CallID
+	assert.False(t, res.IsError, "still waiting is not an error: %s", text(t, res))
+	msg := text(t, res)
+	assert.Contains(t, msg, callID)
+	assert.Contains(t, msg, "an approver of group ops", "says who was asked")
+	assert.Contains(t, msg, "create an issue in acme/app")
+	assert.Contains(t, msg, fmt.Sprintf(`toolgate_wait with {"call_id": %q}`, callID))
+	var w mcpgate.Waiting
+	require.NoError(t, json.Unmarshal([]byte(mustJSON(t, res.StructuredContent)), &w))
+	assert.Equal(t, callID, w.CallID)
+	assert.Equal(t, workflows.StatusPending, w.Status)
+	assert.Equal(t, []string{"ops"}, w.Groups)
+
+	// Still undecided: toolgate_wait answers the same way after its wait,
+	// and toolgate_status at once.
+	start := time.Now()
+	res = callTool(t, cs, mcpgate.WaitTool, map[string]any{"call_id": callID})
+	assert.False(t, res.IsError)
+	assert.Contains(t, text(t, res), "waiting for an approver of group ops")
+	assert.GreaterOrEqual(t, time.Since(start), 200*time.Millisecond)
+	res = callTool(t, cs, mcpgate.StatusTool, map[string]any{"call_id": callID})
+	assert.False(t, res.IsError)
+	assert.Contains(t, text(t, res), callID)
+
+	// Decided while toolgate_wait waits: it returns the upstream's result.
+	go func() {
+		time.Sleep(50 * time.Millisecond)
+		f.resolve(callID, workflows.Result{Status: workflows.StatusOK, Output: json.RawMessage(upstreamOutput), DecidedBy: "alice",
+			ModelMessage: "toolgate ran github__create_issue, approved by alice."})
+	}()
+	res = callTool(t, cs, mcpgate.WaitTool, map[string]any{"call_id": callID})
+	assert.False(t, res.IsError)
+	assert.Equal(t, "issue #7 created\ntoolgate: toolgate ran github__create_issue, approved by alice.", text(t, res))
+	assert.JSONEq(t, `{"number":7}`, mustJSON(t, res.StructuredContent))
+
+	// toolgate_status of a finished call is its result too.
+	res = callTool(t, cs, mcpgate.StatusTool, map[string]any{"call_id": callID})
+	assert.Contains(t, text(t, res), "issue #7 created")
+}
+
+func TestToolgateWaitDeniedLater(t *testing.T) {
+	f := newFake(func(tgclient.CallRequest) *workflows.Result { return nil })
+	cs := connect(t, mcpgate.NewGateway(f, mcpgate.Options{Wait: 50 * time.Millisecond}), mcpgate.Conn{Requester: "agent-1", Session: "s1"}, nil)
+	callTool(t, cs, "github__create_issue", map[string]any{"title": "bug"})
+	callID := f.lastSubmitted().CallID
+	f.resolve(callID, workflows.Result{Status: workflows.StatusDenied, Reason: "duplicate", ModelMessage: "github__create_issue was not run: denied by bob: duplicate."})
+	res := callTool(t, cs, mcpgate.WaitTool, map[string]any{"call_id": callID})
+	assert.True(t, res.IsError)
+	assert.Equal(t, "github__create_issue was not run: denied by bob: duplicate.", text(t, res))
+}
+
+func TestToolgateWaitRefusesOthersAndUnknownCallsAlike(t *testing.T) {
+	f := newFake(func(tgclient.CallRequest) *workflows.Result { return nil })
+	g := mcpgate.NewGateway(f, mcpgate.Options{Wait: 50 * time.Millisecond})
+	mine := connect(t, g, mcpgate.Conn{Requester: "agent-1", Session: "s1"}, nil)
+	other := connect(t, g, mcpgate.Conn{Requester: "agent-2", Session: "s2"}, nil)
+	callTool(t, mine, "echo", map[string]any{"secret": "x"})
+	callID := f.lastSubmitted().CallID
+
+	for _, tool := range []string{mcpgate.WaitTool, mcpgate.StatusTool} {
+		res := callTool(t, other, tool, map[string]any{"call_id": callID})
+		assert.True(t, res.IsError)
+		assert.Equal(t, fmt.Sprintf("toolgate knows no call %s of yours", callID), text(t, res))
+		assert.NotContains(t, text(t, res), "secret")
+		res = callTool(t, other, tool, map[string]any{"call_id": "call-nope"})
+		assert.Equal(t, "toolgate knows no call call-nope of yours", text(t, res), "the same answer as for another's call")
+	}
+	res := callTool(t, mine, mcpgate.WaitTool, map[string]any{})
+	assert.True(t, res.IsError)
+	assert.Contains(t, text(t, res), "call_id is required")
+	res = callTool(t, mine, mcpgate.WaitTool, map[string]any{"call_id": "../x"})
+	assert.True(t, res.IsError)
+	assert.Contains(t, text(t, res), "call_id must be")
+}
+
+func TestProgressWhileWaiting(t *testing.T) {
+	f := newFake(func(tgclient.CallRequest) *workflows.Result { return nil })
+	g := mcpgate.NewGateway(f, mcpgate.Options{Wait: 400 * time.Millisecond, ProgressInterval: 50 * time.Millisecond})
+	var (
+		mu       sync.Mutex
+		progress []*mcp.ProgressNotificationParams
+	)
+	cs := connect(t, g, mcpgate.Conn{Requester: "agent-1", Session: "s1"}, &mcp.ClientOptions{
+		ProgressNotificationHandler: func(_ context.Context, req *mcp.ProgressNotificationClientRequest) {
+			mu.Lock()
+			defer mu.Unlock()
+			progress = append(progress, req.Params)
+		},
+	})
+	params := &mcp.CallToolParams{Name: "github__create_issue", Arguments: map[string]any{"title": "bug"}}
+	params.SetProgressToken("tok-1")
+	res, err := cs.CallTool(context.Background(), params)
+	require.NoError(t, err)
+	assert.False(t, res.IsError)
+	callID := f.lastSubmitted().CallID
+	mu.Lock()
+	defer mu.Unlock()
+	require.GreaterOrEqual(t, len(progress), 3, "a notification every 50ms over 400ms")
+	for i, p := range progress {
+		assert.Equal(t, "tok-1", p.ProgressToken)
+		assert.Contains(t, p.Message, callID)
+		if i > 0 {
+			assert.Greater(t, p.Progress, progress[i-1].Progress, "progress increases")
+		}
+	}
+
+	// Without a progress token, none are sent (the first call's last ones
+	// may still arrive: all carry its token).
+	mu.Unlock()
+	callTool(t, cs, "github__create_issue", map[string]any{"title": "bug"})
+	mu.Lock()
+	for _, p := range progress {
+		assert.Equal(t, "tok-1", p.ProgressToken)
+	}
+}
+
+func TestSessions(t *testing.T) {
+	f := newFake(func(tgclient.CallRequest) *workflows.Result { return &workflows.Result{Status: workflows.StatusOK} })
+	g := mcpgate.NewGateway(f, mcpgate.Options{})
+	a, b := g.StdioConn(), g.StdioConn()
+	assert.NotEqual(t, a.Session, b.Session, "one session per connection")
+	assert.True(t, strings.HasPrefix(a.Session, "mcp-"))
+	assert.Equal(t, mcpgate.DefaultRequester, a.Requester)
+	require.NoError(t, tgclient.ValidateID("session", a.Session))
+
+	pinned := mcpgate.NewGateway(f, mcpgate.Options{Session: "my-work", Requester: "claude"})
+	assert.Equal(t, mcpgate.Conn{Requester: "claude", Session: "my-work"}, pinned.StdioConn())
+}
+
+func TestHTTPNeedsAnAgentToken(t *testing.T) {
+	f := newFake(func(req tgclient.CallRequest) *workflows.Result {
+		return &workflows.Result{Status: workflows.StatusOK, Output: req.Args}
+	})
+	f.tools = []tool.Descriptor{echo}
+	g := mcpgate.NewGateway(f, mcpgate.Options{})
+	srv := httptest.NewServer(g.HTTPHandler(func(token string) (string, bool) {
+		if token == "agent-token" {
+			return "ci-bot", true
+		}
+		return "", false
+	}))
+	defer srv.Close()
+
+	resp, err := http.Post(srv.URL, "application/json", strings.NewReader(`{}`))
+	require.NoError(t, err)
+	resp.Body.Close()
+	assert.Equal(t, http.StatusUnauthorized, resp.StatusCode)
+
+	_, err = httpClient(t, srv.URL, "wrong")
+	require.Error(t, err)
+
+	cs, err := httpClient(t, srv.URL+"?session=pinned-1", "agent-token")
+	require.NoError(t, err)
+	defer cs.Close()
+	tools, err := cs.ListTools(context.Background(), nil)
+	require.NoError(t, err)
+	assert.Len(t, tools.Tools, 3)
+	res := callTool(t, cs, "echo", map[string]any{"a": 1})
+	assert.JSONEq(t, `{"a":1}`, text(t, res))
+	req := f.lastSubmitted()
+	assert.Equal(t, "ci-bot", req.Requester, "the token names the requester")
+	assert.Equal(t, "pinned-1", req.Session)
+
+	// Without ?session= each MCP connection gets a session of its own, and
+	// the token's calls are still its own.
+	var sessions []string
+	for range 2 {
+		cs, err := httpClient(t, srv.URL, "agent-token")
+		require.NoError(t, err)
+		callTool(t, cs, "echo", map[string]any{})
+		callTool(t, cs, "echo", map[string]any{})
+		s := f.lastSubmitted().Session
+		f.mu.Lock()
+		assert.Equal(t, s, f.submitted[len(f.submitted)-2].Session, "one session per connection")
+		f.mu.Unlock()
+		sessions = append(sessions, s)
+		cs.Close()
+	}
+	assert.NotEqual(t, sessions[0], sessions[1])
+}
+
+// bearer adds a token to every request.
+type bearer struct {
+	token string
+	calls atomic.Int32
+}
+
+func (b *bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", "Bearer "+b.token)
+	b.calls.Add(1)
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+func httpClient(t *testing.T, url, token string) (*mcp.ClientSession, error) {
+	t.Helper()
+	tr := &mcp.StreamableClientTransport{Endpoint: url, HTTPClient: &http.Client{Transport: &bearer{token: token}}, MaxRetries: -1}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return mcp.NewClient(&mcp.Implementation{Name: "test-agent", Version: "1"}, nil).Connect(ctx, tr, nil)
+}

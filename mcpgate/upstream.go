@@ -1,0 +1,508 @@
+package mcpgate
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"go.uber.org/zap"
+
+	tgclient "github.com/toolgate/toolgate/client"
+	"github.com/toolgate/toolgate/tool"
+)
+
+// Separator joins a server's name and its tool's name: github__create_issue.
+const Separator = "__"
+
+// UpstreamHeartbeatTimeout is the heartbeat timeout of upstream tools: the
+// worker heartbeats while an upstream call runs, so a call whose worker
+// died is known lost within this, not at the end of the call's timeout.
+const UpstreamHeartbeatTimeout = 30 * time.Second
+
+// Defaults of UpstreamOptions.
+const (
+	DefaultUpstreamConnectTimeout = time.Minute
+	maxRestartBackoff             = 30 * time.Second
+	maxErrorText                  = 4 << 10
+)
+
+// inheritedEnv are the variables a stdio server gets from the worker's
+// environment, as MCP's reference clients pass them; the rest (Temporal
+// keys, tokens, SMTP passwords) stays in the worker. "env" adds more.
+var inheritedEnv = []string{"HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER"}
+
+// UpstreamOptions tune StartUpstreams.
+type UpstreamOptions struct {
+	// Logger receives the upstreams' events and their stderr lines.
+	// Optional.
+	Logger *zap.Logger
+	// ConnectTimeout bounds starting and initialising one server (npx may
+	// download it first); default DefaultUpstreamConnectTimeout.
+	ConnectTimeout time.Duration
+}
+
+// Upstreams are the connected MCP servers of a worker.
+type Upstreams struct {
+	servers []*upstream
+	tools   []tool.Tool
+}
+
+// StartUpstreams connects to every server of cfg, lists their tools, and
+// returns them ready to register. A server that cannot be reached, or
+// whose tools cannot be listed, fails it (naming the server), so that
+// every worker of a task queue offers the same tools. The tool list is
+// read once: a server that gains tools later needs a worker restart to
+// offer them.
+func StartUpstreams(ctx context.Context, cfg *UpstreamConfig, o UpstreamOptions) (*Upstreams, error) {
+	if o.Logger == nil {
+		o.Logger = zap.NewNop()
+	}
+	if o.ConnectTimeout <= 0 {
+		o.ConnectTimeout = DefaultUpstreamConnectTimeout
+	}
+	u := &Upstreams{}
+	for _, s := range cfg.Servers {
+		up := newUpstream(s, o)
+		u.servers = append(u.servers, up)
+		tools, err := up.start(ctx)
+		if err != nil {
+			u.Close()
+			return nil, fmt.Errorf("MCP server %q: %w", s.Name, err)
+		}
+		u.tools = append(u.tools, tools...)
+	}
+	return u, nil
+}
+
+// Tools are the upstream tools, named <server>__<tool>, to register in the
+// worker's tool registry.
+func (u *Upstreams) Tools() []tool.Tool { return u.tools }
+
+// Close disconnects every server and stops the stdio ones. Calls still
+// running fail.
+func (u *Upstreams) Close() {
+	var wg sync.WaitGroup
+	for _, s := range u.servers {
+		wg.Go(s.close)
+	}
+	wg.Wait()
+}
+
+// upstream is one MCP server and its current session, restarted when it
+// ends on its own.
+type upstream struct {
+	srv    UpstreamServer
+	opts   UpstreamOptions
+	logger *zap.Logger
+	client *mcp.Client
+
+	// connectMu serialises connecting; mu guards the fields below.
+	connectMu sync.Mutex
+	mu        sync.Mutex
+	cs        *mcp.ClientSession // nil while down
+	closed    bool
+	done      chan struct{} // closed by close
+}
+
+func newUpstream(s UpstreamServer, o UpstreamOptions) *upstream {
+	return &upstream{
+		srv:    s,
+		opts:   o,
+		logger: o.Logger.With(zap.String("mcpServer", s.Name)),
+		client: mcp.NewClient(&mcp.Implementation{Name: "toolgate", Version: "1"}, nil),
+		done:   make(chan struct{}),
+	}
+}
+
+// start connects and turns the server's tools into toolgate tools.
+func (u *upstream) start(ctx context.Context) ([]tool.Tool, error) {
+	cs, err := u.session(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []tool.Tool
+	for t, err := range cs.Tools(ctx, nil) {
+		if err != nil {
+			return nil, fmt.Errorf("list tools: %w", err)
+		}
+		tt, err := u.toolOf(t)
+		if err != nil {
+			// One odd tool does not keep the others away.
+			u.logger.Warn("MCP tool left out", zap.String("mcpTool", t.Name), zap.Error(err))
+			continue
+		}
+		out = append(out, tt)
+	}
+	u.logger.Info("MCP server connected", zap.String("type", u.srv.Type), zap.Int("tools", len(out)))
+	return out, nil
+}
+
+// toolOf describes an upstream tool as a toolgate tool.
+func (u *upstream) toolOf(t *mcp.Tool) (tool.Tool, error) {
+	name := u.srv.Name + Separator + t.Name
+	if err := tgclient.ValidateID("tool", name); err != nil {
+		return tool.Tool{}, fmt.Errorf("%s: %w", name, err)
+	}
+	var schema json.RawMessage
+	if t.InputSchema != nil {
+		b, err := json.Marshal(t.InputSchema)
+		if err != nil {
+			return tool.Tool{}, fmt.Errorf("input schema: %w", err)
+		}
+		schema = b
+	}
+	var annotations map[string]any
+	idempotent := false
+	if t.Annotations != nil {
+		b, err := json.Marshal(t.Annotations)
+		if err != nil {
+			return tool.Tool{}, fmt.Errorf("annotations: %w", err)
+		}
+		if err := json.Unmarshal(b, &annotations); err != nil {
+			return tool.Tool{}, fmt.Errorf("annotations: %w", err)
+		}
+		idempotent = t.Annotations.IdempotentHint
+	}
+	description := t.Description
+	if description == "" {
+		description = t.Title
+	}
+	upstreamName := t.Name
+	return tool.Tool{
+		Name:        name,
+		Description: description,
+		Schema:      schema,
+		Annotations: annotations,
+		Options: tool.Options{
+			Timeout:          u.srv.Timeout,
+			HeartbeatTimeout: UpstreamHeartbeatTimeout,
+			Idempotent:       idempotent,
+		},
+		Run: func(ctx context.Context, in tool.Input) (json.RawMessage, error) {
+			return u.call(ctx, upstreamName, in.Args, idempotent)
+		},
+	}, nil
+}
+
+// call runs one tool call on the upstream. The output is the MCP
+// CallToolResult (content, structuredContent) as JSON. A result with
+// isError fails the call with the result's text. A call that may have
+// reached a server that then went away is unknown (tool.OutcomeUnknown),
+// or, for an idempotent tool, retried; a call that cannot have reached it
+// is a plain error.
+func (u *upstream) call(ctx context.Context, name string, args json.RawMessage, idempotent bool) (json.RawMessage, error) {
+	if len(args) == 0 {
+		args = json.RawMessage("{}")
+	}
+	var res *mcp.CallToolResult
+	for attempt := 1; ; attempt++ {
+		cs, err := u.session(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("MCP server %q is not available: %w", u.srv.Name, err)
+		}
+		res, err = cs.CallTool(ctx, &mcp.CallToolParams{Name: name, Arguments: args})
+		if err == nil {
+			break
+		}
+		if errors.Is(err, mcp.ErrSessionMissing) && attempt == 1 {
+			// An HTTP server that forgot our session (it restarted) refused
+			// the call unrun: connect afresh and send it once more.
+			u.drop(cs)
+			continue
+		}
+		return nil, u.callError(ctx, cs, err, idempotent)
+	}
+	if res.IsError {
+		return nil, tool.Permanent(errors.New(errorText(res)))
+	}
+	out, err := json.Marshal(res)
+	if err != nil {
+		return nil, tool.Permanent(fmt.Errorf("MCP server %q returned a result that is not JSON: %w", u.srv.Name, err))
+	}
+	return out, nil
+}
+
+// callError classifies a failed call.
+func (u *upstream) callError(ctx context.Context, cs *mcp.ClientSession, err error, idempotent bool) error {
+	if ctx.Err() != nil {
+		// The attempt's timeout or a cancellation: the workflow knows.
+		return err
+	}
+	var wire *jsonrpc.Error
+	if errors.As(err, &wire) && wire.Code != codeClientClosing && wire.Code != codeServerClosing {
+		// The server answered, refusing the request (unknown tool,
+		// invalid arguments): it did not run.
+		return tool.Permanent(fmt.Errorf("MCP server %q refused the call: %s", u.srv.Name, wire.Message))
+	}
+	if errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, mcp.ErrSessionMissing) {
+		u.drop(cs)
+		return fmt.Errorf("MCP server %q did not take the call: %w", u.srv.Name, err)
+	}
+	// The connection broke while the call was out: the server may have
+	// run it. Start afresh for the next call.
+	u.drop(cs)
+	lost := fmt.Errorf("MCP server %q went away while the call ran (%v)", u.srv.Name, err)
+	if idempotent {
+		return lost // retried: the tool says a repeat is harmless
+	}
+	return tool.OutcomeUnknown(lost)
+}
+
+// JSON-RPC codes of the Go SDK for a connection that closes.
+const (
+	codeClientClosing = -32003
+	codeServerClosing = -32004
+)
+
+// errorText is the text an isError result carries, for the call's reason.
+func errorText(res *mcp.CallToolResult) string {
+	var parts []string
+	for _, c := range res.Content {
+		if t, ok := c.(*mcp.TextContent); ok && strings.TrimSpace(t.Text) != "" {
+			parts = append(parts, strings.TrimSpace(t.Text))
+		}
+	}
+	text := strings.Join(parts, "\n")
+	if text == "" {
+		return "the MCP tool reported an error without a message"
+	}
+	if len(text) > maxErrorText {
+		text = text[:maxErrorText] + "…"
+	}
+	return text
+}
+
+// session returns the live session, connecting (or restarting the
+// server) when there is none.
+func (u *upstream) session(ctx context.Context) (*mcp.ClientSession, error) {
+	u.mu.Lock()
+	cs, closed := u.cs, u.closed
+	u.mu.Unlock()
+	if closed {
+		return nil, errors.New("the worker is stopping")
+	}
+	if cs != nil {
+		return cs, nil
+	}
+	u.connectMu.Lock()
+	defer u.connectMu.Unlock()
+	u.mu.Lock()
+	cs, closed = u.cs, u.closed
+	u.mu.Unlock()
+	if closed {
+		return nil, errors.New("the worker is stopping")
+	}
+	if cs != nil {
+		return cs, nil // another caller connected meanwhile
+	}
+	cs, stop, err := u.connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	u.mu.Lock()
+	if u.closed {
+		u.mu.Unlock()
+		_ = cs.Close()
+		stop()
+		return nil, errors.New("the worker is stopping")
+	}
+	u.cs = cs
+	u.mu.Unlock()
+	go u.watch(cs, stop)
+	return cs, nil
+}
+
+// connect starts a session within ConnectTimeout (or ctx). Some transports
+// (SSE) tie the connection to the context they connect with, so that one
+// lives until stop, not just through the handshake.
+func (u *upstream) connect(ctx context.Context) (*mcp.ClientSession, context.CancelFunc, error) {
+	life, stop := context.WithCancel(context.Background())
+	type result struct {
+		cs  *mcp.ClientSession
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		cs, err := u.client.Connect(life, u.transport(), nil)
+		done <- result{cs, err}
+	}()
+	timer := time.NewTimer(u.opts.ConnectTimeout)
+	defer timer.Stop()
+	var waitErr error
+	select {
+	case r := <-done:
+		if r.err != nil {
+			stop()
+			return nil, nil, fmt.Errorf("connect: %w", r.err)
+		}
+		return r.cs, stop, nil
+	case <-timer.C:
+		waitErr = fmt.Errorf("connect: no answer within %s", u.opts.ConnectTimeout)
+	case <-ctx.Done():
+		waitErr = fmt.Errorf("connect: %w", ctx.Err())
+	}
+	stop()
+	if r := <-done; r.cs != nil {
+		_ = r.cs.Close()
+	}
+	return nil, nil, waitErr
+}
+
+// watch waits for the session to end. An end the worker did not ask for
+// (the process died, the server hung up) is logged and the server is
+// started again, with backoff, until it runs or the worker stops.
+func (u *upstream) watch(cs *mcp.ClientSession, stop context.CancelFunc) {
+	err := cs.Wait()
+	stop()
+	if !u.drop(cs) {
+		return // dropped already (a failed call) or closing
+	}
+	u.logger.Warn("MCP server stopped; restarting it", zap.Error(err))
+	backoff := time.Second
+	for {
+		select {
+		case <-u.done:
+			return
+		case <-time.After(backoff):
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), u.opts.ConnectTimeout)
+		_, err := u.session(ctx)
+		cancel()
+		if err == nil {
+			u.logger.Info("MCP server restarted")
+			return
+		}
+		u.logger.Warn("MCP server did not restart; trying again", zap.Duration("in", backoff), zap.Error(err))
+		backoff = min(backoff*2, maxRestartBackoff)
+	}
+}
+
+// drop forgets cs if it is the current session and closes it (for a stdio
+// server: stops and reaps the process). It reports whether cs was current
+// and the upstream is not closing: whether a restart is up to the caller.
+func (u *upstream) drop(cs *mcp.ClientSession) bool {
+	u.mu.Lock()
+	current := u.cs == cs && !u.closed
+	if u.cs == cs {
+		u.cs = nil
+	}
+	u.mu.Unlock()
+	if current {
+		go func() { _ = cs.Close() }()
+	}
+	return current
+}
+
+// close ends the session for good.
+func (u *upstream) close() {
+	u.mu.Lock()
+	if u.closed {
+		u.mu.Unlock()
+		return
+	}
+	u.closed = true
+	cs := u.cs
+	u.cs = nil
+	close(u.done)
+	u.mu.Unlock()
+	if cs != nil {
+		if err := cs.Close(); err != nil {
+			u.logger.Debug("MCP server closed with an error", zap.Error(err))
+		}
+	}
+}
+
+// transport makes a fresh transport for one connection.
+func (u *upstream) transport() mcp.Transport {
+	switch u.srv.Type {
+	case TypeHTTP:
+		return &mcp.StreamableClientTransport{Endpoint: u.srv.URL, HTTPClient: u.httpClient(), DisableStandaloneSSE: true}
+	case TypeSSE:
+		return &mcp.SSEClientTransport{Endpoint: u.srv.URL, HTTPClient: u.httpClient()}
+	}
+	cmd := exec.Command(u.srv.Command, u.srv.Args...)
+	cmd.Env = stdioEnv(u.srv.Env)
+	cmd.Stderr = &lineLogger{logger: u.logger}
+	return &mcp.CommandTransport{Command: cmd}
+}
+
+func stdioEnv(extra map[string]string) []string {
+	var env []string
+	for _, k := range inheritedEnv {
+		if v, ok := os.LookupEnv(k); ok {
+			if _, overridden := extra[k]; !overridden {
+				env = append(env, k+"="+v)
+			}
+		}
+	}
+	for _, k := range sortedKeys(extra) {
+		env = append(env, k+"="+extra[k])
+	}
+	return env
+}
+
+func (u *upstream) httpClient() *http.Client {
+	if len(u.srv.Headers) == 0 {
+		return http.DefaultClient
+	}
+	return &http.Client{Transport: &headerTransport{headers: u.srv.Headers, base: http.DefaultTransport}}
+}
+
+// headerTransport adds the server's configured headers to every request.
+type headerTransport struct {
+	headers map[string]string
+	base    http.RoundTripper
+}
+
+func (t *headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context())
+	for k, v := range t.headers {
+		r.Header.Set(k, v)
+	}
+	return t.base.RoundTrip(r)
+}
+
+// lineLogger logs a stdio server's stderr, a line at a time.
+type lineLogger struct {
+	logger *zap.Logger
+	mu     sync.Mutex
+	buf    []byte
+}
+
+func (l *lineLogger) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.buf = append(l.buf, p...)
+	for {
+		i := bytes.IndexByte(l.buf, '\n')
+		if i < 0 {
+			break
+		}
+		if line := strings.TrimRight(string(l.buf[:i]), "\r"); line != "" {
+			l.logger.Info("MCP server stderr", zap.String("line", line))
+		}
+		l.buf = l.buf[i+1:]
+	}
+	if len(l.buf) > 64<<10 { // a runaway line: log what there is
+		l.logger.Info("MCP server stderr", zap.String("line", string(l.buf)))
+		l.buf = l.buf[:0]
+	}
+	return len(p), nil
+}
+
+var (
+	_ io.Writer         = (*lineLogger)(nil)
+	_ http.RoundTripper = (*headerTransport)(nil)
+)
