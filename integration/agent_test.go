@@ -3,7 +3,10 @@ package integration
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -167,4 +170,46 @@ func TestAgentExecutedCalls(t *testing.T) {
 		assert.Equal(t, "ok", res["status"])
 		assert.Equal(t, map[string]any{"bytes": float64(1024)}, res["output"])
 	})
+}
+
+const agentPolicy = `
+default: ask
+tools:
+  deploy:
+    description: Deploy a service
+    schema: {type: object, required: [env], properties: {env: {type: string, enum: [staging, prod]}}}
+rules:
+  - {name: quick-report, tool: deploy, action: allow, report_timeout: 2s}
+`
+
+// TestAgentExecutedCallsUnderAPolicyFile: the file's schema refuses bad
+// arguments before any rule, and an approved call without a report within
+// its rule's report_timeout ends unknown.
+func TestAgentExecutedCallsUnderAPolicyFile(t *testing.T) {
+	policyFile := filepath.Join(t.TempDir(), "policy.yaml")
+	require.NoError(t, os.WriteFile(policyFile, []byte(agentPolicy), 0o644))
+	d := &devEnv{t: t, dataDir: t.TempDir(), port: freePort(t)}
+	d.httpAddr = fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	d.dev = start(t, "toolgate dev is running", "dev", "--data-dir", d.dataDir, "--temporal-port", fmt.Sprint(d.port),
+		"--http", d.httpAddr, "--tokens", writeTokensFile(t, t.TempDir()), "--policy", policyFile)
+	agent := apiClient{t: t, base: "http://" + d.httpAddr, token: "token-agent-1"}
+
+	r := agent.do("POST", "/v1/calls?wait=30s", map[string]any{"session": "pf", "tool": "deploy", "args": map[string]any{"env": "qa"}, "execution": "agent"})
+	require.Equal(t, http.StatusOK, r.status, r.raw)
+	assert.Equal(t, "error", r.body["status"])
+	assert.Equal(t, true, r.body["invalid_request"])
+	assert.Contains(t, r.body["reason"], "/env", "the reason names the field")
+
+	r = agent.do("POST", "/v1/calls?wait=30s", map[string]any{"session": "pf", "tool": "deploy", "call_id": "pf2", "args": map[string]any{"env": "staging"}, "execution": "agent"})
+	require.Equal(t, http.StatusAccepted, r.status, r.raw)
+	assert.Equal(t, "approved", r.body["status"], "allowed at once: the agent may run it")
+	// A decided call's ?wait= answers at once: poll for the end.
+	require.Eventually(t, func() bool {
+		r = agent.do("GET", "/v1/calls/pf2", nil)
+		return r.status == http.StatusOK
+	}, 30*time.Second, 100*time.Millisecond)
+	assert.Equal(t, "unknown", r.body["status"])
+	assert.Equal(t, "the agent did not say whether it ran the tool: no report within 2s", r.body["reason"])
+	r = agent.do("POST", "/v1/calls/pf2/report", map[string]any{"output": "late"})
+	assert.Equal(t, http.StatusConflict, r.status, "too late: %s", r.raw)
 }
