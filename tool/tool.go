@@ -15,8 +15,8 @@ import (
 	"time"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
-	"golang.org/x/text/language"
-	"golang.org/x/text/message"
+
+	"github.com/toolgate/toolgate/argcheck"
 )
 
 // Input is what a tool receives.
@@ -211,37 +211,9 @@ func (r *Registry) Validate(name string, args json.RawMessage) error {
 		return nil
 	}
 	if err := e.schema.Validate(doc); err != nil {
-		return &ArgumentError{Tool: name, Problem: schemaProblem(err)}
+		return &ArgumentError{Tool: name, Problem: argcheck.Problem(err)}
 	}
 	return nil
-}
-
-// schemaProblem turns a validation error into one line that names the
-// offending field.
-func schemaProblem(err error) string {
-	var ve *jsonschema.ValidationError
-	if !errors.As(err, &ve) {
-		return err.Error()
-	}
-	var lines []string
-	for _, leaf := range leaves(ve) {
-		field := "/" + strings.Join(leaf.InstanceLocation, "/")
-		lines = append(lines, fmt.Sprintf("at %s: %s", field, leaf.ErrorKind.LocalizedString(english)))
-	}
-	return strings.Join(lines, "; ")
-}
-
-var english = message.NewPrinter(language.English)
-
-func leaves(ve *jsonschema.ValidationError) []*jsonschema.ValidationError {
-	if len(ve.Causes) == 0 {
-		return []*jsonschema.ValidationError{ve}
-	}
-	var out []*jsonschema.ValidationError
-	for _, c := range ve.Causes {
-		out = append(out, leaves(c)...)
-	}
-	return out
 }
 
 func withDefaults(o Options) Options {

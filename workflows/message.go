@@ -1,7 +1,6 @@
 package workflows
 
 import (
-	"fmt"
 	"strings"
 
 	"github.com/toolgate/toolgate/policy"
@@ -12,38 +11,38 @@ import (
 // noReport: an agent-executed call that ended at its approval; edited: an
 // approver edited the arguments.
 func modelMessage(r Result, noReport, edited bool) string {
-	var b strings.Builder
+	reason := strings.TrimSuffix(r.Reason, ".")
+	var m string
 	switch r.Status {
 	case StatusOK:
 		switch {
 		case r.Execution != policy.ExecutionAgent:
-			fmt.Fprintf(&b, "toolgate ran %s", r.Tool)
+			m = "toolgate ran " + r.Tool
 		case noReport:
-			fmt.Fprintf(&b, "%s is approved: run it yourself with the approved arguments", r.Tool)
+			m = r.Tool + " is approved: run it yourself with the approved arguments"
 		default:
-			fmt.Fprintf(&b, "You ran %s and toolgate recorded its output", r.Tool)
+			m = "You ran " + r.Tool + " and toolgate recorded its output"
 		}
-		b.WriteString(", " + approvedBy(r))
+		m += ", " + approvedBy(r)
 	case StatusDenied:
-		fmt.Fprintf(&b, "%s was not run: %s", r.Tool, deniedBy(r))
+		m = r.Tool + " was not run: " + deniedBy(r)
 	case StatusTimedOut:
-		fmt.Fprintf(&b, "%s was not run: %s", r.Tool, strings.TrimSuffix(r.Reason, "."))
+		m = r.Tool + " was not run: " + reason
 	case StatusError:
 		if r.InvalidRequest || r.Decision == "" {
-			fmt.Fprintf(&b, "%s was not run: %s", r.Tool, strings.TrimSuffix(r.Reason, "."))
+			m = r.Tool + " was not run: " + reason
 		} else {
-			fmt.Fprintf(&b, "%s failed (%s): %s", r.Tool, approvedBy(r), strings.TrimSuffix(r.Reason, "."))
+			m = r.Tool + " failed (" + approvedBy(r) + "): " + reason
 		}
 	case StatusUnknown:
-		fmt.Fprintf(&b, "%s may or may not have run: %s", r.Tool, strings.TrimSuffix(r.Reason, "."))
+		m = r.Tool + " may or may not have run: " + reason
 	default:
 		return ""
 	}
 	if edited {
-		fmt.Fprintf(&b, "; %s changed the arguments to %s", r.DecidedBy, compact(r.Args))
+		m += "; " + r.DecidedBy + " changed the arguments to " + compact(r.Args)
 	}
-	b.WriteString(".")
-	return b.String()
+	return m + "."
 }
 
 // approvedBy says who let a call run.

@@ -1,7 +1,6 @@
 package workflows
 
 import (
-	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -381,21 +380,35 @@ func (s *sessionRun) flush(ctx workflow.Context, box inbox) {
 // several times slower than the same signals from a client. The activity
 // returns the workflow IDs of the calls that no longer run.
 func (s *sessionRun) deliverByActivity(ctx workflow.Context, batch []Delivery) workflow.Future {
-	in := activities.SignalsInput{Signals: make([]activities.Signal, 0, len(batch))}
+	signals := make([]outgoingSignal, 0, len(batch))
 	for _, d := range batch {
-		sig := activities.Signal{WorkflowID: CallWorkflowID(d.CallID), Name: SignalSessionDecision}
+		sig := outgoingSignal{WorkflowID: CallWorkflowID(d.CallID), Name: SignalSessionDecision}
 		switch d.Decision {
 		case DeliverReregister:
 			sig.Name = SignalReregister
 		case DeliverAskPerson:
-			sig.Arg, _ = json.Marshal(SessionDecision{})
+			sig.Arg = SessionDecision{}
 		default:
 			decision := s.state.Decisions[d.Decision]
-			sig.Arg, _ = json.Marshal(SessionDecision{Decision: &decision})
+			sig.Arg = SessionDecision{Decision: &decision}
 		}
-		in.Signals = append(in.Signals, sig)
+		signals = append(signals, sig)
 	}
-	return workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, signalsOptions), a.SendSignals, in)
+	// By name: the input is activities.SignalsInput in the JSON it encodes to.
+	return workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, signalsOptions), "SendSignals", outgoingSignals{Signals: signals})
+}
+
+// outgoingSignals is activities.SignalsInput as the workflow writes it:
+// each argument is encoded with the activity's input, where
+// activities.Signal holds it as raw JSON.
+type outgoingSignals struct {
+	Signals []outgoingSignal `json:"signals"`
+}
+
+type outgoingSignal struct {
+	WorkflowID string `json:"workflow_id"`
+	Name       string `json:"name"`
+	Arg        any    `json:"arg,omitempty"`
 }
 
 // signalsOptions retry a batch of answers for a while: the calls take a

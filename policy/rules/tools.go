@@ -13,9 +13,8 @@ import (
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
 	"go.yaml.in/yaml/v3"
-	"golang.org/x/text/language"
-	"golang.org/x/text/message"
 
+	"github.com/toolgate/toolgate/argcheck"
 	"github.com/toolgate/toolgate/policy"
 )
 
@@ -138,11 +137,11 @@ func (l *loader) schema(n *yaml.Node, name, where string) (json.RawMessage, *jso
 			if ve, ok := se.Err.(*jsonschema.ValidationError); ok {
 				// The first leaf is the plainest; the others of an anyOf
 				// only restate it ("got string, want array").
-				leaf := leaves(ve)[0]
+				leaf := argcheck.Leaves(ve)[0]
 				if n.Kind != yaml.ScalarNode {
 					at = nodeAt(n, leaf.InstanceLocation)
 				}
-				problem = fmt.Sprintf("at /%s: %s", strings.Join(leaf.InstanceLocation, "/"), leaf.ErrorKind.LocalizedString(english))
+				problem = argcheck.Line(leaf)
 			}
 		}
 		l.errorf(at, "%s: schema does not compile: %s", where, problem)
@@ -189,34 +188,6 @@ func nodeAt(n *yaml.Node, path []string) *yaml.Node {
 	return n
 }
 
-// schemaProblem turns a validation error into one line that names each
-// offending field, as tool.Registry.Validate does.
-func schemaProblem(err error) string {
-	var ve *jsonschema.ValidationError
-	if !errors.As(err, &ve) {
-		return err.Error()
-	}
-	var lines []string
-	for _, leaf := range leaves(ve) {
-		field := "/" + strings.Join(leaf.InstanceLocation, "/")
-		lines = append(lines, fmt.Sprintf("at %s: %s", field, leaf.ErrorKind.LocalizedString(english)))
-	}
-	return strings.Join(lines, "; ")
-}
-
-var english = message.NewPrinter(language.English)
-
-func leaves(ve *jsonschema.ValidationError) []*jsonschema.ValidationError {
-	if len(ve.Causes) == 0 {
-		return []*jsonschema.ValidationError{ve}
-	}
-	var out []*jsonschema.ValidationError
-	for _, c := range ve.Causes {
-		out = append(out, leaves(c)...)
-	}
-	return out
-}
-
 // AgentTools returns the file's `tools:` section, sorted by name.
 func (p *Policy) AgentTools() []AgentTool {
 	out := make([]AgentTool, 0, len(p.tools))
@@ -245,7 +216,7 @@ func (p *Policy) CheckAgentArgs(tool string, args json.RawMessage) error {
 		return &ArgumentError{Tool: tool, Problem: "arguments are not valid JSON: " + err.Error()}
 	}
 	if err := t.schema.Validate(doc); err != nil {
-		return &ArgumentError{Tool: tool, Problem: schemaProblem(err)}
+		return &ArgumentError{Tool: tool, Problem: argcheck.Problem(err)}
 	}
 	return nil
 }
