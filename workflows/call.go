@@ -38,8 +38,12 @@ var notifyOptions = workflow.ActivityOptions{
 // errors: every outcome for the agent, denials included, is a Result.
 func ToolCallWorkflow(ctx workflow.Context, in CallInput) (Result, error) {
 	c := newCallRun(ctx, in)
-	c.strictDecisions = workflow.GetVersion(ctx, changeAuthorizeSticky, workflow.DefaultVersion, 1) >= 1
-	c.batchedSession = workflow.GetVersion(ctx, changeBatchedSession, workflow.DefaultVersion, 1) >= 1
+	if workflow.GetVersion(ctx, changeCallV2, workflow.DefaultVersion, 1) >= 1 {
+		c.strictDecisions, c.batchedSession, c.tellAsync = true, true, true
+	} else {
+		c.strictDecisions = workflow.GetVersion(ctx, changeAuthorizeSticky, workflow.DefaultVersion, 1) >= 1
+		c.batchedSession = workflow.GetVersion(ctx, changeBatchedSession, workflow.DefaultVersion, 1) >= 1
+	}
 	if c.batchedSession {
 		c.showIdentity(ctx)
 	}
@@ -115,6 +119,9 @@ type callRun struct {
 	batchedSession bool
 	// stickyKey is the key the call registered under.
 	stickyKey string
+	// tellAsync: the tool runs while the signal to the session travels
+	// (changeTellSessionAsync, or changeCallV2).
+	tellAsync bool
 	// noReport: an agent-executed call that ends at its decision.
 	noReport bool
 }
@@ -122,6 +129,13 @@ type callRun struct {
 // changeBatchedSession is the workflow.GetVersion change ID of the calls
 // that talk to the batched ToolgateSession.
 const changeBatchedSession = "batched-session"
+
+// changeCallV2 stands for changeAuthorizeSticky, changeBatchedSession and
+// changeTellSessionAsync together: a run from it on records one version
+// marker instead of three, and the SDK's TemporalChangeVersion search
+// attribute is written once, not three times (once in the decision's
+// workflow task, on the path of every decided call).
+const changeCallV2 = "call-v2"
 
 // sessionAnswerTimeout bounds the wait for the session's answer to a
 // registration: a slow or broken session never keeps a person from being
@@ -612,7 +626,7 @@ func (c *callRun) tellSession(ctx workflow.Context, key string) {
 	c.told = f
 	// Version 1 lets the tool run while the signal travels; the first
 	// histories waited for it here.
-	if workflow.GetVersion(ctx, changeTellSessionAsync, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+	if !c.tellAsync && workflow.GetVersion(ctx, changeTellSessionAsync, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
 		c.awaitTold(ctx)
 	}
 }
