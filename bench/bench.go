@@ -46,7 +46,7 @@ type Options struct {
 
 // Quick returns options that finish in well under a minute: a smoke test.
 func Quick() Options {
-	return Options{Runs: 30, Concurrency: 10, Calls: 100, Parked: 100, OneSession: 100, Waiting: 300}
+	return Options{Runs: 30, Concurrency: 10, Calls: 60, Parked: 50, OneSession: 100, Waiting: 200}
 }
 
 func (o *Options) defaults() {

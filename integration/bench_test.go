@@ -64,17 +64,17 @@ func TestBenchQuick(t *testing.T) {
 	}
 	assert.Positive(t, r.BaselinePerSec)
 	assert.Positive(t, r.AutoPerSec)
-	assert.Equal(t, 100, r.Parked.Calls)
+	assert.Equal(t, 50, r.Parked.Calls)
 	assert.Positive(t, r.Parked.DrainSeconds)
 	assert.Equal(t, 100, r.OneSession.Calls, "one session held every call and released them")
 	assert.Positive(t, r.OneSession.FanoutSeconds)
 	assert.Positive(t, r.OneSession.BaseFanoutSeconds)
 	assert.Positive(t, r.OneSession.SessionRuns)
 	assert.False(t, r.OneSession.SessionTerminated)
-	assert.Equal(t, 300, r.Pending.Waiting, "the pending list's first page was timed with the calls waiting")
+	assert.Equal(t, 200, r.Pending.Waiting, "the pending list's first page was timed with the calls waiting")
 	for name, l := range map[string]latency{"first page": r.Pending.First, "first page, new client": r.Pending.FirstCold, "first page, one group": r.Pending.OneGroup, "bare list": r.Pending.Bare} {
 		assert.Positive(t, l.N, name)
 		assert.Positive(t, l.P50, name)
 	}
-	assert.Contains(t, string(out), "pending list, 300 waiting")
+	assert.Contains(t, string(out), "pending list, 200 waiting")
 }
