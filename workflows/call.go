@@ -39,7 +39,7 @@ var notifyOptions = workflow.ActivityOptions{
 func ToolCallWorkflow(ctx workflow.Context, in CallInput) (Result, error) {
 	c := newCallRun(ctx, in)
 	if workflow.GetVersion(ctx, changeCallV2, workflow.DefaultVersion, 1) >= 1 {
-		c.strictDecisions, c.batchedSession, c.tellAsync, c.registerDirectly = true, true, true, true
+		c.strictDecisions, c.batchedSession, c.tellAsync = true, true, true
 	} else {
 		c.strictDecisions = workflow.GetVersion(ctx, changeAuthorizeSticky, workflow.DefaultVersion, 1) >= 1
 		c.batchedSession = workflow.GetVersion(ctx, changeBatchedSession, workflow.DefaultVersion, 1) >= 1
@@ -122,12 +122,6 @@ type callRun struct {
 	// tellAsync: the tool runs while the signal to the session travels
 	// (changeTellSessionAsync, or changeCallV2).
 	tellAsync bool
-	// registerDirectly: the registration goes to the session from a local
-	// activity (signal-with-start), not as a signal from the workflow,
-	// which would also write its delivery to this call's history and wake
-	// it for nothing (changeCallV2). With a thousand calls parking in one
-	// session that parked 15 calls/s against 18/s this way.
-	registerDirectly bool
 	// noReport: an agent-executed call that ends at its decision.
 	noReport bool
 }
@@ -140,8 +134,7 @@ const changeBatchedSession = "batched-session"
 // changeTellSessionAsync together: a run from it on records one version
 // marker instead of three, and the SDK's TemporalChangeVersion search
 // attribute is written once, not three times (once in the decision's
-// workflow task, on the path of every decided call). Its runs also
-// register with their session directly (registerDirectly).
+// workflow task, on the path of every decided call).
 const changeCallV2 = "call-v2"
 
 // sessionAnswerTimeout bounds the wait for the session's answer to a
@@ -565,9 +558,6 @@ func (c *callRun) registerWithSession(ctx workflow.Context, key string) error {
 			c.registeredAt = base
 		}
 	}
-	if c.registerDirectly {
-		return c.signalWithStartSession(ctx, SignalRegister, reg)
-	}
 	return c.signalSession(ctx, SignalRegister, reg)
 }
 
@@ -579,13 +569,6 @@ func (c *callRun) signalSession(ctx workflow.Context, name string, payload any) 
 	if err := workflow.SignalExternalWorkflow(ctx, sessionID, "", name, payload).Get(ctx, nil); err == nil {
 		return nil
 	}
-	return c.signalWithStartSession(ctx, name, payload)
-}
-
-// signalWithStartSession signals the call's session from a local activity,
-// starting the session if it does not run.
-func (c *callRun) signalWithStartSession(ctx workflow.Context, name string, payload any) error {
-	sessionID := SessionWorkflowID(c.state.Call.Session)
 	lctx := workflow.WithLocalActivityOptions(ctx, localOptions)
 	start := activities.SignalWithStartInput{
 		WorkflowID:   sessionID,

@@ -27,9 +27,6 @@ type CallSuite struct {
 	hooks   *hookLog
 	channel *fakeChannel
 	start   time.Time
-	// silent, when set, records the signals sent to the session, which
-	// never answers (silentSession).
-	silent *signalNames
 }
 
 func TestCallSuite(t *testing.T) { suite.Run(t, new(CallSuite)) }
@@ -50,8 +47,6 @@ func (s *CallSuite) SetupTest() {
 	s.env.RegisterWorkflow(NoticesWorkflow)
 	s.env.RegisterWorkflow(harnessWorkflow)
 	s.start = s.env.Now()
-	s.silent = nil
-	relaySessionSignals(s.env, func() *signalNames { return s.silent })
 }
 
 // runOne runs a single call as the top-level workflow.
@@ -570,7 +565,6 @@ func (s *CallSuite) TestCodedHandlerDecidesOrDefersToAPerson() {
 	})
 	env.RegisterActivity(acts)
 	env.RegisterWorkflow(ToolCallWorkflow)
-	relaySessionSignals(env, func() *signalNames { return nil })
 	env.RegisterWorkflowWithOptions(ToolgateSession, workflow.RegisterOptions{Name: SessionWorkflowType})
 	env.RegisterWorkflow(NoticesWorkflow)
 	env.RegisterWorkflow(harnessWorkflow)
@@ -629,7 +623,6 @@ func TestADeadChannelNeverHoldsBackTheResult(t *testing.T) {
 	env.RegisterWorkflow(NoticesWorkflow)
 	env.RegisterWorkflow(harnessWorkflow)
 	env.RegisterWorkflow(completedAtWorkflow)
-	relaySessionSignals(env, func() *signalNames { return nil })
 	decideAt(env, time.Hour, "c1", decision(policy.Approved, "alice"))
 	env.ExecuteWorkflow(completedAtWorkflow, harnessInput{Session: "s1", Calls: []CallInput{call("c1", "write", `{"path":"a","content":"x"}`)}})
 

@@ -9,7 +9,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/stretchr/testify/mock"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
@@ -302,45 +301,3 @@ func (quietLogger) Debug(string, ...any) {}
 func (quietLogger) Info(string, ...any)  {}
 func (quietLogger) Warn(string, ...any)  {}
 func (quietLogger) Error(string, ...any) {}
-
-// relaySessionSignals stands in for the local activity that signals (with
-// start) a call's session: it hands the signal to the environment's main
-// loop, which delivers it to the session running beside the calls, or, when
-// silent is set, records its name and drops it, like a session that never
-// answers.
-func relaySessionSignals(env *testsuite.TestWorkflowEnvironment, silent func() *signalNames) {
-	var a *activities.Activities
-	env.OnActivity(a.SignalWithStart, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.SignalWithStartInput) error {
-		if s := silent(); s != nil {
-			s.add(in.SignalName)
-			return nil
-		}
-		// The main loop is the one goroutine that may touch the
-		// environment's workflows.
-		env.RegisterDelayedCallback(func() {
-			if err := env.SignalWorkflowByID(in.WorkflowID, in.SignalName, in.Signal); err != nil {
-				panic(fmt.Sprintf("signal %s to %s: %v", in.SignalName, in.WorkflowID, err))
-			}
-		}, 0)
-		return nil
-	})
-}
-
-// signalNames records the names of signals, from the environment's
-// goroutines.
-type signalNames struct {
-	mu    sync.Mutex
-	names []string
-}
-
-func (n *signalNames) add(name string) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	n.names = append(n.names, name)
-}
-
-func (n *signalNames) list() []string {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return append([]string(nil), n.names...)
-}

@@ -217,14 +217,17 @@ func TestAFreshRunAsksTheCallsVisibilityListsToRegisterAgain(t *testing.T) {
 // silentSession makes every signal to the session succeed without an
 // answer, like a session that is slow or broken; it returns the names of
 // the signals the session got.
-func (s *CallSuite) silentSession() *signalNames {
-	s.silent = &signalNames{}
+func (s *CallSuite) silentSession() *[]string {
+	var mu sync.Mutex // the environment calls mocks from its own goroutines
+	var got []string
 	s.env.OnSignalExternalWorkflow(mock.Anything, SessionWorkflowID("s1"), "", mock.Anything, mock.Anything).Return(
 		func(_, _, _, name string, _ any) error {
-			s.silent.add(name)
+			mu.Lock()
+			defer mu.Unlock()
+			got = append(got, name)
 			return nil
 		})
-	return s.silent
+	return &got
 }
 
 func (s *CallSuite) TestASilentSessionDelaysAPersonByAMinuteAtMost() {
@@ -263,7 +266,7 @@ func (s *CallSuite) TestACancelledWaitingCallEndsDeniedAndTellsItsSession() {
 	s.Equal("cancelled by an operator (a Temporal cancel request)", r.Reason)
 	s.Equal(ChannelCancel, r.Channel)
 	s.Zero(s.runs.total())
-	s.Equal([]string{SignalRegister, SignalDone}, told.list(), "the session forgets the call")
+	s.Equal([]string{SignalRegister, SignalDone}, *told, "the session forgets the call")
 }
 
 func (s *CallSuite) TestTheRequesterOrAnApproverOfItsGroupsMayCancelAWaitingCall() {
