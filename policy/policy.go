@@ -295,6 +295,42 @@ func (c chain) SessionQuota(tool string) (Quota, bool) {
 	return Quota{}, false
 }
 
+// CheckAgentArgs holds an agent-executed call's arguments to the schema of
+// every chained policy that declares one.
+func (c chain) CheckAgentArgs(tool string, args json.RawMessage) error {
+	for _, p := range c {
+		if ap, ok := p.(AgentToolPolicy); ok {
+			if err := ap.CheckAgentArgs(tool, args); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// ReportTimeout returns the first report timeout a chained policy sets.
+func (c chain) ReportTimeout(call Call) time.Duration {
+	for _, p := range c {
+		if ap, ok := p.(AgentToolPolicy); ok {
+			if d := ap.ReportTimeout(call); d > 0 {
+				return d
+			}
+		}
+	}
+	return 0
+}
+
+// DeniesOutright: one chained policy that denies every call of the tool
+// denies it for the chain (its refusal wins over everything).
+func (c chain) DeniesOutright(call Call) bool {
+	for _, p := range c {
+		if dp, ok := p.(OutrightDenier); ok && dp.DeniesOutright(call) {
+			return true
+		}
+	}
+	return false
+}
+
 // QuotaOf returns the policy's quota for the tool, if it has one.
 func QuotaOf(p ToolPolicy, tool string) (Quota, bool) {
 	if qp, ok := p.(QuotaPolicy); ok {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -148,4 +149,38 @@ func TestValidateIncomingRefusesWhatToolgateSetsItself(t *testing.T) {
 		mutate(&d)
 		require.Error(t, d.ValidateIncoming(), name)
 	}
+}
+
+// agentTools declares a schema and a report timeout for "deploy", and
+// denies "drop" outright.
+type agentTools struct{ fixed }
+
+func (agentTools) CheckAgentArgs(tool string, args json.RawMessage) error {
+	if tool == "deploy" && string(args) != `{"env":"prod"}` {
+		return errors.New("at /env: want prod")
+	}
+	return nil
+}
+
+func (agentTools) ReportTimeout(c Call) time.Duration {
+	if c.Tool == "deploy" {
+		return 2 * time.Hour
+	}
+	return 0
+}
+
+func (agentTools) DeniesOutright(c Call) bool { return c.Tool == "drop" }
+
+func TestChainKeepsWhatItsPoliciesSayAboutAgentTools(t *testing.T) {
+	c := Chain(fixed{}, agentTools{})
+	ap, ok := c.(AgentToolPolicy)
+	require.True(t, ok, "a chain is an AgentToolPolicy")
+	assert.EqualError(t, ap.CheckAgentArgs("deploy", json.RawMessage(`{"env":"dev"}`)), "at /env: want prod")
+	assert.NoError(t, ap.CheckAgentArgs("deploy", json.RawMessage(`{"env":"prod"}`)))
+	assert.Equal(t, 2*time.Hour, ap.ReportTimeout(Call{Tool: "deploy"}))
+	assert.Zero(t, ap.ReportTimeout(Call{Tool: "other"}))
+	d, ok := c.(OutrightDenier)
+	require.True(t, ok)
+	assert.True(t, d.DeniesOutright(Call{Tool: "drop"}))
+	assert.False(t, d.DeniesOutright(Call{Tool: "deploy"}))
 }
