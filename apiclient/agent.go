@@ -3,7 +3,6 @@ package apiclient
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -139,9 +138,5 @@ func (c *Client) Report(ctx context.Context, callID, _ string, r tgclient.Report
 	} else {
 		body["output"] = r.Output
 	}
-	err := c.do(ctx, http.MethodPost, "/v1/calls/"+url.PathEscape(callID)+"/report", body, nil)
-	if errors.Is(err, context.DeadlineExceeded) {
-		return fmt.Errorf("report call %s: %w", callID, err)
-	}
-	return err
+	return c.do(ctx, http.MethodPost, "/v1/calls/"+url.PathEscape(callID)+"/report", body, nil)
 }
