@@ -77,10 +77,16 @@ func (c *Client) List(ctx context.Context, f ListFilter) ([]CallSummary, error) 
 	if limit <= 0 {
 		limit = 500
 	}
+	return c.summaries(ctx, q, int32(min(limit, 1000)), limit)
+}
+
+// summaries lists the calls a visibility query matches, pageSize at a
+// time, up to limit (0: all of them).
+func (c *Client) summaries(ctx context.Context, q string, pageSize int32, limit int) ([]CallSummary, error) {
 	var out []CallSummary
 	var token []byte
-	for len(out) < limit {
-		resp, err := c.tc.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: q, NextPageToken: token, PageSize: int32(min(limit, 1000))})
+	for limit == 0 || len(out) < limit {
+		resp, err := c.tc.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: q, NextPageToken: token, PageSize: pageSize})
 		if err != nil {
 			return nil, fmt.Errorf("list calls: %w", err)
 		}
@@ -95,15 +101,23 @@ func (c *Client) List(ctx context.Context, f ListFilter) ([]CallSummary, error) 
 			break
 		}
 	}
-	if len(out) > limit {
+	if limit > 0 && len(out) > limit {
 		out = out[:limit]
 	}
 	return out, nil
 }
 
+func joinStatuses(ss []workflows.Status) string {
+	names := make([]string, len(ss))
+	for i, s := range ss {
+		names[i] = string(s)
+	}
+	return strings.Join(names, ", ")
+}
+
 // listStatuses are the values ListFilter.Status may take.
 var listStatuses = []workflows.Status{"decided", workflows.StatusOK, workflows.StatusDenied, workflows.StatusTimedOut,
-	workflows.StatusError, workflows.StatusUnknown, workflows.StatusEvaluating, workflows.StatusPending, workflows.StatusRunning}
+	workflows.StatusError, workflows.StatusUnknown, workflows.StatusEvaluating, workflows.StatusPending, workflows.StatusRunning, workflows.StatusApproved}
 
 // listQuery builds the visibility query of a filter. Every value is
 // checked first (the identifier rule; a known status), so none can leave
@@ -132,7 +146,7 @@ func listQuery(f ListFilter) (string, error) {
 	switch {
 	case f.Status == "":
 	case !slices.Contains(listStatuses, workflows.Status(f.Status)):
-		return "", &InputError{Field: "status", Problem: "must be one of decided, ok, denied, timed_out, error, evaluating, pending, running"}
+		return "", &InputError{Field: "status", Problem: "must be one of " + joinStatuses(listStatuses)}
 	case f.Status == "decided":
 		conds = append(conds, "ExecutionStatus = 'Completed'")
 	case f.Status == string(workflows.StatusPending):

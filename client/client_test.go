@@ -189,6 +189,16 @@ func TestListRefusesFilterValuesThatAreNotIdentifiers(t *testing.T) {
 	assert.Equal(t, 1, fake.lists)
 }
 
+func TestListTakesEveryStatusACallCanHave(t *testing.T) {
+	for _, status := range []workflows.Status{workflows.StatusApproved, workflows.StatusUnknown, workflows.StatusRunning} {
+		fake := &fakeTemporal{}
+		_, err := New(fake, "").List(context.Background(), ListFilter{Status: string(status)})
+		require.NoError(t, err, status)
+	}
+	_, err := New(&fakeTemporal{}, "").List(context.Background(), ListFilter{Status: "bogus"})
+	require.ErrorContains(t, err, "approved", "the refusal names the statuses there are")
+}
+
 func TestQuoteEscapesBackslashesAndQuotes(t *testing.T) {
 	assert.Equal(t, `x\\\' OR ToolgateStatus = \'ok`, quote(`x\' OR ToolgateStatus = 'ok`))
 	assert.Equal(t, `a\\`, quote(`a\`), "a trailing backslash cannot escape the closing quote")

@@ -10,7 +10,6 @@ import (
 	"time"
 	"unicode"
 
-	"go.temporal.io/api/workflowservice/v1"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/toolgate/toolgate/workflows"
@@ -220,25 +219,7 @@ func (v *visibilityTimeline) count(ctx context.Context, from, to time.Time) (int
 }
 
 func (v *visibilityTimeline) list(ctx context.Context, from, to time.Time) ([]CallSummary, error) {
-	q := v.window(from, to)
-	var out []CallSummary
-	var token []byte
-	for {
-		resp, err := v.c.tc.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: q, NextPageToken: token, PageSize: listBatch})
-		if err != nil {
-			return nil, fmt.Errorf("list waiting calls: %w", err)
-		}
-		for _, e := range resp.GetExecutions() {
-			s, err := summaryFrom(e)
-			if err != nil {
-				return nil, err
-			}
-			out = append(out, s)
-		}
-		if token = resp.GetNextPageToken(); len(token) == 0 {
-			return out, nil
-		}
-	}
+	return v.c.summaries(ctx, v.window(from, to), listBatch, 0)
 }
 
 // Window search settings.

@@ -178,12 +178,7 @@ func (s *sessionRun) registerHandlers(ctx workflow.Context) error {
 	if err := workflow.SetQueryHandler(ctx, QuerySession, func() (SessionView, error) { return s.view(), nil }); err != nil {
 		return err
 	}
-	if err := workflow.SetQueryHandler(ctx, QuerySticky, func(key string) (*policy.Decision, error) {
-		if i := s.stickyIndex(key); i >= 0 && !s.state.Ended {
-			return fromSticky(s.state.Sticky[i]), nil
-		}
-		return nil, nil
-	}); err != nil {
+	if err := workflow.SetQueryHandler(ctx, QuerySticky, s.state.stickyFor); err != nil {
 		return err
 	}
 	if err := workflow.SetUpdateHandlerWithOptions(ctx, UpdateRevoke, s.revoke,
@@ -603,13 +598,19 @@ func (s *sessionRun) nextPrune(ctx workflow.Context) time.Time {
 // countQuota counts a run under its quota if the sliding window has room,
 // and owes the call the answer either way.
 func (s *sessionRun) countQuota(ctx workflow.Context, q QuotaRequest) {
-	now := workflow.Now(ctx)
-	i := slices.IndexFunc(s.state.Quotas, func(u QuotaUse) bool { return u.Name == q.Quota.Name })
+	answer := s.state.takeQuota(q, workflow.Now(ctx))
+	s.state.QuotaReplies = append(s.state.QuotaReplies, QuotaReply{CallID: q.CallID, Answer: answer})
+}
+
+// takeQuota counts a run at now under its quota if the sliding window has
+// room, and returns the answer for the call: a refusal when it has none.
+func (st *SessionState) takeQuota(q QuotaRequest, now time.Time) QuotaAnswer {
+	i := slices.IndexFunc(st.Quotas, func(u QuotaUse) bool { return u.Name == q.Quota.Name })
 	if i < 0 {
-		s.state.Quotas = append(s.state.Quotas, QuotaUse{Name: q.Quota.Name})
-		i = len(s.state.Quotas) - 1
+		st.Quotas = append(st.Quotas, QuotaUse{Name: q.Quota.Name})
+		i = len(st.Quotas) - 1
 	}
-	use := &s.state.Quotas[i]
+	use := &st.Quotas[i]
 	use.Times = slices.DeleteFunc(use.Times, func(t time.Time) bool { return !t.After(now.Add(-q.Quota.Per)) })
 	var answer QuotaAnswer
 	if len(use.Times) >= q.Quota.Max {
@@ -619,7 +620,7 @@ func (s *sessionRun) countQuota(ctx workflow.Context, q QuotaRequest) {
 	} else {
 		use.Times = append(use.Times, now)
 	}
-	s.state.QuotaReplies = append(s.state.QuotaReplies, QuotaReply{CallID: q.CallID, Answer: answer})
+	return answer
 }
 
 // startRebuild lists, through visibility, the calls that wait in this
@@ -682,8 +683,20 @@ func (s *sessionRun) continueAsNewNow(ctx workflow.Context) bool {
 	return s.received >= maxSignalsPerRun || workflow.GetInfo(ctx).GetContinueAsNewSuggested()
 }
 
-func (s *sessionRun) stickyIndex(key string) int {
-	return slices.IndexFunc(s.state.Sticky, func(d StickyDecision) bool { return d.Key == key })
+func (s *sessionRun) stickyIndex(key string) int { return s.state.stickyIndex(key) }
+
+// stickyIndex is the place of key's sticky decision in Sticky, or -1.
+func (st *SessionState) stickyIndex(key string) int {
+	return slices.IndexFunc(st.Sticky, func(d StickyDecision) bool { return d.Key == key })
+}
+
+// stickyFor answers QuerySticky: key's sticky decision as a call applies
+// it, or nil (none, or the session ended).
+func (st *SessionState) stickyFor(key string) (*policy.Decision, error) {
+	if i := st.stickyIndex(key); i >= 0 && !st.Ended {
+		return fromSticky(st.Sticky[i]), nil
+	}
+	return nil, nil
 }
 
 // view is the QuerySession answer.

@@ -3,7 +3,6 @@ package workflows
 import (
 	"fmt"
 	"slices"
-	"time"
 
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
@@ -43,12 +42,7 @@ func (s *legacySession) registerHandlers(ctx workflow.Context) error {
 	}); err != nil {
 		return err
 	}
-	if err := workflow.SetQueryHandler(ctx, QuerySticky, func(key string) (*policy.Decision, error) {
-		if i := s.stickyIndex(key); i >= 0 && !s.state.Ended {
-			return fromSticky(s.state.Sticky[i]), nil
-		}
-		return nil, nil
-	}); err != nil {
+	if err := workflow.SetQueryHandler(ctx, QuerySticky, s.state.stickyFor); err != nil {
 		return err
 	}
 	if err := workflow.SetUpdateHandlerWithOptions(ctx, UpdateRevoke, s.revoke,
@@ -149,22 +143,7 @@ func (s *legacySession) drain(ctx workflow.Context, register, sticky, done, quot
 // and answers the call either way.
 func (s *legacySession) countQuota(ctx workflow.Context, q QuotaRequest) {
 	s.handled++
-	now := workflow.Now(ctx)
-	i := slices.IndexFunc(s.state.Quotas, func(u QuotaUse) bool { return u.Name == q.Quota.Name })
-	if i < 0 {
-		s.state.Quotas = append(s.state.Quotas, QuotaUse{Name: q.Quota.Name})
-		i = len(s.state.Quotas) - 1
-	}
-	use := &s.state.Quotas[i]
-	use.Times = slices.DeleteFunc(use.Times, func(t time.Time) bool { return !t.After(now.Add(-q.Quota.Per)) })
-	var answer QuotaAnswer
-	if len(use.Times) >= q.Quota.Max {
-		next := use.Times[len(use.Times)-q.Quota.Max].Add(q.Quota.Per)
-		answer.Refusal = fmt.Sprintf("quota %s: at most %d %s calls per %s in this session; the next one is allowed after %s",
-			q.Quota.Name, q.Quota.Max, q.Tool, q.Quota.Per, next.UTC().Format(time.RFC3339))
-	} else {
-		use.Times = append(use.Times, now)
-	}
+	answer := s.state.takeQuota(q, workflow.Now(ctx))
 	err := workflow.SignalExternalWorkflow(ctx, CallWorkflowID(q.CallID), "", SignalQuotaAnswer, answer).Get(ctx, nil)
 	if err != nil {
 		workflow.GetLogger(ctx).Info("Could not reach call", "session", s.in.Session, "callID", q.CallID, "error", err)
@@ -237,9 +216,7 @@ func (s *legacySession) removeWaiting(callID string) {
 	s.state.Waiting = slices.DeleteFunc(s.state.Waiting, func(w Registration) bool { return w.CallID == callID })
 }
 
-func (s *legacySession) stickyIndex(key string) int {
-	return slices.IndexFunc(s.state.Sticky, func(d StickyDecision) bool { return d.Key == key })
-}
+func (s *legacySession) stickyIndex(key string) int { return s.state.stickyIndex(key) }
 
 func (s *legacySession) validateRevoke(req RevokeRequest) error {
 	return checkRevoke(s.in.Session, s.state.Sticky, req)
