@@ -119,10 +119,16 @@ func (a *app) statusCommand() *cobra.Command {
 	return cmd
 }
 
+// callWatcher is what awaitOutcome asks of the client (*tgclient.Client).
+type callWatcher interface {
+	WaitDecided(ctx context.Context, callID string) (tgclient.Status, error)
+	Status(ctx context.Context, callID string) (tgclient.Status, error)
+}
+
 // awaitOutcome prints the call's Result (waiting up to wait, or without
 // bound when wait is 0 and block is set) or its waiting state, and turns
 // it into the exit status.
-func (a *app) awaitOutcome(ctx context.Context, c *tgclient.Client, callID string, wait time.Duration, block, asJSON bool) error {
+func (a *app) awaitOutcome(ctx context.Context, c callWatcher, callID string, wait time.Duration, block, asJSON bool) error {
 	if block {
 		wctx, cancel := ctx, context.CancelFunc(func() {})
 		if wait > 0 {
@@ -133,6 +139,8 @@ func (a *app) awaitOutcome(ctx context.Context, c *tgclient.Client, callID strin
 		switch {
 		case err == nil && st.Result != nil:
 			return a.printResult(*st.Result, asJSON)
+		case err == nil && st.State.Result != nil: // final, the workflow is finishing up
+			return a.printResult(*st.State.Result, asJSON)
 		case err == nil:
 			a.printWaiting(*st.State, asJSON) // approved: the agent runs the tool
 			return nil
