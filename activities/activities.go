@@ -16,7 +16,6 @@ import (
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/toolgate/toolgate/policy"
@@ -86,6 +85,8 @@ type Evaluation struct {
 	// session. Nil means unknown: the call registers, and the session
 	// answers.
 	Sticky *policy.Decision `json:"sticky,omitempty"`
+	// SessionEnded: the session has ended, so no person is asked.
+	SessionEnded bool `json:"session_ended,omitempty"`
 	// ReportTimeout bounds the wait for the agent's report of an
 	// agent-executed call.
 	ReportTimeout time.Duration `json:"report_timeout,omitempty"`
@@ -112,6 +113,9 @@ type StickyLookup struct {
 	// decisions by key; the query is asked only of a session that does
 	// not show them (one started before it learned to).
 	Memo string `json:"memo,omitempty"`
+	// Ended, when set, is the memo key where the session shows that it
+	// has ended.
+	Ended string `json:"ended,omitempty"`
 }
 
 // stickyLookupTimeout bounds the query: without an answer the call asks
@@ -149,7 +153,8 @@ func (a *Activities) Evaluate(ctx context.Context, in EvaluateInput) (Evaluation
 	if req != nil {
 		ev.Ask = req
 		ev.Rule = req.Rule
-		ev.Sticky = a.lookupSticky(ctx, in.Session, req.StickyKeyFor(call.Tool))
+		word := a.lookupSticky(ctx, in.Session, req.StickyKeyFor(call.Tool))
+		ev.Sticky, ev.SessionEnded = word.Sticky, word.Ended
 	}
 	return ev, nil
 }
@@ -191,27 +196,24 @@ func (a *Activities) AwaitReport(ctx context.Context, call policy.Call) (json.Ra
 	return nil, activity.ErrResultPending
 }
 
-// lookupSticky finds the running session's sticky decision for key: in
+// lookupSticky finds what the running session says to a call of key: in
 // its memo, which the server answers, or, for a session that does not show
-// them there, by a query its worker answers. Any failure (no session yet,
-// an ended one, a slow worker) means "unknown".
-func (a *Activities) lookupSticky(ctx context.Context, l StickyLookup, key string) *policy.Decision {
+// its sticky decisions there, by a query its worker answers. Any failure
+// (no session yet, an ended one, a slow worker) means "nothing".
+func (a *Activities) lookupSticky(ctx context.Context, l StickyLookup, key string) SessionWord {
 	if a.Client == nil || l.WorkflowID == "" {
-		return nil
+		return SessionWord{}
 	}
 	ctx, cancel := context.WithTimeout(ctx, stickyLookupTimeout)
 	defer cancel()
 	if l.Memo != "" {
 		desc, err := a.Client.DescribeWorkflowExecution(ctx, l.WorkflowID, "")
 		if err != nil || desc.GetWorkflowExecutionInfo().GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
-			return nil
+			return SessionWord{}
 		}
-		if shown, ok := desc.GetWorkflowExecutionInfo().GetMemo().GetFields()[l.Memo]; ok {
-			var byKey map[string]*policy.Decision
-			if err := converter.GetDefaultDataConverter().FromPayload(shown, &byKey); err != nil {
-				return nil
-			}
-			return byKey[key]
+		if _, ok := desc.GetWorkflowExecutionInfo().GetMemo().GetFields()[l.Memo]; ok {
+			word, _ := sessionWordOf(desc.GetWorkflowExecutionInfo(), l, key)
+			return word
 		}
 	}
 	resp, err := a.Client.QueryWorkflowWithOptions(ctx, &client.QueryWorkflowWithOptionsRequest{
@@ -221,13 +223,13 @@ func (a *Activities) lookupSticky(ctx context.Context, l StickyLookup, key strin
 		QueryRejectCondition: enumspb.QUERY_REJECT_CONDITION_NOT_OPEN,
 	})
 	if err != nil || resp.QueryRejected != nil {
-		return nil
+		return SessionWord{}
 	}
 	var d *policy.Decision
 	if err := resp.QueryResult.Get(&d); err != nil {
-		return nil
+		return SessionWord{}
 	}
-	return d
+	return SessionWord{Sticky: d}
 }
 
 // AskHandlerInput is the argument of AskHandler.

@@ -48,16 +48,16 @@ func TestStickyDecisionsAreReadFromTheSessionsMemoWithoutAQuery(t *testing.T) {
 
 	s := &sessionServer{status: enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, memo: shownSticky(t, map[string]*policy.Decision{"write": approved})}
 	a := &Activities{Client: s}
-	got := a.lookupSticky(context.Background(), lookup, "write")
+	got := a.lookupSticky(context.Background(), lookup, "write").Sticky
 	require.NotNil(t, got)
 	assert.Equal(t, "alice", got.DecidedBy)
-	assert.Nil(t, a.lookupSticky(context.Background(), lookup, "shell"), "no decision for that key")
+	assert.Nil(t, a.lookupSticky(context.Background(), lookup, "shell").Sticky, "no decision for that key")
 	assert.Zero(t, s.queries, "the session's worker is not asked")
 
 	s.status = enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED
-	assert.Nil(t, a.lookupSticky(context.Background(), lookup, "write"), "an ended session's decisions are gone")
+	assert.Nil(t, a.lookupSticky(context.Background(), lookup, "write").Sticky, "an ended session's decisions are gone")
 
 	s.status, s.memo = enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, nil
-	assert.Nil(t, a.lookupSticky(context.Background(), lookup, "write"))
+	assert.Nil(t, a.lookupSticky(context.Background(), lookup, "write").Sticky)
 	assert.Equal(t, 1, s.queries, "a session that does not show them is asked")
 }

@@ -78,6 +78,13 @@ func (b *runner) oneSession(ctx context.Context, r *Report) error {
 		return err
 	}
 	s.ParkPerSec = float64(n) / time.Since(start).Seconds()
+	// Untimed: let every call finish reading its session's word, so that
+	// work does not overlap the baseline's.
+	for _, id := range ids {
+		if err := b.waitNotified(ctx, id); err != nil {
+			return err
+		}
+	}
 
 	start = time.Now()
 	var base []client.WorkflowRun
@@ -127,15 +134,36 @@ func (b *runner) oneSession(ctx context.Context, r *Report) error {
 	return b.sessionHistory(ctx, session, s)
 }
 
-// waitSessionHolds waits until n calls wait in the session.
+// waitSessionHolds waits until n calls wait in the session: until
+// listings show them waiting, which is how the session finds them.
 func (b *runner) waitSessionHolds(ctx context.Context, session string, n int) error {
+	query := fmt.Sprintf("WorkflowType = '%s' AND ExecutionStatus = 'Running' AND %s = '%s' AND %s = '%s'",
+		workflows.ToolCallWorkflowType, workflows.AttrSession.GetName(), session, workflows.AttrStatus.GetName(), workflows.StatusPending)
+	var waiting int64
 	for {
-		v, err := b.calls.Session(ctx, session)
-		if err == nil && v.WaitingCount >= n {
+		resp, err := b.tc.CountWorkflow(ctx, &workflowservice.CountWorkflowExecutionsRequest{Query: query})
+		if err == nil && resp.GetCount() >= int64(n) {
 			return nil
 		}
+		if err == nil {
+			waiting = resp.GetCount()
+		}
 		if err := sleep(ctx, 50*time.Millisecond); err != nil {
-			return fmt.Errorf("session %s holds %d of %d calls: %w", session, v.WaitingCount, n, err)
+			return fmt.Errorf("session %s holds %d of %d calls: %w", session, waiting, n, err)
+		}
+	}
+}
+
+// waitNotified waits until a waiting call has asked a person (its first
+// notice is recorded), i.e. heard from its session.
+func (b *runner) waitNotified(ctx context.Context, callID string) error {
+	for {
+		st, err := b.calls.Status(ctx, callID)
+		if err == nil && st.State != nil && len(st.State.Notices) > 0 {
+			return nil
+		}
+		if err := sleep(ctx, 20*time.Millisecond); err != nil {
+			return fmt.Errorf("call %s never asked a person: %w", callID, err)
 		}
 	}
 }

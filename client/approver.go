@@ -282,17 +282,34 @@ func (c *Client) decideError(ctx context.Context, callID string, err error) erro
 // Session returns a session's sticky decisions and waiting calls. A
 // session that never asked anyone (or ended) has none.
 func (c *Client) Session(ctx context.Context, session string) (workflows.SessionView, error) {
-	v, err := c.tc.QueryWorkflow(ctx, workflows.SessionWorkflowID(session), "", workflows.QuerySession)
+	view := workflows.SessionView{Session: session}
+	// A session run that ended (idle, ended, terminated) holds nothing
+	// any more, whatever its last state says.
+	resp, err := c.tc.QueryWorkflowWithOptions(ctx, &client.QueryWorkflowWithOptionsRequest{
+		WorkflowID: workflows.SessionWorkflowID(session), QueryType: workflows.QuerySession,
+		QueryRejectCondition: enumspb.QUERY_REJECT_CONDITION_NOT_OPEN,
+	})
 	var nf *serviceerror.NotFound
-	if errors.As(err, &nf) {
-		return workflows.SessionView{Session: session}, nil
+	switch {
+	case errors.As(err, &nf), err == nil && resp.QueryRejected != nil: // no session run: no sticky decision, but calls may wait
+	case err != nil:
+		return view, fmt.Errorf("query session %s: %w", session, err)
+	default:
+		if err := resp.QueryResult.Get(&view); err != nil {
+			return view, fmt.Errorf("decode session %s: %w", session, err)
+		}
 	}
+	// Calls wait without registering with their session: visibility
+	// lists them, oldest first.
+	page, err := c.Pending(ctx, ListFilter{Session: session}, PageRequest{Size: workflows.MaxWaitingShown})
 	if err != nil {
-		return workflows.SessionView{}, fmt.Errorf("query session %s: %w", session, err)
+		return view, fmt.Errorf("list the calls waiting in session %s: %w", session, err)
 	}
-	var view workflows.SessionView
-	if err := v.Get(&view); err != nil {
-		return view, fmt.Errorf("decode session %s: %w", session, err)
+	view.WaitingCount = int(page.Total)
+	view.Waiting = view.Waiting[:0]
+	for _, w := range page.Calls {
+		view.Waiting = append(view.Waiting, workflows.Registration{CallID: w.CallID, Tool: w.Tool, At: w.RequestedAt,
+			Requester: w.Requester, Groups: w.Groups, RequestedAt: w.RequestedAt})
 	}
 	return view, nil
 }
@@ -311,8 +328,30 @@ func (c *Client) Revoke(ctx context.Context, session, key string, by policy.Appr
 func (c *Client) EndSession(ctx context.Context, session string, by policy.Approver) (int, error) {
 	var denied int
 	req := workflows.EndRequest{By: by.Name, Groups: by.Groups}
-	err := c.updateSession(ctx, session, workflows.UpdateEnd, req, &denied)
-	return denied, err
+	// Calls wait without a session workflow until one is needed: ending a
+	// session that never started starts it, so its waiting calls are
+	// denied all the same.
+	start := c.tc.NewWithStartWorkflowOperation(client.StartWorkflowOptions{
+		ID:                       workflows.SessionWorkflowID(session),
+		TaskQueue:                c.taskQueue,
+		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
+	}, workflows.SessionWorkflowType, workflows.SessionInput{Session: session})
+	h, err := c.tc.UpdateWithStartWorkflow(ctx, client.UpdateWithStartWorkflowOptions{
+		StartWorkflowOperation: start,
+		UpdateOptions: client.UpdateWorkflowOptions{
+			WorkflowID:   workflows.SessionWorkflowID(session),
+			UpdateName:   workflows.UpdateEnd,
+			Args:         []any{req},
+			WaitForStage: client.WorkflowUpdateStageCompleted,
+		},
+	})
+	if err == nil {
+		err = h.Get(ctx, &denied)
+	}
+	if err != nil {
+		return 0, refusal(err)
+	}
+	return denied, nil
 }
 
 func (c *Client) updateSession(ctx context.Context, session, update string, arg, result any) error {
@@ -327,7 +366,7 @@ func (c *Client) updateSession(ctx context.Context, session, update string, arg,
 	}
 	var nf *serviceerror.NotFound
 	if errors.As(err, &nf) {
-		return &RefusedError{Type: workflows.ErrTypeSessionEnded, Message: fmt.Sprintf("session %s is not active (it never asked a person, or it ended)", session)}
+		return &RefusedError{Type: workflows.ErrTypeSessionEnded, Message: fmt.Sprintf("session %s is not active (it holds no sticky decision, or it ended)", session)}
 	}
 	if err != nil {
 		return refusal(err)

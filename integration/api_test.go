@@ -242,10 +242,14 @@ func TestAPI(t *testing.T) {
 		submitWaiting(t, agent, "a6", "s1")
 		r := bob.do("POST", "/v1/calls/s1/decision", map[string]any{"decision": "approve_for_session"})
 		require.Equal(t, http.StatusOK, r.status, r.raw)
-		r = bob.do("GET", "/v1/sessions/a6", nil)
-		require.Equal(t, http.StatusOK, r.status)
-		sticky := r.body["sticky"].([]any)
-		require.Len(t, sticky, 1)
+		// The session records it as the call tells it, just after the
+		// decision.
+		var sticky []any
+		require.Eventually(t, func() bool {
+			r = bob.do("GET", "/v1/sessions/a6", nil)
+			sticky, _ = r.body["sticky"].([]any)
+			return r.status == http.StatusOK && len(sticky) == 1
+		}, 10*time.Second, 20*time.Millisecond, r.raw)
 		assert.Equal(t, "shell", sticky[0].(map[string]any)["key"])
 
 		r = bob.do("DELETE", "/v1/sessions/a6/sticky/shell", nil)

@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"bytes"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -17,10 +18,13 @@ import (
 // must measure every case and report them. The numbers are not judged.
 func TestBenchQuick(t *testing.T) {
 	jsonPath := filepath.Join(t.TempDir(), "bench.json")
-	out, err := exec.Command(binary, "bench", "--quick", "--log-level", "warn", "--json", jsonPath).CombinedOutput()
-	require.NoError(t, err, "%s", out)
+	var stdout, stderr bytes.Buffer
+	cmd := exec.Command(binary, "bench", "--quick", "--log-level", "warn", "--json", jsonPath)
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	require.NoError(t, cmd.Run(), "%s\n%s", stdout.String(), stderr.String())
 
-	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	// The report is on stdout; the worker's log lines go to stderr.
+	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
 	assert.Regexp(t, regexp.MustCompile(`^ratios: auto/base_p50=[0-9.]+ sticky/base_p50=[0-9.]+ decide/signal_p50=[0-9.]+ decide/signal_activity_p50=[0-9.]+ throughput/base=[0-9.]+ park_one_session/base_rate=[0-9.]+ fanout/base_time=[0-9.]+ parked_kib_per_call=[0-9.]+$`), lines[len(lines)-1])
 
 	data, err := os.ReadFile(jsonPath)
@@ -76,5 +80,5 @@ func TestBenchQuick(t *testing.T) {
 		assert.Positive(t, l.N, name)
 		assert.Positive(t, l.P50, name)
 	}
-	assert.Contains(t, string(out), "pending list, 200 waiting")
+	assert.Contains(t, stdout.String(), "pending list, 200 waiting")
 }

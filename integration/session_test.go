@@ -166,16 +166,26 @@ func TestATerminatedSessionsWaitingCallsAreFoundAgain(t *testing.T) {
 	c := d.client()
 	ctx := context.Background()
 	ids := parkShellCalls(t, d, c, "orphans", 3)
-	require.NoError(t, c.Temporal().TerminateWorkflow(ctx, workflows.SessionWorkflowID("orphans"), "", "operator test"))
-
-	// A new call starts a fresh run of the session, which asks the calls
-	// still waiting in it to register again.
-	_, err := c.Submit(ctx, tgclient.CallRequest{CallID: "orphans-new", Session: "orphans", Tool: "shell", Args: json.RawMessage(`{"command":"echo orphans-new >> runs.txt"}`), Requester: "agent-1"})
+	// A sticky decision of another tool starts the session workflow.
+	_, err := c.Submit(ctx, tgclient.CallRequest{CallID: "orphans-w1", Session: "orphans", Tool: "write_file", Args: json.RawMessage(`{"path":"a.txt","content":"x"}`), Requester: "agent-1"})
+	require.NoError(t, err)
+	d.waitPending(c, "orphans-w1")
+	_, err = c.Decide(ctx, "orphans-w1", policy.Decision{Kind: policy.DeniedAlways, DecidedBy: "alice", Channel: "cli"})
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
 		v, err := c.Session(ctx, "orphans")
-		return err == nil && v.WaitingCount == 4
-	}, time.Minute, 100*time.Millisecond, "the fresh run knows the calls that waited before")
+		return err == nil && len(v.Sticky) == 1
+	}, time.Minute, 50*time.Millisecond)
+	require.NoError(t, c.Temporal().TerminateWorkflow(ctx, workflows.SessionWorkflowID("orphans"), "", "operator test"))
+
+	// The calls never depended on the session's run: they still wait, and
+	// a new approve-for-session (a fresh run) finds them.
+	v, err := c.Session(ctx, "orphans")
+	require.NoError(t, err)
+	assert.Equal(t, 3, v.WaitingCount, "the calls still wait")
+	assert.Empty(t, v.Sticky, "the terminated run's sticky decisions are lost (docs/production.md)")
+	_, err = c.Submit(ctx, tgclient.CallRequest{CallID: "orphans-new", Session: "orphans", Tool: "shell", Args: json.RawMessage(`{"command":"echo orphans-new >> runs.txt"}`), Requester: "agent-1"})
+	require.NoError(t, err)
 	d.waitPending(c, "orphans-new")
 
 	_, err = c.Decide(ctx, "orphans-new", policy.Decision{Kind: policy.ApprovedForSession, DecidedBy: "alice", Channel: "cli"})

@@ -67,6 +67,8 @@ func (a *api) mapError(err error) error {
 			return &apiError{http.StatusBadRequest, "invalid_edit", refused.Message}
 		case workflows.ErrTypeNoSticky, workflows.ErrTypeSessionEnded:
 			return &apiError{http.StatusNotFound, "not_found", refused.Message}
+		case workflows.ErrTypeUnavailable:
+			return &apiError{http.StatusServiceUnavailable, errTemporalUnavailable.code, refused.Message}
 		}
 		return &apiError{http.StatusBadRequest, "invalid_decision", refused.Message}
 	}

@@ -9,7 +9,6 @@ import (
 	"github.com/stretchr/testify/mock"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/activity"
-	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/toolgate/toolgate/activities"
@@ -27,11 +26,11 @@ func agentCall(id, toolName, args string) CallInput {
 // reportActivityIDs records the activity IDs of the report steps started.
 func (s *CallSuite) reportActivityIDs() *[]string {
 	var ids []string
-	s.env.SetOnActivityStartedListener(func(info *activity.Info, _ context.Context, _ converter.EncodedValues) {
+	s.visibility.alsoOnStart = func(info *activity.Info) {
 		if info.ActivityType.Name == "AwaitReport" {
 			ids = append(ids, info.ActivityID)
 		}
-	})
+	}
 	return &ids
 }
 

@@ -38,8 +38,9 @@ var notifyOptions = workflow.ActivityOptions{
 // errors: every outcome for the agent, denials included, is a Result.
 func ToolCallWorkflow(ctx workflow.Context, in CallInput) (Result, error) {
 	c := newCallRun(ctx, in)
-	if workflow.GetVersion(ctx, changeCallV2, workflow.DefaultVersion, 1) >= 1 {
+	if v := workflow.GetVersion(ctx, changeCallV2, workflow.DefaultVersion, 2); v >= 1 {
 		c.strictDecisions, c.batchedSession, c.tellAsync = true, true, true
+		c.parkDirect = v >= 2
 	} else {
 		c.strictDecisions = workflow.GetVersion(ctx, changeAuthorizeSticky, workflow.DefaultVersion, 1) >= 1
 		c.batchedSession = workflow.GetVersion(ctx, changeBatchedSession, workflow.DefaultVersion, 1) >= 1
@@ -70,7 +71,7 @@ func (c *callRun) cancelled(ctx workflow.Context, by string) Result {
 	if c.state.Decision == nil {
 		c.apply(ctx, policy.Decision{Kind: policy.DeniedWithReason, Reason: "cancelled by " + by, DecidedBy: by, Channel: ChannelCancel})
 	}
-	if c.stickyKey != "" {
+	if c.stickyKey != "" && !c.parkDirect {
 		c.told = workflow.SignalExternalWorkflow(ctx, SessionWorkflowID(c.state.Call.Session), "", SignalDone, c.state.Call.ID)
 	}
 	return c.finish(ctx, StatusDenied, denialReason(c.state.Decision), nil)
@@ -108,9 +109,10 @@ type callRun struct {
 	// edited arguments accepted at decision time.
 	checkingEdit bool
 	editEval     *activities.Evaluation
-	// registeredAt is when the call asked its session; the approval
-	// schedule (escalation) counts from it, as the session does.
-	registeredAt time.Time
+	// scheduleFrom is when the approval schedule (escalation) counts
+	// from: the request (or, for the first registering calls, when the
+	// call asked its session), as the session counts.
+	scheduleFrom time.Time
 	// batchedSession: the call talks to a ToolgateSession (registration
 	// with deadline, re-registration, a bounded wait for its answer), its
 	// deadline and escalation count from its request, a decide signal that
@@ -124,6 +126,11 @@ type callRun struct {
 	tellAsync bool
 	// noReport: an agent-executed call that ends at its decision.
 	noReport bool
+	// parkDirect: the call waits without registering with its session,
+	// which finds it through visibility (call-v2 version 2; see
+	// ToolgateSession). It shows its sticky key, and reads the session's
+	// memo once listings show it waiting.
+	parkDirect bool
 }
 
 // changeBatchedSession is the workflow.GetVersion change ID of the calls
@@ -134,7 +141,8 @@ const changeBatchedSession = "batched-session"
 // changeTellSessionAsync together: a run from it on records one version
 // marker instead of three, and the SDK's TemporalChangeVersion search
 // attribute is written once, not three times (once in the decision's
-// workflow task, on the path of every decided call).
+// workflow task, on the path of every decided call). Its version 2 parks
+// calls without registering with the session (parkDirect).
 const changeCallV2 = "call-v2"
 
 // sessionAnswerTimeout bounds the wait for the session's answer to a
@@ -202,7 +210,7 @@ func (c *callRun) registerHandlers(ctx workflow.Context) error {
 	workflow.Go(ctx, func(ctx workflow.Context) {
 		for {
 			reregisterCh.Receive(ctx, nil)
-			if c.stickyKey != "" && c.state.Decision == nil && !c.state.Status.Final() {
+			if c.stickyKey != "" && !c.parkDirect && c.state.Decision == nil && !c.state.Status.Final() {
 				if err := c.registerWithSession(ctx, c.stickyKey); err != nil {
 					workflow.GetLogger(ctx).Warn("Could not register again", "callID", c.state.Call.ID, "error", err)
 				}
@@ -214,6 +222,10 @@ func (c *callRun) registerHandlers(ctx workflow.Context) error {
 		for {
 			var sd SessionDecision
 			sessionCh.Receive(ctx, &sd)
+			if c.parkDirect {
+				c.takeSessionDecision(ctx, sd)
+				continue
+			}
 			c.registered = true
 			if sd.Decision != nil && c.state.Decision == nil && !c.state.Status.Final() {
 				c.apply(ctx, *sd.Decision)
@@ -423,7 +435,7 @@ func (c *callRun) run(ctx workflow.Context) (Result, error) {
 func (c *callRun) evaluate(ctx workflow.Context, call policy.Call, lookupSticky bool) error {
 	in := activities.EvaluateInput{Call: call}
 	if lookupSticky {
-		in.Session = activities.StickyLookup{WorkflowID: SessionWorkflowID(call.Session), Query: QuerySticky, Memo: MemoSticky}
+		in.Session = c.sessionLookup()
 	}
 	lctx := workflow.WithLocalActivityOptions(ctx, localOptions)
 	if err := workflow.ExecuteLocalActivity(lctx, a.Evaluate, in).Get(ctx, &c.eval); err != nil {
@@ -443,19 +455,15 @@ func (c *callRun) askForDecision(ctx workflow.Context, req policy.ApprovalReques
 	}
 	key := req.StickyKeyFor(c.state.Call.Tool)
 	c.stickyKey = key
-	if err := c.registerWithSession(ctx, key); err != nil {
-		return err
-	}
 	timeout := req.EffectiveTimeout()
-	answerTimeout := timeout
-	if c.batchedSession {
-		answerTimeout = sessionAnswerTimeout
-	}
-	if _, err := awaitWithTimeout(ctx, answerTimeout, func() bool { return c.registered }); err != nil {
-		return err
-	}
-	if c.state.Decision != nil { // sticky decision: nobody is asked
-		return nil
+	if c.parkDirect {
+		c.scheduleFrom = c.requestedAt
+		if c.eval.SessionEnded {
+			c.apply(ctx, sessionEndedDenial)
+			return nil
+		}
+	} else if err := c.awaitRegistration(ctx, key, timeout); err != nil || c.state.Decision != nil {
+		return err // a sticky decision: nobody is asked
 	}
 	if c.eval.HasHandler {
 		var d *policy.Decision
@@ -478,20 +486,107 @@ func (c *callRun) askForDecision(ctx workflow.Context, req policy.ApprovalReques
 	return nil
 }
 
+// awaitRegistration parks the call in its session and waits for the
+// session's answer: a sticky decision, or "ask a person" (calls before
+// parkDirect).
+func (c *callRun) awaitRegistration(ctx workflow.Context, key string, timeout time.Duration) error {
+	if err := c.registerWithSession(ctx, key); err != nil {
+		return err
+	}
+	answerTimeout := timeout
+	if c.batchedSession {
+		answerTimeout = sessionAnswerTimeout
+	}
+	_, err := awaitWithTimeout(ctx, answerTimeout, func() bool { return c.registered })
+	return err
+}
+
+// sessionEndedDenial answers a call that would wait in a session that has
+// ended.
+var sessionEndedDenial = policy.Decision{Kind: policy.DeniedWithReason, Reason: "the session has ended", DecidedBy: "session", Channel: "session"}
+
+// hearSession reads what the session says to the call once listings show
+// it waiting (so a session that lists its waiting calls after writing its
+// news cannot miss it), and applies it: a sticky decision of the call's key
+// that may decide it, or the session's end. It waits for that at most
+// sessionAnswerTimeout before a person is asked; a person who decides
+// meanwhile wins.
+func (c *callRun) hearSession(ctx workflow.Context) {
+	info := workflow.GetInfo(ctx)
+	in := activities.ListedInput{
+		Listed:  fmt.Sprintf("WorkflowId = '%s' AND RunId = '%s'", quoteQuery(info.WorkflowExecution.ID), quoteQuery(info.WorkflowExecution.RunID)),
+		Session: c.sessionLookup(),
+		Key:     c.stickyKey,
+	}
+	f := workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, listedOptions), a.AwaitListed, in)
+	heard := false
+	workflow.Go(ctx, func(ctx workflow.Context) {
+		var word activities.SessionWord
+		if err := f.Get(ctx, &word); err != nil {
+			workflow.GetLogger(ctx).Warn("Could not hear from the session", "callID", c.state.Call.ID, "error", err)
+		}
+		heard = true
+		switch {
+		case word.Ended:
+			c.takeSessionDecision(ctx, SessionDecision{Decision: &sessionEndedDenial, Ended: true})
+		case word.Sticky != nil:
+			c.takeSessionDecision(ctx, SessionDecision{Decision: word.Sticky, Key: c.stickyKey})
+		}
+	})
+	_, _ = awaitWithTimeout(ctx, sessionAnswerTimeout, func() bool { return heard || c.state.Decision != nil })
+}
+
+// listedOptions bound AwaitListed: visibility follows in well under a
+// minute even under a burst.
+var listedOptions = workflow.ActivityOptions{
+	StartToCloseTimeout: 2 * time.Minute,
+	HeartbeatTimeout:    30 * time.Second,
+	RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 5},
+}
+
+// takeSessionDecision applies what the session tells a waiting call: its
+// end, or a sticky decision of the call's key whose author could have
+// decided the call directly (groups at this moment, escalation included,
+// and never the call's requester). Anything else leaves it waiting.
+func (c *callRun) takeSessionDecision(ctx workflow.Context, sd SessionDecision) {
+	if sd.Decision == nil || c.state.Decision != nil || c.state.Status != StatusPending {
+		return
+	}
+	if sd.Ended || (sd.Key == c.stickyKey && c.stickyCovers(*sd.Decision)) {
+		c.apply(ctx, *sd.Decision)
+	}
+}
+
+// sessionLookup names where the call's session shows its sticky decisions
+// and its end.
+func (c *callRun) sessionLookup() activities.StickyLookup {
+	return activities.StickyLookup{WorkflowID: SessionWorkflowID(c.state.Call.Session), Query: QuerySticky, Memo: MemoSticky, Ended: MemoEnded}
+}
+
 func (c *callRun) waitForPerson(ctx workflow.Context, req policy.ApprovalRequest, timeout time.Duration) {
 	now := workflow.Now(ctx)
 	c.state.Status = StatusPending
 	c.state.WaitingSince = now
 	c.state.Deadline = now.Add(timeout)
-	if c.batchedSession {
+	switch {
+	case c.parkDirect:
+		c.state.Deadline = c.requestedAt.Add(timeout)
+		c.upsertStatus(ctx, StatusPending, AttrGroups.ValueSet(groupsShown(req.Groups)), AttrStickyKey.ValueSet(c.stickyKey))
+	case c.batchedSession:
 		c.state.Deadline = c.requestedAt.Add(timeout) // counts from the request
 		c.upsertStatus(ctx, StatusPending, AttrGroups.ValueSet(groupsShown(req.Groups)))
-	} else {
+	default:
 		c.upsertStatus(ctx, StatusPending)
 	}
 	c.upsertWaitingMemo(ctx, req)
-	c.notify(ctx, activities.NoticeWaiting, req.Groups)
-	decided := c.waitWithSchedule(ctx, req, c.state.Deadline)
+	if c.parkDirect {
+		c.hearSession(ctx) // before anyone is notified
+	}
+	decided := c.state.Decision != nil
+	if !decided && ctx.Err() == nil {
+		c.notify(ctx, activities.NoticeWaiting, req.Groups)
+		decided = c.waitWithSchedule(ctx, req, c.state.Deadline)
+	}
 	workflow.GetMetricsHandler(ctx).WithTags(map[string]string{"tool": c.state.Call.Tool}).
 		Timer(MetricApprovalWait).Record(workflow.Now(ctx).Sub(now))
 	if ctx.Err() != nil && c.batchedSession && !decided {
@@ -554,8 +649,8 @@ func (c *callRun) registerWithSession(ctx workflow.Context, key string) error {
 		if req.EscalateAfter > 0 && len(req.EscalateTo) > 0 {
 			reg.EscalateTo, reg.EscalateAt, reg.EscalateAfter = req.EscalateTo, base.Add(req.EscalateAfter), req.EscalateAfter
 		}
-		if c.registeredAt.IsZero() {
-			c.registeredAt = base
+		if c.scheduleFrom.IsZero() {
+			c.scheduleFrom = base
 		}
 	}
 	return c.signalSession(ctx, SignalRegister, reg)
@@ -614,6 +709,16 @@ func (c *callRun) tellSession(ctx workflow.Context, key string) {
 	switch {
 	case d != nil && d.Channel == "session":
 		return // the session decided it and already forgot the call
+	case c.parkDirect && d != nil && d.Kind.Sticky():
+		// The session may not run yet (no call registers any more):
+		// signal-with-start, while the tool runs.
+		sticky := StickyDecision{Key: key, Tool: c.state.Call.Tool, Decision: *d, FromCall: c.state.Call.ID, Groups: c.state.Request.Groups}
+		told, settle := workflow.NewFuture(ctx)
+		workflow.Go(ctx, func(ctx workflow.Context) { settle.Set(nil, c.signalSession(ctx, SignalSticky, sticky)) })
+		c.told = told
+		return
+	case c.parkDirect:
+		return // the session does not know the call
 	case d != nil && d.Kind.Sticky():
 		sticky := StickyDecision{Key: key, Tool: c.state.Call.Tool, Decision: *d, FromCall: c.state.Call.ID}
 		if c.strictDecisions {

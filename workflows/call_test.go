@@ -27,6 +27,10 @@ type CallSuite struct {
 	hooks   *hookLog
 	channel *fakeChannel
 	start   time.Time
+	// harness is the session run by runSession, which fakeVisibility
+	// answers for.
+	harness    harnessInput
+	visibility *fakeVisibility
 }
 
 func TestCallSuite(t *testing.T) { suite.Run(t, new(CallSuite)) }
@@ -46,11 +50,22 @@ func (s *CallSuite) SetupTest() {
 	s.env.RegisterWorkflowWithOptions(ToolgateSession, workflow.RegisterOptions{Name: SessionWorkflowType})
 	s.env.RegisterWorkflow(NoticesWorkflow)
 	s.env.RegisterWorkflow(harnessWorkflow)
+	s.visibility = newFakeVisibility(s.env, harnessCalls(&s.harness))
 	s.start = s.env.Now()
 }
 
 // runOne runs a single call as the top-level workflow.
+// fakeVisibilityInstalled installs the fake visibility in the test's
+// environment (a test may have made a new one), after the test's own mocks.
+func (s *CallSuite) fakeVisibilityInstalled() {
+	if s.visibility.env != s.env {
+		s.visibility = newFakeVisibility(s.env, harnessCalls(&s.harness))
+	}
+	s.visibility.install()
+}
+
 func (s *CallSuite) runOne(in CallInput) Result {
+	s.fakeVisibilityInstalled()
 	s.env.SetStartWorkflowOptions(startOptions(in.Call.ID))
 	s.env.ExecuteWorkflow(ToolCallWorkflow, in)
 	s.Require().True(s.env.IsWorkflowCompleted())
@@ -63,6 +78,8 @@ func (s *CallSuite) runOne(in CallInput) Result {
 // runSession runs calls in one session with the real ToolgateSession.
 func (s *CallSuite) runSession(in harnessInput) []Result {
 	in.Session = "s1"
+	s.harness = in
+	s.fakeVisibilityInstalled()
 	s.env.ExecuteWorkflow(harnessWorkflow, in)
 	s.Require().True(s.env.IsWorkflowCompleted())
 	s.Require().NoError(s.env.GetWorkflowError())
@@ -569,10 +586,12 @@ func (s *CallSuite) TestCodedHandlerDecidesOrDefersToAPerson() {
 	env.RegisterWorkflow(NoticesWorkflow)
 	env.RegisterWorkflow(harnessWorkflow)
 	decideAt(env, time.Hour, "c2", decision(policy.Denied, "alice"))
-	env.ExecuteWorkflow(harnessWorkflow, harnessInput{Session: "s1", Calls: []CallInput{
+	in := harnessInput{Session: "s1", Calls: []CallInput{
 		call("c1", "write", `{"path":"tmp/a","content":"x"}`),
 		call("c2", "write", `{"path":"src/a","content":"x"}`),
-	}})
+	}}
+	installFakeVisibility(env, harnessCalls(&in))
+	env.ExecuteWorkflow(harnessWorkflow, in)
 	s.Require().NoError(env.GetWorkflowError())
 	var rs []Result
 	s.Require().NoError(env.GetWorkflowResult(&rs))
@@ -624,7 +643,9 @@ func TestADeadChannelNeverHoldsBackTheResult(t *testing.T) {
 	env.RegisterWorkflow(harnessWorkflow)
 	env.RegisterWorkflow(completedAtWorkflow)
 	decideAt(env, time.Hour, "c1", decision(policy.Approved, "alice"))
-	env.ExecuteWorkflow(completedAtWorkflow, harnessInput{Session: "s1", Calls: []CallInput{call("c1", "write", `{"path":"a","content":"x"}`)}})
+	in := harnessInput{Session: "s1", Calls: []CallInput{call("c1", "write", `{"path":"a","content":"x"}`)}}
+	installFakeVisibility(env, harnessCalls(&in))
+	env.ExecuteWorkflow(completedAtWorkflow, in)
 
 	require.NoError(t, env.GetWorkflowError())
 	var done callCompleted

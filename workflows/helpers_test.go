@@ -5,11 +5,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"regexp"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/stretchr/testify/mock"
+	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
 
@@ -301,3 +305,194 @@ func (quietLogger) Debug(string, ...any) {}
 func (quietLogger) Info(string, ...any)  {}
 func (quietLogger) Warn(string, ...any)  {}
 func (quietLogger) Error(string, ...any) {}
+
+// fakeVisibility stands in for Temporal's visibility, which the test
+// environment does not have. The activities that read it (AwaitListed,
+// ReleaseWaiting, CheckWaiting, ListWorkflowIDs) are answered from the
+// workflows' own state, read by queries in the environment's main loop
+// (the activity-started listener), where the ReleaseWaiting's signals are
+// also sent: from an activity's goroutine that would race the environment.
+type fakeVisibility struct {
+	env   *testsuite.TestWorkflowEnvironment
+	calls func() []string
+	// alsoOnStart is another activity-started listener of the test.
+	alsoOnStart func(*activity.Info)
+	mu          sync.Mutex
+	answers     map[string]chan any
+	// released records every ReleaseWaiting: the calls it told.
+	released  [][]string
+	installed bool
+}
+
+// installFakeVisibility answers the visibility activities of env from the
+// workflows of the calls that calls() names.
+func installFakeVisibility(env *testsuite.TestWorkflowEnvironment, calls func() []string) *fakeVisibility {
+	v := newFakeVisibility(env, calls)
+	v.install()
+	return v
+}
+
+func newFakeVisibility(env *testsuite.TestWorkflowEnvironment, calls func() []string) *fakeVisibility {
+	return &fakeVisibility{env: env, calls: calls, answers: map[string]chan any{}}
+}
+
+// install registers the mocks, after any the test registered itself (the
+// first registered mock of an activity answers).
+func (v *fakeVisibility) install() {
+	if v.installed {
+		return
+	}
+	v.installed = true
+	env := v.env
+	env.OnActivity("AwaitListed", mock.Anything, mock.Anything).Return(
+		func(ctx context.Context, _ activities.ListedInput) (activities.SessionWord, error) {
+			return (<-v.answer(ctx)).(activities.SessionWord), nil
+		})
+	env.OnActivity("ReleaseWaiting", mock.Anything, mock.Anything).Return(
+		func(ctx context.Context, _ activities.ReleaseInput) (int, error) { return (<-v.answer(ctx)).(int), nil })
+	env.OnActivity("CheckWaiting", mock.Anything, mock.Anything).Return(
+		func(ctx context.Context, _ activities.CheckWaitingInput) (string, error) {
+			return (<-v.answer(ctx)).(string), nil
+		})
+	env.OnActivity("ListWorkflowIDs", mock.Anything, mock.Anything).Return(
+		func(ctx context.Context, _ activities.ListInput) ([]string, error) {
+			return (<-v.answer(ctx)).([]string), nil
+		})
+	env.SetOnActivityStartedListener(v.onStart)
+}
+
+func (v *fakeVisibility) answer(ctx context.Context) chan any {
+	info := activity.GetInfo(ctx)
+	return v.channel(info.WorkflowExecution.ID + "/" + info.ActivityID)
+}
+
+func (v *fakeVisibility) channel(key string) chan any {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	ch, ok := v.answers[key]
+	if !ok {
+		ch = make(chan any, 1)
+		v.answers[key] = ch
+	}
+	return ch
+}
+
+// onStart runs in the environment's main loop.
+func (v *fakeVisibility) onStart(info *activity.Info, _ context.Context, args converter.EncodedValues) {
+	if v.alsoOnStart != nil {
+		v.alsoOnStart(info)
+	}
+	reply := v.channel(info.WorkflowExecution.ID + "/" + info.ActivityID)
+	switch info.ActivityType.Name {
+	case "AwaitListed":
+		var in activities.ListedInput
+		_ = args.Get(&in)
+		reply <- v.sessionWord(in)
+	case "ReleaseWaiting":
+		var in activities.ReleaseInput
+		_ = args.Get(&in)
+		var sd SessionDecision
+		_ = json.Unmarshal(in.Arg, &sd)
+		told := v.waiting(in.Query)
+		for _, id := range told {
+			_ = v.env.SignalWorkflowByID(CallWorkflowID(id), in.Name, sd)
+		}
+		v.mu.Lock()
+		v.released = append(v.released, told)
+		v.mu.Unlock()
+		reply <- len(told)
+	case "CheckWaiting":
+		var in activities.CheckWaitingInput
+		_ = args.Get(&in)
+		refusal := ""
+		for _, id := range v.waiting(in.Query) {
+			if st, ok := v.callState(id); ok {
+				if err := in.Approver.MayAct(st.Request.Groups); err != nil && refusal == "" {
+					refusal = "waiting call " + CallWorkflowID(id) + ": " + err.Error()
+				}
+			}
+		}
+		reply <- refusal
+	case "ListWorkflowIDs":
+		var in activities.ListInput
+		_ = args.Get(&in)
+		var ids []string
+		for _, id := range v.waiting(in.Query) {
+			ids = append(ids, CallWorkflowID(id))
+		}
+		reply <- ids
+	}
+}
+
+var (
+	sessionInQuery = regexp.MustCompile(`ToolgateSession = '([^']*)'`)
+	keyInQuery     = regexp.MustCompile(`ToolgateStickyKey = '([^']*)'`)
+)
+
+// waiting lists the calls a waitingQuery finds: pending in its session,
+// of its key if it names one.
+func (v *fakeVisibility) waiting(query string) []string {
+	session := sessionInQuery.FindStringSubmatch(query)
+	key := keyInQuery.FindStringSubmatch(query)
+	var ids []string
+	for _, id := range v.calls() {
+		st, ok := v.callState(id)
+		if !ok || st.Status != StatusPending || session == nil || st.Call.Session != session[1] {
+			continue
+		}
+		if key != nil && (st.Request == nil || st.Request.StickyKeyFor(st.Call.Tool) != key[1]) {
+			continue
+		}
+		ids = append(ids, id)
+	}
+	return ids
+}
+
+// query queries a workflow of the environment; one that has not run its
+// first task yet (no query handler: the environment panics) is not listed.
+func (v *fakeVisibility) query(workflowID, queryType string) (val converter.EncodedValue, err error) {
+	defer func() {
+		if recover() != nil {
+			val, err = nil, errors.New("not started yet")
+		}
+	}()
+	return v.env.QueryWorkflowByID(workflowID, queryType)
+}
+
+func (v *fakeVisibility) callState(id string) (CallState, bool) {
+	val, err := v.query(CallWorkflowID(id), QueryCall)
+	var st CallState
+	if err != nil || val.Get(&st) != nil {
+		return st, false
+	}
+	return st, true
+}
+
+// sessionWord is what the session's memo would say to a call.
+func (v *fakeVisibility) sessionWord(in activities.ListedInput) activities.SessionWord {
+	val, err := v.query(in.Session.WorkflowID, QuerySession)
+	var view SessionView
+	if err != nil || val.Get(&view) != nil {
+		return activities.SessionWord{}
+	}
+	if view.Ended {
+		return activities.SessionWord{Ended: true}
+	}
+	for _, d := range view.Sticky {
+		if d.Key == in.Key {
+			return activities.SessionWord{Sticky: fromSticky(d)}
+		}
+	}
+	return activities.SessionWord{}
+}
+
+// harnessCalls names the calls of a harness input.
+func harnessCalls(in *harnessInput) func() []string {
+	return func() []string {
+		ids := make([]string, len(in.Calls))
+		for i, c := range in.Calls {
+			ids[i] = c.Call.ID
+		}
+		return ids
+	}
+}

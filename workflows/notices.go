@@ -38,8 +38,8 @@ func (c *callRun) waitWithSchedule(ctx workflow.Context, req policy.ApprovalRequ
 		// The session counts from the registration too, so a sticky
 		// decision and a direct one see the same groups at any moment.
 		since := c.state.WaitingSince
-		if !c.registeredAt.IsZero() {
-			since = c.registeredAt
+		if !c.scheduleFrom.IsZero() {
+			since = c.scheduleFrom
 		}
 		escalateAt = since.Add(req.EscalateAfter)
 	}

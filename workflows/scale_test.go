@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -11,6 +13,7 @@ import (
 
 	"github.com/stretchr/testify/mock"
 	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
@@ -184,39 +187,95 @@ func TestAWaitingCallThatNeverSaysItEndedIsForgottenAtItsDeadline(t *testing.T) 
 	require.Less(t, env.Now().Sub(time.Now()), 5*time.Hour)
 }
 
-func TestAFreshRunAsksTheCallsVisibilityListsToRegisterAgain(t *testing.T) {
-	var ts testsuite.WorkflowTestSuite
-	ts.SetLogger(quietLogger{})
-	env := ts.NewTestWorkflowEnvironment()
-	env.RegisterWorkflowWithOptions(ToolgateSession, workflow.RegisterOptions{Name: SessionWorkflowType})
-	var a *activities.Activities
-	var query string
-	env.OnActivity(a.ListWorkflowIDs, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.ListInput) ([]string, error) {
-		query = in.Query
-		return []string{CallWorkflowID("orphan-1"), CallWorkflowID("orphan-2")}, nil
+func TestASessionFindsItsWaitingCallsThroughVisibility(t *testing.T) {
+	// A fresh run (say, after an operator terminated the last one) knows
+	// no call; it finds them when it has something to tell.
+	env, sent := sessionEnv(t)
+	var memo map[string]any
+	env.OnUpsertMemo(mock.Anything).Run(func(args mock.Arguments) { memo = args.Get(0).(map[string]any) }).Return(nil)
+	approved := policy.Decision{Kind: policy.ApprovedForSession, DecidedBy: "bob", Channel: "cli"}
+	signalAt(env, time.Minute, SignalSticky, StickyDecision{Key: "wri'te", Tool: "write", FromCall: "c0", Decision: approved})
+	var shownBeforeRelease map[string]any
+	env.SetOnActivityStartedListener(func(info *activity.Info, _ context.Context, _ converter.EncodedValues) {
+		if info.ActivityType.Name == "ReleaseWaiting" {
+			shownBeforeRelease = maps.Clone(memo)
+		}
 	})
-	var mu sync.Mutex // the environment calls mocks from its own goroutines
-	var asked []string
-	env.OnSignalExternalWorkflow(mock.Anything, mock.Anything, "", SignalReregister, mock.Anything).Return(
-		func(_, workflowID, _, _ string, _ any) error {
-			mu.Lock()
-			defer mu.Unlock()
-			asked = append(asked, workflowID)
-			return nil
-		})
 	env.ExecuteWorkflow(ToolgateSession, SessionInput{Session: "s'1", IdleTimeout: time.Hour})
 
 	require.NoError(t, env.GetWorkflowError())
-	mu.Lock()
-	defer mu.Unlock()
-	require.ElementsMatch(t, []string{CallWorkflowID("orphan-1"), CallWorkflowID("orphan-2")}, asked, "each asked once; a batch goes out together")
-	require.Contains(t, query, `ToolgateSession = 's\'1'`, "the session is quoted")
-	require.True(t, strings.Contains(query, "ToolgateStatus = 'pending'"))
+	releases := sent.released()
+	require.Len(t, releases, 1, "one activity hands the decision to every waiting call")
+	r := releases[0]
+	require.Equal(t, SignalSessionDecision, r.Name)
+	require.Contains(t, r.Query, `ToolgateSession = 's\'1'`, "the session is quoted")
+	require.Contains(t, r.Query, `ToolgateStickyKey = 'wri\'te'`, "only calls of the decision's key")
+	require.Contains(t, r.Query, "ToolgateStatus = 'pending'")
+	var sd SessionDecision
+	require.NoError(t, json.Unmarshal(r.Arg, &sd))
+	require.Equal(t, "wri'te", sd.Key)
+	require.Equal(t, policy.ApprovedForSession, sd.Decision.Kind)
+	require.Equal(t, "bob", sd.Decision.DecidedBy)
+	require.Equal(t, "session", sd.Decision.Channel)
+	require.Contains(t, shownBeforeRelease[MemoSticky], "wri'te", "the memo shows the decision before the calls are listed, for the calls that park meanwhile")
+}
+
+func TestEndingASessionDeniesTheCallsVisibilityFindsWaiting(t *testing.T) {
+	var checked activities.CheckWaitingInput
+	env, sent := sessionEnv(t, func(env *testsuite.TestWorkflowEnvironment) {
+		env.OnActivity("CheckWaiting", mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.CheckWaitingInput) (string, error) {
+			checked = in
+			if slices.Contains(in.Approver.Groups, "ops") {
+				return "", nil
+			}
+			return "waiting call toolgate/call/c9: not in its groups", nil
+		})
+		env.OnActivity("ReleaseWaiting", mock.Anything, mock.Anything).Return(3, nil)
+	})
+	var refused error
+	var denied int
+	env.RegisterDelayedCallback(func() {
+		env.UpdateWorkflow(UpdateEnd, "end-1", &testsuite.TestUpdateCallback{OnAccept: func() {}, OnReject: func(error) {},
+			OnComplete: func(_ any, err error) { refused = err }}, EndRequest{By: "fin1", Groups: []string{"finance"}})
+	}, time.Minute)
+	env.RegisterDelayedCallback(func() {
+		env.UpdateWorkflow(UpdateEnd, "end-2", &testsuite.TestUpdateCallback{OnAccept: func() {}, OnReject: func(err error) { t.Errorf("end refused: %v", err) },
+			OnComplete: func(n any, err error) { require.NoError(t, err); denied = n.(int) }}, EndRequest{By: "ops1", Groups: []string{"ops"}})
+	}, 2*time.Minute)
+	env.ExecuteWorkflow(ToolgateSession, SessionInput{Session: "s1", IdleTimeout: time.Hour})
+
+	require.NoError(t, env.GetWorkflowError())
+	require.ErrorContains(t, refused, "fin1 may not end session s1: waiting call toolgate/call/c9: not in its groups")
+	require.Equal(t, "ops1", checked.Approver.Name)
+	require.Contains(t, checked.Query, "ToolgateStatus = 'pending'")
+	require.NotContains(t, checked.Query, "ToolgateStickyKey", "every waiting call of the session")
+	require.Equal(t, 3, denied, "the calls the release told")
+	require.Empty(t, sent.released(), "only the accepted end released (mocked above)")
+}
+
+func TestAnIdleSessionStaysWhileCallsWaitInIt(t *testing.T) {
+	listings := 0
+	env, _ := sessionEnv(t, func(env *testsuite.TestWorkflowEnvironment) {
+		env.OnActivity("ListWorkflowIDs", mock.Anything, mock.Anything).Return(func(context.Context, activities.ListInput) ([]string, error) {
+			listings++
+			if listings < 3 {
+				return []string{CallWorkflowID("c1")}, nil // still waiting
+			}
+			return nil, nil
+		})
+	})
+	start := env.Now()
+	env.ExecuteWorkflow(ToolgateSession, SessionInput{Session: "s1", IdleTimeout: time.Hour})
+
+	require.NoError(t, env.GetWorkflowError())
+	require.Equal(t, 3, listings)
+	require.Equal(t, 3*time.Hour, env.Now().Sub(start).Round(time.Minute), "it ended at the first idle hour with no call waiting")
 }
 
 // silentSession makes every signal to the session succeed without an
-// answer, like a session that is slow or broken; it returns the names of
-// the signals the session got.
+// answer, and the session's word reach a waiting call only after two hours,
+// like a session or a visibility that is slow or broken; it returns the
+// names of the signals the session got.
 func (s *CallSuite) silentSession() *[]string {
 	var mu sync.Mutex // the environment calls mocks from its own goroutines
 	var got []string
@@ -227,6 +286,7 @@ func (s *CallSuite) silentSession() *[]string {
 			got = append(got, name)
 			return nil
 		})
+	s.env.OnActivity("AwaitListed", mock.Anything, mock.Anything).After(2*time.Hour).Return(activities.SessionWord{}, nil)
 	return &got
 }
 
@@ -239,17 +299,14 @@ func (s *CallSuite) TestASilentSessionDelaysAPersonByAMinuteAtMost() {
 		s.Require().NoError(err)
 		s.Require().NoError(v.Get(&early))
 	}, 30*time.Second)
-	// A decision signalled while the call still waits for its session
-	// waits for the call instead of being dropped.
-	s.env.RegisterDelayedCallback(func() {
-		s.NoError(s.env.SignalWorkflowByID(CallWorkflowID("c1"), SignalDecide, DecideRequest{CallID: "c1", Decision: decision(policy.Approved, "alice")}))
-	}, 45*time.Second)
+	decideAt(s.env, 10*time.Minute, "c1", decision(policy.Approved, "alice"))
 	r := s.runOne(call("c1", "write", `{"path":"a","content":"x"}`))
 
-	s.Equal(StatusEvaluating, early.Status, "still waiting for the session")
+	s.Equal(StatusPending, early.Status, "an approver may decide while the call waits for its session")
+	s.Empty(early.Notices, "nobody is notified while the session may still answer")
 	s.Equal(StatusOK, r.Status)
-	s.Equal("alice", r.DecidedBy, "the early decision was kept, not dropped")
-	s.Equal(sessionAnswerTimeout, r.DecidedAt.Sub(r.RequestedAt), "it applied as soon as the call asked a person, a minute in")
+	s.Require().Len(r.Notices, 1)
+	s.Equal(sessionAnswerTimeout, r.Notices[0].At.Sub(r.RequestedAt), "a person is notified a minute in")
 }
 
 func (s *CallSuite) TestACancelledWaitingCallEndsDeniedAndTellsItsSession() {
@@ -266,7 +323,7 @@ func (s *CallSuite) TestACancelledWaitingCallEndsDeniedAndTellsItsSession() {
 	s.Equal("cancelled by an operator (a Temporal cancel request)", r.Reason)
 	s.Equal(ChannelCancel, r.Channel)
 	s.Zero(s.runs.total())
-	s.Equal([]string{SignalRegister, SignalDone}, *told, "the session forgets the call")
+	s.Empty(*told, "the session never knew the call: nothing to tell it")
 }
 
 func (s *CallSuite) TestTheRequesterOrAnApproverOfItsGroupsMayCancelAWaitingCall() {

@@ -13,10 +13,24 @@ import (
 	"github.com/toolgate/toolgate/policy"
 )
 
-// ToolgateSession keeps one agent session's sticky decisions and the calls
-// waiting for a person. Calls register only when their policy asks a
-// person, so auto-approved calls never touch it. It ends on UpdateEnd or
-// when idle.
+// ToolgateSession keeps one agent session's sticky decisions and its quota
+// counts. It ends on UpdateEnd or when idle.
+//
+// Calls that wait for a person do not register with it (from
+// changeFindWaiting on): parking a call writes nothing to the session,
+// so thousands of calls park as fast as independent workflows. The session
+// finds the waiting calls through visibility when it has something to tell
+// them: a new sticky decision is handed to the calls of its key by one
+// ReleaseWaiting activity, and the end denies every waiting call the same
+// way. It shows its news in its memo first (MemoSticky, MemoEnded); a call
+// reads the memo once listings show it waiting (AwaitListed), so a call
+// and the session that race each other never miss each other. A session
+// therefore holds no per-call state: 10,000 waiting calls cost it nothing
+// until a decision, and then one activity (ten visibility pages and 10,000
+// signals sent from a client, 32 at a time).
+//
+// The rest of this comment is about calls that still register (runs of
+// calls started before call-v2 version 2), which it keeps serving.
 //
 // Built for sessions with many waiting calls (numbers for 10,000):
 //   - Handlers only change state; the main loop does all sending. Answers
@@ -43,6 +57,7 @@ func ToolgateSession(ctx workflow.Context, in SessionInput) error {
 	s := newSessionRun(in)
 	s.signalByActivity = workflow.GetVersion(ctx, changeSignalByActivity, workflow.DefaultVersion, 1) >= 1
 	s.stickyMemo = workflow.GetVersion(ctx, changeStickyMemo, workflow.DefaultVersion, 1) >= 1
+	s.findWaiting = workflow.GetVersion(ctx, changeFindWaiting, workflow.DefaultVersion, 1) >= 1
 	s.showSticky(ctx) // every run: readers tell "none" from "not shown"
 	if err := s.registerHandlers(ctx); err != nil {
 		return err
@@ -96,7 +111,27 @@ type sessionRun struct {
 	// stickyMemo: the run shows its sticky decisions in its memo
 	// (MemoSticky). Runs started before changeStickyMemo replay without.
 	stickyMemo bool
+	// findWaiting: the run finds waiting calls through visibility and
+	// shows its end in its memo. Runs started before changeFindWaiting
+	// replay without.
+	findWaiting bool
+	// releasing are the ReleaseWaiting activities started, in the order
+	// of state.Releases: releasing[i] hands out state.Releases[i].
+	releasing []workflow.Future
 }
+
+// changeGuardStickyReplace is the workflow.GetVersion change ID of the
+// rule that a sticky decision replaces another of its key only if its
+// author may revoke that one. Asked only when a replacement is refused, so
+// histories without one replay unchanged.
+const changeGuardStickyReplace = "guard-sticky-replace"
+
+// changeFindWaiting is the workflow.GetVersion change ID of the sessions
+// that find their waiting calls through visibility.
+const changeFindWaiting = "find-waiting"
+
+// MemoEnded is the session's memo key that says it has ended.
+const MemoEnded = "ended"
 
 // changeStickyMemo is the workflow.GetVersion change ID of the sticky
 // decisions shown in the session's memo.
@@ -121,7 +156,11 @@ func (s *sessionRun) showSticky(ctx workflow.Context) {
 			shown[d.Key] = fromSticky(d)
 		}
 	}
-	if err := workflow.UpsertMemo(ctx, map[string]any{MemoSticky: shown}); err != nil {
+	memo := map[string]any{MemoSticky: shown}
+	if s.findWaiting {
+		memo[MemoEnded] = s.state.Ended
+	}
+	if err := workflow.UpsertMemo(ctx, memo); err != nil {
 		workflow.GetLogger(ctx).Warn("Could not show the sticky decisions", "session", s.in.Session, "error", err)
 	}
 }
@@ -205,7 +244,7 @@ func (s *sessionRun) run(ctx workflow.Context) error {
 		done:     workflow.GetSignalChannel(ctx, SignalDone),
 		quota:    workflow.GetSignalChannel(ctx, SignalQuota),
 	}
-	if workflow.GetInfo(ctx).ContinuedExecutionRunID == "" {
+	if workflow.GetInfo(ctx).ContinuedExecutionRunID == "" && !s.findWaiting {
 		s.startRebuild(ctx)
 	}
 	s.pruneAt = s.nextPrune(ctx)
@@ -219,20 +258,22 @@ func (s *sessionRun) run(ctx workflow.Context) error {
 			return err
 		}
 		s.prune(ctx)
-		if !gotWork && len(s.index) == 0 && !s.state.Ended {
+		if !gotWork && len(s.index) == 0 && !s.state.Ended && !s.callsWait(ctx) {
 			workflow.GetLogger(ctx).Info("Session idle, ending", "session", s.in.Session)
 			return nil
 		}
 		s.drain(ctx, box)
+		s.collectReleases(ctx)
+		s.startReleases(ctx)
 		s.takeRebuild(ctx)
 		s.flush(ctx, box)
 		if !box.pending() {
 			s.showWaiting(ctx) // once a burst is over, not per batch
 		}
 		if s.state.Ended && !s.owes() {
-			// Finish updates in flight; what arrives meanwhile is refused
-			// with "the session has ended".
-			if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) }); err != nil {
+			// Finish updates and releases in flight; what arrives
+			// meanwhile is refused with "the session has ended".
+			if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) && s.allReleased() }); err != nil {
 				return err
 			}
 			s.drain(ctx, box)
@@ -241,12 +282,13 @@ func (s *sessionRun) run(ctx workflow.Context) error {
 			return nil
 		}
 		if s.continueAsNewNow(ctx) {
-			// Finish updates in flight and take every signal already
-			// delivered, so nothing is lost across the boundary; answers not
-			// yet sent travel in the outbox.
-			if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) }); err != nil {
+			// Finish updates and releases in flight and take every signal
+			// already delivered, so nothing is lost across the boundary;
+			// answers and releases not yet started travel in the state.
+			if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) && s.allReleased() }); err != nil {
 				return err
 			}
+			s.collectReleases(ctx)
 			s.drain(ctx, box)
 			s.reindex()
 			next := s.in
@@ -261,7 +303,8 @@ func (s *sessionRun) run(ctx workflow.Context) error {
 // reports whether there is work.
 func (s *sessionRun) awaitWork(ctx workflow.Context, box inbox, idle time.Duration) (bool, error) {
 	hasWork := func() bool {
-		return box.pending() || s.owes() || s.state.Ended || (s.rebuild != nil && s.rebuild.IsReady())
+		return box.pending() || s.owes() || s.state.Ended || (s.rebuild != nil && s.rebuild.IsReady()) ||
+			s.someReleased() || len(s.state.Releases) > len(s.releasing)
 	}
 	if hasWork() {
 		return true, nil
@@ -521,12 +564,23 @@ func sameProfile(a, b CallProfile) bool {
 func (s *sessionRun) recordSticky(ctx workflow.Context, d StickyDecision) {
 	s.forget(d.FromCall)
 	if i := s.stickyIndex(d.Key); i >= 0 {
+		if err := d.Decision.Approver().MayAct(s.state.Sticky[i].Groups); err != nil &&
+			workflow.GetVersion(ctx, changeGuardStickyReplace, workflow.DefaultVersion, 1) >= 1 {
+			// Replacing a sticky decision revokes it: only who may revoke
+			// it may. The new decision stands for its own call alone.
+			workflow.GetLogger(ctx).Warn("Sticky decision not recorded: it would replace one its author may not revoke",
+				"session", s.in.Session, "key", d.Key, "by", d.Decision.DecidedBy, "kept", s.state.Sticky[i].Decision.DecidedBy, "error", err)
+			return
+		}
 		s.state.Sticky[i] = d
 	} else {
 		s.state.Sticky = append(s.state.Sticky, d)
 	}
 	delete(s.answers, d.Key) // a new decision for the key
 	s.showSticky(ctx)
+	if s.findWaiting {
+		s.state.Releases = append(s.state.Releases, Release{Key: d.Key, Decision: *fromSticky(d)})
+	}
 	for _, w := range s.state.Calls {
 		if w.CallID == "" || s.state.Profiles[w.Profile].Key != d.Key || !s.mayHand(ctx, d, w) {
 			continue
@@ -595,6 +649,108 @@ func (s *sessionRun) nextPrune(ctx workflow.Context) time.Time {
 	return next
 }
 
+// waitingQuery finds the calls waiting for a person in a session and, with
+// a key, those of that sticky key.
+func waitingQuery(session, key string) string {
+	q := fmt.Sprintf("WorkflowType = '%s' AND ExecutionStatus = 'Running' AND %s = '%s' AND %s = '%s'",
+		ToolCallWorkflowType, AttrSession.GetName(), quoteQuery(session), AttrStatus.GetName(), StatusPending)
+	if key != "" {
+		q += fmt.Sprintf(" AND %s = '%s'", AttrStickyKey.GetName(), quoteQuery(key))
+	}
+	return q
+}
+
+// maxReleased bounds the calls one ReleaseWaiting tells.
+const maxReleased = 100_000
+
+// releaseOptions: a release of 10,000 calls takes minutes on a small
+// server; the heartbeat tells a lost worker from a long release.
+var releaseOptions = workflow.ActivityOptions{
+	StartToCloseTimeout: 30 * time.Minute,
+	HeartbeatTimeout:    time.Minute,
+	RetryPolicy:         &temporal.RetryPolicy{MaximumInterval: 10 * time.Second, MaximumAttempts: 10},
+}
+
+// outgoingRelease is activities.ReleaseInput as the workflow writes it
+// (the signal's argument as a value; the activity holds it as raw JSON).
+type outgoingRelease struct {
+	Query string `json:"query"`
+	Name  string `json:"name"`
+	Arg   any    `json:"arg,omitempty"`
+	Limit int    `json:"limit"`
+}
+
+// startRelease hands a decision to the calls waiting in the session (of
+// key, or all when key is empty) from one activity. The memo must already
+// show the news: the activity is scheduled in the same workflow task, so
+// it lists only after the memo was written.
+func (s *sessionRun) startRelease(ctx workflow.Context, key string, sd SessionDecision) workflow.Future {
+	in := outgoingRelease{Query: waitingQuery(s.in.Session, key), Name: SignalSessionDecision, Arg: sd, Limit: maxReleased}
+	// By name: the input is activities.ReleaseInput in the JSON it encodes to.
+	return workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, releaseOptions), "ReleaseWaiting", in)
+}
+
+// startReleases starts a release for every sticky decision recorded and
+// not yet handed out.
+func (s *sessionRun) startReleases(ctx workflow.Context) {
+	for _, r := range s.state.Releases[len(s.releasing):] {
+		d := r.Decision
+		s.releasing = append(s.releasing, s.startRelease(ctx, r.Key, SessionDecision{Decision: &d, Key: r.Key}))
+	}
+}
+
+// collectReleases forgets the releases that finished. One that failed
+// leaves its calls waiting for a person.
+func (s *sessionRun) collectReleases(ctx workflow.Context) {
+	for i := 0; i < len(s.releasing); {
+		f := s.releasing[i]
+		if !f.IsReady() {
+			i++
+			continue
+		}
+		key := s.state.Releases[i].Key
+		var told int
+		if err := f.Get(ctx, &told); err != nil {
+			workflow.GetLogger(ctx).Warn("Could not hand the sticky decision to the waiting calls", "session", s.in.Session, "key", key, "error", err)
+		} else {
+			workflow.GetLogger(ctx).Info("Sticky decision handed to the waiting calls", "session", s.in.Session, "key", key, "calls", told)
+		}
+		s.releasing = slices.Delete(s.releasing, i, i+1)
+		s.state.Releases = slices.Delete(s.state.Releases, i, i+1)
+	}
+}
+
+func (s *sessionRun) someReleased() bool {
+	return slices.ContainsFunc(s.releasing, workflow.Future.IsReady)
+}
+
+func (s *sessionRun) allReleased() bool {
+	return !slices.ContainsFunc(s.releasing, func(f workflow.Future) bool { return !f.IsReady() })
+}
+
+// callsWait reports whether visibility lists calls waiting in the
+// session: an idle session whose calls still wait keeps its sticky
+// decisions. Runs before changeFindWaiting know their calls.
+func (s *sessionRun) callsWait(ctx workflow.Context) bool {
+	if !s.findWaiting {
+		return false
+	}
+	var ids []string
+	err := workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, listOptions), a.ListWorkflowIDs,
+		activities.ListInput{Query: waitingQuery(s.in.Session, ""), Limit: 1}).Get(ctx, &ids)
+	if err != nil {
+		workflow.GetLogger(ctx).Warn("Could not list the calls waiting in the session; staying", "session", s.in.Session, "error", err)
+		return true
+	}
+	return len(ids) > 0
+}
+
+// listOptions bound a visibility listing.
+var listOptions = workflow.ActivityOptions{
+	StartToCloseTimeout: 30 * time.Second,
+	RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 3},
+}
+
 // countQuota counts a run under its quota if the sliding window has room,
 // and owes the call the answer either way.
 func (s *sessionRun) countQuota(ctx workflow.Context, q QuotaRequest) {
@@ -626,13 +782,8 @@ func (st *SessionState) takeQuota(q QuotaRequest, now time.Time) QuotaAnswer {
 // startRebuild lists, through visibility, the calls that wait in this
 // session: after a termination they are unknown to a fresh run.
 func (s *sessionRun) startRebuild(ctx workflow.Context) {
-	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-		StartToCloseTimeout: 30 * time.Second,
-		RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 3},
-	})
-	query := fmt.Sprintf("WorkflowType = '%s' AND ExecutionStatus = 'Running' AND %s = '%s' AND %s = '%s'",
-		ToolCallWorkflowType, AttrSession.GetName(), quoteQuery(s.in.Session), AttrStatus.GetName(), StatusPending)
-	s.rebuild = workflow.ExecuteActivity(actx, a.ListWorkflowIDs, activities.ListInput{Query: query, Limit: maxRebuild})
+	s.rebuild = workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, listOptions), a.ListWorkflowIDs,
+		activities.ListInput{Query: waitingQuery(s.in.Session, ""), Limit: maxRebuild})
 }
 
 // maxRebuild bounds the waiting calls a fresh run asks to register again.
@@ -667,6 +818,17 @@ func (s *sessionRun) takeRebuild(ctx workflow.Context) {
 // showWaiting keeps the session's search attributes current, so operators
 // find sessions with waiting calls by query.
 func (s *sessionRun) showWaiting(ctx workflow.Context) {
+	if s.findWaiting {
+		// The calls waiting are found by query (waitingQuery); the
+		// session only says who it is.
+		if s.waitingShown < 0 {
+			s.waitingShown = 0
+			if err := workflow.UpsertTypedSearchAttributes(ctx, AttrSession.ValueSet(s.in.Session)); err != nil {
+				workflow.GetLogger(ctx).Warn("Could not update the session's search attributes", "session", s.in.Session, "error", err)
+			}
+		}
+		return
+	}
 	if n := len(s.index); n != s.waitingShown {
 		s.waitingShown = n
 		err := workflow.UpsertTypedSearchAttributes(ctx, AttrSession.ValueSet(s.in.Session), AttrWaiting.ValueSet(int64(n)))
@@ -778,9 +940,17 @@ func (s *sessionRun) validateEnd(ctx workflow.Context, req EndRequest) error {
 	return nil
 }
 
-// end ends the session: every waiting call is owed a denial, which the
-// main loop sends. It returns how many calls are denied.
+// end ends the session: every waiting call is owed a denial. Calls that
+// registered are denied by the main loop; calls found through visibility
+// (changeFindWaiting) by an activity here, once the memo shows the end, and
+// only after an activity found none that the ender may not act on. It
+// returns how many calls are denied.
 func (s *sessionRun) end(ctx workflow.Context, req EndRequest) (int, error) {
+	if s.findWaiting {
+		if err := s.checkMayEnd(ctx, req); err != nil {
+			return 0, err
+		}
+	}
 	s.state.Ended = true
 	s.showSticky(ctx)
 	denial := policy.Decision{Kind: policy.DeniedWithReason, Reason: "the session was ended by " + req.By,
@@ -794,8 +964,33 @@ func (s *sessionRun) end(ctx workflow.Context, req EndRequest) (int, error) {
 		s.enqueue(w.CallID, s.answer(endKey, denial))
 		n++
 	}
+	if s.findWaiting {
+		var told int
+		if err := s.startRelease(ctx, "", SessionDecision{Decision: &denial, Ended: true}).Get(ctx, &told); err != nil {
+			workflow.GetLogger(ctx).Warn("Could not deny the calls waiting in the ended session", "session", s.in.Session, "error", err)
+		}
+		n += told
+	}
 	workflow.GetLogger(ctx).Info("Session ending", "session", s.in.Session, "by", req.By, "denied", n)
 	return n, nil
+}
+
+// checkMayEnd refuses the end when visibility lists a call waiting in the
+// session that the ender may not act on (the validator checked the calls
+// that registered), or when another end came first meanwhile.
+func (s *sessionRun) checkMayEnd(ctx workflow.Context, req EndRequest) error {
+	var refusal string
+	in := activities.CheckWaitingInput{Query: waitingQuery(s.in.Session, ""), Approver: req.approver()}
+	if err := workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, listOptions), a.CheckWaiting, in).Get(ctx, &refusal); err != nil {
+		return temporal.NewApplicationError("end session "+s.in.Session+": could not list its waiting calls: "+err.Error(), ErrTypeUnavailable)
+	}
+	if refusal != "" {
+		return temporal.NewApplicationError(fmt.Sprintf("%s may not end session %s: %s", req.By, s.in.Session, refusal), ErrTypeNotAuthorized)
+	}
+	if s.state.Ended {
+		return temporal.NewApplicationError("session "+s.in.Session+" has already ended", ErrTypeSessionEnded)
+	}
+	return nil
 }
 
 // unixMilliUp is t in Unix milliseconds, rounded up.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -25,6 +26,15 @@ type sentDecisions struct {
 	got map[string][]SessionDecision
 	// batches counts the batches sent by the SendSignals activity.
 	batches int
+	// releases are the ReleaseWaiting activities: what the session tells
+	// the calls that visibility finds waiting.
+	releases []activities.ReleaseInput
+}
+
+func (s *sentDecisions) released() []activities.ReleaseInput {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.releases)
 }
 
 func (s *sentDecisions) add(workflowID string, d SessionDecision) {
@@ -40,13 +50,18 @@ func (s *sentDecisions) to(callID string) []SessionDecision {
 }
 
 // sessionEnv runs ToolgateSession alone; signals to calls are captured.
-func sessionEnv(t *testing.T) (*testsuite.TestWorkflowEnvironment, *sentDecisions) {
+// mocks registers a test's own activity mocks first: the first registered
+// mock of an activity answers.
+func sessionEnv(t *testing.T, mocks ...func(*testsuite.TestWorkflowEnvironment)) (*testsuite.TestWorkflowEnvironment, *sentDecisions) {
 	var ts testsuite.WorkflowTestSuite
 	ts.SetLogger(quietLogger{})
 	env := ts.NewTestWorkflowEnvironment()
 	env.RegisterWorkflowWithOptions(ToolgateSession, workflow.RegisterOptions{Name: SessionWorkflowType})
 	env.RegisterActivity(&activities.Activities{}) // no client: the rebuild lists nothing
 	sent := &sentDecisions{got: map[string][]SessionDecision{}}
+	for _, m := range mocks {
+		m(env)
+	}
 	env.OnSignalExternalWorkflow(mock.Anything, mock.Anything, "", SignalSessionDecision, mock.Anything).Return(
 		func(_, workflowID, _, _ string, arg any) error {
 			sent.add(workflowID, arg.(SessionDecision))
@@ -70,6 +85,15 @@ func sessionEnv(t *testing.T) (*testsuite.TestWorkflowEnvironment, *sentDecision
 		sent.batches++
 		return nil, nil
 	})
+	// No visibility in the environment: no call is found waiting.
+	env.OnActivity("ReleaseWaiting", mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.ReleaseInput) (int, error) {
+		sent.mu.Lock()
+		defer sent.mu.Unlock()
+		sent.releases = append(sent.releases, in)
+		return 0, nil
+	})
+	env.OnActivity("CheckWaiting", mock.Anything, mock.Anything).Return("", nil)
+	env.OnActivity("ListWorkflowIDs", mock.Anything, mock.Anything).Return([]string(nil), nil)
 	return env, sent
 }
 

@@ -89,6 +89,9 @@ const (
 	// ErrTypeInvalidEdit: edited arguments that the tool's schema or the
 	// policy refuses; the call keeps waiting.
 	ErrTypeInvalidEdit = "InvalidEdit"
+	// ErrTypeUnavailable: the workflow could not do what it needed for the
+	// request (e.g. list the calls waiting in a session); try again.
+	ErrTypeUnavailable = "Unavailable"
 )
 
 // Metrics the workflows emit through the worker's metrics handler (not
@@ -118,8 +121,12 @@ var (
 	// groups that may decide it (escalation groups added once it
 	// escalates), or "*" when any approver may.
 	AttrGroups = temporal.NewSearchAttributeKeyKeywordList("ToolgateGroups")
-	// AttrWaiting is on sessions: how many calls wait in them.
+	// AttrWaiting is on sessions whose calls register with them (runs
+	// before changeFindWaiting): how many calls wait in them.
 	AttrWaiting = temporal.NewSearchAttributeKeyInt64("ToolgateWaiting")
+	// AttrStickyKey is set while a call waits for a person: the key of
+	// the sticky decisions that may decide it, so its session finds it.
+	AttrStickyKey = temporal.NewSearchAttributeKeyKeyword("ToolgateStickyKey")
 )
 
 // CallWorkflowID derives a call's workflow ID from its call ID, so a
@@ -360,6 +367,12 @@ type StickyDecision struct {
 // the call was parked and must ask a person.
 type SessionDecision struct {
 	Decision *policy.Decision `json:"decision,omitempty"`
+	// Key is the sticky decision's key, for calls that the session found
+	// waiting (changeFindWaiting): a call of another key ignores it.
+	Key string `json:"key,omitempty"`
+	// Ended: the decision is the session's end, which denies every call
+	// waiting in it.
+	Ended bool `json:"ended,omitempty"`
 }
 
 // QuotaRequest is a call's SignalQuota: may it run now under the quota?
@@ -417,6 +430,15 @@ type SessionState struct {
 	// Waiting is how LegacySessionWorkflow kept its waiting calls; a
 	// ToolgateSession continued from one moves them into Calls.
 	Waiting []Registration `json:"waiting,omitempty"`
+	// Releases are the sticky decisions still to hand to the calls that
+	// visibility finds waiting (changeFindWaiting).
+	Releases []Release `json:"releases,omitempty"`
+}
+
+// Release is a sticky decision to hand to the waiting calls of its key.
+type Release struct {
+	Key      string          `json:"key"`
+	Decision policy.Decision `json:"decision"`
 }
 
 // WaitingCall is one call waiting for a person: about 70 bytes of JSON.
@@ -496,5 +518,6 @@ func SearchAttributeTypes() map[string]enumspb.IndexedValueType {
 		AttrChannel.GetName():     enumspb.INDEXED_VALUE_TYPE_KEYWORD,
 		AttrGroups.GetName():      enumspb.INDEXED_VALUE_TYPE_KEYWORD_LIST,
 		AttrWaiting.GetName():     enumspb.INDEXED_VALUE_TYPE_INT,
+		AttrStickyKey.GetName():   enumspb.INDEXED_VALUE_TYPE_KEYWORD,
 	}
 }

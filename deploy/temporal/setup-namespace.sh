@@ -39,5 +39,6 @@ temporal operator search-attribute create --address "$TEMPORAL_ADDRESS" --namesp
   --name ToolgateDecidedBy --type Keyword \
   --name ToolgateChannel --type Keyword \
   --name ToolgateGroups --type KeywordList \
-  --name ToolgateWaiting --type Int
+  --name ToolgateWaiting --type Int \
+  --name ToolgateStickyKey --type Keyword
 echo "temporal-namespace: done"

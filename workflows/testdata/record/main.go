@@ -220,14 +220,13 @@ func (r *recorder) askApprove(ctx context.Context) error {
 // session resolves the other two through the session workflow.
 func (r *recorder) stickyFanOut(ctx context.Context) error {
 	const session = "replay-sticky"
-	// Twelve, so the release (eleven answers) goes out from one SendSignals
-	// activity (more than maxInlineSignals).
+	// Twelve waiting calls; the session finds the eleven others through
+	// visibility when the first is approved for the session.
 	var ids []string
 	for i := 1; i <= 12; i++ {
 		ids = append(ids, fmt.Sprintf("sticky-%d", i))
 	}
-	// One at a time, so every recording has the same shape: the first
-	// call creates the session (signal-with-start), the others signal it.
+	// One at a time, so every recording has the same shape.
 	for _, id := range ids {
 		args := fmt.Sprintf(`{"path":%q,"content":"x"}`, id+".txt")
 		if _, err := r.tg.Submit(ctx, toolgate.CallRequest{CallID: id, Session: session, Tool: "write", Args: []byte(args), Requester: "agent"}); err != nil {
@@ -287,39 +286,34 @@ func (r *recorder) timeout(ctx context.Context) error {
 	return r.writeHistory(ctx, "timeout", workflows.CallWorkflowID(id), "")
 }
 
-// sessionContinueAsNew: a session started with a low continue-as-new limit.
-// Call 1 registers and is decided (two messages); call 2's registration is
-// the third, so the first run continues as new with call 2 still waiting;
-// call 2 is decided in the second run, which then ends.
+// sessionContinueAsNew: a session started with a continue-as-new limit of
+// one message. Call 1's approve-for-session makes the first run continue as
+// new; call 2 finds that sticky decision in the second run, which is then
+// ended.
 func (r *recorder) sessionContinueAsNew(ctx context.Context) error {
 	const session = "replay-can"
 	sessionID := workflows.SessionWorkflowID(session)
 	run, err := r.tc.ExecuteWorkflow(ctx, sdkclient.StartWorkflowOptions{ID: sessionID, TaskQueue: workflows.TaskQueue},
-		workflows.SessionWorkflowType, workflows.SessionInput{Session: session, ContinueAsNewAfter: 3})
+		workflows.SessionWorkflowType, workflows.SessionInput{Session: session, ContinueAsNewAfter: 1})
 	if err != nil {
 		return fmt.Errorf("start session %s: %w", session, err)
 	}
 	firstRun := run.GetRunID()
 
-	for _, id := range []string{"can-1", "can-2"} {
-		args := fmt.Sprintf(`{"path":%q,"content":"x"}`, id+".txt")
-		if _, err := r.tg.Submit(ctx, toolgate.CallRequest{CallID: id, Session: session, Tool: "write", Args: []byte(args), Requester: "agent"}); err != nil {
-			return err
-		}
-		if err := r.waitPending(ctx, id); err != nil {
-			return err
-		}
-		if id == "can-1" {
-			if err := r.decide(ctx, id, policy.Approved); err != nil {
-				return err
-			}
-			if err := r.expectResult(ctx, id, workflows.StatusOK, policy.Approved, "cli"); err != nil {
-				return err
-			}
-		}
+	// can-1's approve-for-session is the session's first message: the run
+	// continues as new with the sticky decision.
+	if _, err := r.tg.Submit(ctx, toolgate.CallRequest{CallID: "can-1", Session: session, Tool: "write", Args: []byte(`{"path":"can-1.txt","content":"x"}`), Requester: "agent"}); err != nil {
+		return err
 	}
-
-	// can-2 is parked; its registration made the first run continue as new.
+	if err := r.waitPending(ctx, "can-1"); err != nil {
+		return err
+	}
+	if err := r.decide(ctx, "can-1", policy.ApprovedForSession); err != nil {
+		return err
+	}
+	if err := r.expectResult(ctx, "can-1", workflows.StatusOK, policy.ApprovedForSession, "cli"); err != nil {
+		return err
+	}
 	var secondRun string
 	err = eventually(ctx, "the first session run continued as new", func(ctx context.Context) (bool, error) {
 		desc, err := r.tc.DescribeWorkflowExecution(ctx, sessionID, firstRun)
@@ -343,13 +337,14 @@ func (r *recorder) sessionContinueAsNew(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if len(view.Waiting) != 1 || view.Waiting[0].CallID != "can-2" {
-		return fmt.Errorf("second session run waits for %+v, want only can-2", view.Waiting)
+	if len(view.Sticky) != 1 || view.Sticky[0].FromCall != "can-1" {
+		return fmt.Errorf("second session run holds sticky decisions %+v, want can-1's", view.Sticky)
 	}
-	if err := r.decide(ctx, "can-2", policy.Approved); err != nil {
+	// can-2 finds the sticky decision the second run carried over.
+	if _, err := r.tg.Submit(ctx, toolgate.CallRequest{CallID: "can-2", Session: session, Tool: "write", Args: []byte(`{"path":"can-2.txt","content":"x"}`), Requester: "agent"}); err != nil {
 		return err
 	}
-	if err := r.expectResult(ctx, "can-2", workflows.StatusOK, policy.Approved, "cli"); err != nil {
+	if err := r.expectResult(ctx, "can-2", workflows.StatusOK, policy.ApprovedForSession, "session"); err != nil {
 		return err
 	}
 	if err := r.endSession(ctx, session, secondRun); err != nil {

@@ -1,0 +1,189 @@
+package activities
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	commonpb "go.temporal.io/api/common/v1"
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
+	workflowpb "go.temporal.io/api/workflow/v1"
+	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/testsuite"
+
+	"github.com/toolgate/toolgate/policy"
+)
+
+// visibilityServer lists waiting calls, answers for one session and
+// records the signals sent.
+type visibilityServer struct {
+	client.Client // nil: methods not written here panic
+	mu            sync.Mutex
+	// listedAfter: the call shows in listings after this many looks, with
+	// callStatus ("pending" when empty).
+	listedAfter int
+	callStatus  string
+	counts      int
+	waiting     []*workflowpb.WorkflowExecutionInfo
+	session     *workflowpb.WorkflowExecutionInfo
+	signalled   []string
+	gone        map[string]bool
+}
+
+func (v *visibilityServer) DescribeWorkflowExecution(context.Context, string, string) (*workflowservice.DescribeWorkflowExecutionResponse, error) {
+	if v.session == nil {
+		return nil, serviceerror.NewNotFound("workflow not found")
+	}
+	return &workflowservice.DescribeWorkflowExecutionResponse{WorkflowExecutionInfo: v.session}, nil
+}
+
+// ListWorkflow finds the call (a query by its workflow ID), or pages the
+// waiting calls two at a time.
+func (v *visibilityServer) ListWorkflow(_ context.Context, req *workflowservice.ListWorkflowExecutionsRequest) (*workflowservice.ListWorkflowExecutionsResponse, error) {
+	if strings.HasPrefix(req.Query, "WorkflowId = ") {
+		v.mu.Lock()
+		defer v.mu.Unlock()
+		v.counts++
+		if v.counts <= v.listedAfter {
+			return &workflowservice.ListWorkflowExecutionsResponse{}, nil
+		}
+		status := cmp.Or(v.callStatus, "pending")
+		return &workflowservice.ListWorkflowExecutionsResponse{Executions: []*workflowpb.WorkflowExecutionInfo{{
+			SearchAttributes: &commonpb.SearchAttributes{IndexedFields: map[string]*commonpb.Payload{StatusAttribute: v.payload(status)}},
+		}}}, nil
+	}
+	from := 0
+	if len(req.NextPageToken) > 0 {
+		from = int(req.NextPageToken[0])
+	}
+	to := min(from+2, len(v.waiting))
+	resp := &workflowservice.ListWorkflowExecutionsResponse{Executions: v.waiting[from:to]}
+	if to < len(v.waiting) {
+		resp.NextPageToken = []byte{byte(to)}
+	}
+	return resp, nil
+}
+
+func (v *visibilityServer) SignalWorkflow(_ context.Context, workflowID, _, _ string, _ any) error {
+	if v.gone[workflowID] {
+		return serviceerror.NewNotFound("workflow execution already completed")
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	v.signalled = append(v.signalled, workflowID)
+	return nil
+}
+
+func (v *visibilityServer) payload(x any) *commonpb.Payload {
+	p, _ := converter.GetDefaultDataConverter().ToPayload(x)
+	return p
+}
+
+func payload(t *testing.T, v any) *commonpb.Payload {
+	p, err := converter.GetDefaultDataConverter().ToPayload(v)
+	require.NoError(t, err)
+	return p
+}
+
+func waitingCall(t *testing.T, id string, groups ...string) *workflowpb.WorkflowExecutionInfo {
+	return &workflowpb.WorkflowExecutionInfo{
+		Execution:        &commonpb.WorkflowExecution{WorkflowId: id},
+		SearchAttributes: &commonpb.SearchAttributes{IndexedFields: map[string]*commonpb.Payload{GroupsAttribute: payload(t, groups)}},
+	}
+}
+
+func runActivity[T any](t *testing.T, a *Activities, fn any, in any) (T, error) {
+	var ts testsuite.WorkflowTestSuite
+	env := ts.NewTestActivityEnvironment()
+	env.RegisterActivity(a)
+	var out T
+	v, err := env.ExecuteActivity(fn, in)
+	if err == nil {
+		require.NoError(t, v.Get(&out))
+	}
+	return out, err
+}
+
+func TestAwaitListedReadsTheSessionOnlyOnceTheCallIsListed(t *testing.T) {
+	approved := &policy.Decision{Kind: policy.ApprovedForSession, DecidedBy: "bob", Channel: "session"}
+	v := &visibilityServer{listedAfter: 3, session: &workflowpb.WorkflowExecutionInfo{
+		Status: enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING,
+		Memo: &commonpb.Memo{Fields: map[string]*commonpb.Payload{
+			"sticky": payload(t, map[string]*policy.Decision{"write": approved}),
+			"ended":  payload(t, false),
+		}},
+	}}
+	a := &Activities{Client: v}
+	in := ListedInput{Listed: "WorkflowId = 'c1' AND RunId = 'r1'", Session: StickyLookup{WorkflowID: "s1", Memo: "sticky", Ended: "ended"}, Key: "write"}
+	word, err := runActivity[SessionWord](t, a, a.AwaitListed, in)
+	require.NoError(t, err)
+	require.NotNil(t, word.Sticky)
+	assert.Equal(t, "bob", word.Sticky.DecidedBy)
+	assert.False(t, word.Ended)
+	assert.Equal(t, 4, v.counts, "it polled until the listing showed the call")
+
+	v.session.Memo.Fields["ended"] = payload(t, true)
+	word, err = runActivity[SessionWord](t, a, a.AwaitListed, in)
+	require.NoError(t, err)
+	assert.True(t, word.Ended)
+
+	in.Key = "shell"
+	v.session.Memo.Fields["ended"] = payload(t, false)
+	word, err = runActivity[SessionWord](t, a, a.AwaitListed, in)
+	require.NoError(t, err)
+	assert.Equal(t, SessionWord{}, word, "no decision of that key")
+
+	v.session = nil
+	word, err = runActivity[SessionWord](t, a, a.AwaitListed, in)
+	require.NoError(t, err)
+	assert.Equal(t, SessionWord{}, word, "no session: nothing to say")
+
+	// Decided before listings showed it waiting: nothing to wait for.
+	v.callStatus, v.counts, v.listedAfter = "running", 0, 0
+	in.Key = "write"
+	v.session = &workflowpb.WorkflowExecutionInfo{Status: enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING,
+		Memo: &commonpb.Memo{Fields: map[string]*commonpb.Payload{"sticky": payload(t, map[string]*policy.Decision{"write": approved})}}}
+	word, err = runActivity[SessionWord](t, a, a.AwaitListed, in)
+	require.NoError(t, err)
+	assert.Equal(t, SessionWord{}, word)
+	assert.Equal(t, 1, v.counts, "one look")
+}
+
+func TestReleaseWaitingTellsEveryListedCall(t *testing.T) {
+	v := &visibilityServer{gone: map[string]bool{"c3": true}}
+	for _, id := range []string{"c1", "c2", "c3", "c4", "c5"} {
+		v.waiting = append(v.waiting, waitingCall(t, id, "*"))
+	}
+	arg, _ := json.Marshal(map[string]string{"key": "write"})
+	a := &Activities{Client: v}
+	told, err := runActivity[int](t, a, a.ReleaseWaiting,
+		ReleaseInput{Query: "q", Name: "session-decision", Arg: arg, Limit: 100})
+	require.NoError(t, err)
+	assert.Equal(t, 4, told, "every page; a call that ended meanwhile is not counted")
+	assert.ElementsMatch(t, []string{"c1", "c2", "c4", "c5"}, v.signalled)
+}
+
+func TestCheckWaitingNamesACallTheApproverMayNotActOn(t *testing.T) {
+	v := &visibilityServer{waiting: []*workflowpb.WorkflowExecutionInfo{
+		waitingCall(t, "toolgate/call/c1", "*"),
+		waitingCall(t, "toolgate/call/c2", "ops"),
+		waitingCall(t, "toolgate/call/c3", "finance"),
+	}}
+	a := &Activities{Client: v}
+	refusal, err := runActivity[string](t, a, a.CheckWaiting, CheckWaitingInput{Query: "q", Approver: policy.Approver{Name: "ops1", Groups: []string{"ops"}}})
+	require.NoError(t, err)
+	assert.Contains(t, refusal, "waiting call toolgate/call/c3")
+	assert.Contains(t, refusal, "finance")
+
+	refusal, err = runActivity[string](t, a, a.CheckWaiting, CheckWaitingInput{Query: "q", Approver: policy.Approver{Name: "root", Groups: []string{"*"}}})
+	require.NoError(t, err)
+	assert.Empty(t, refusal, "an admin may act on every call")
+}
