@@ -89,9 +89,9 @@ func TestReplayDetectsChangedWorkflow(t *testing.T) {
 
 	err := newReplayer(changed).ReplayWorkflowHistoryFromJSONFile(testLogger(t), history)
 	require.Error(t, err, "a changed workflow must not replay")
-	// The SDK's code for non-determinism, and its explanation.
+	// The SDK's code for non-determinism (its explanation depends on
+	// where the commands and the history part).
 	require.ErrorContains(t, err, "[TMPRL1100]")
-	require.ErrorContains(t, err, "nondeterministic")
 
 	// The same history and set-up with the real workflow replays.
 	require.NoError(t, newReplayer(ToolCallWorkflow).ReplayWorkflowHistoryFromJSONFile(testLogger(t), history))

@@ -356,7 +356,8 @@ func (r *recorder) sessionContinueAsNew(ctx context.Context) error {
 	return r.writeHistory(ctx, "session-continue-as-new-next-run", sessionID, secondRun)
 }
 
-// waitPending waits until the call waits for a person.
+// waitPending waits until the call waits for a person, who was notified
+// (so every recording has the same shape).
 func (r *recorder) waitPending(ctx context.Context, callID string) error {
 	return eventually(ctx, "call "+callID+" is pending", func(ctx context.Context) (bool, error) {
 		st, err := r.tg.Status(ctx, callID)
@@ -366,7 +367,7 @@ func (r *recorder) waitPending(ctx context.Context, callID string) error {
 		if st.Result != nil {
 			return false, fmt.Errorf("call %s finished (%s: %s) instead of waiting", callID, st.Result.Status, st.Result.Reason)
 		}
-		return st.State.Status == workflows.StatusPending, nil
+		return st.State.Status == workflows.StatusPending && len(st.State.Notices) > 0, nil
 	})
 }
 
