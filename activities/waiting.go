@@ -163,6 +163,7 @@ type ReleaseInput struct {
 // calls wait. It returns how many calls it told. A retry tells the calls
 // still listed again; they take a repeated answer as one.
 func (a *Activities) ReleaseWaiting(ctx context.Context, in ReleaseInput) (int, error) {
+	defer keepHeartbeating(ctx)()
 	ids, err := a.ListWorkflowIDs(ctx, ListInput{Query: in.Query, Limit: in.Limit})
 	if err != nil {
 		return 0, err
@@ -176,6 +177,31 @@ func (a *Activities) ReleaseWaiting(ctx context.Context, in ReleaseInput) (int, 
 		return 0, err
 	}
 	return len(ids) - len(gone), nil
+}
+
+// heartbeatInterval is how often a long activity says it is alive, well
+// within its heartbeat timeout.
+const heartbeatInterval = 5 * time.Second
+
+// keepHeartbeating heartbeats for the activity until the returned func is
+// called: a release of 10,000 calls takes minutes.
+func keepHeartbeating(ctx context.Context) (stop func()) {
+	done := make(chan struct{})
+	go func() {
+		t := time.NewTicker(heartbeatInterval)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				activity.RecordHeartbeat(ctx)
+			}
+		}
+	}()
+	return func() { close(done) }
 }
 
 // CheckWaitingInput is the argument of CheckWaiting.
