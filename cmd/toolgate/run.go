@@ -58,6 +58,15 @@ in the environment (SLACK_*, SMTP_*, TOOLGATE_*; see docs/channels.md).`,
 			if err := os.MkdirAll(dataDir, 0o700); err != nil {
 				return fmt.Errorf("create data dir: %w", err)
 			}
+			// Bound first: a taken address fails before Temporal starts,
+			// and the embedded server's own free ports never take it.
+			var httpListener net.Listener
+			if httpAddr != "" {
+				if httpListener, err = listen(httpAddr); err != nil {
+					return err
+				}
+				defer httpListener.Close()
+			}
 			srv, err := devserver.Start(ctx, devserver.Options{
 				DataDir:          dataDir,
 				Port:             port,
@@ -77,7 +86,7 @@ in the environment (SLACK_*, SMTP_*, TOOLGATE_*; see docs/channels.md).`,
 			if wf.workspace == "" {
 				wf.workspace = filepath.Join(dataDir, "workspace")
 			}
-			return a.runProcesses(ctx, processes{worker: &wf, httpAddr: httpAddr, dataDir: dataDir, started: func(tools []string, ws, httpURL string) {
+			return a.runProcesses(ctx, processes{worker: &wf, httpAddr: httpAddr, httpListener: httpListener, dataDir: dataDir, started: func(tools []string, ws, httpURL string) {
 				fmt.Fprintf(a.stdout, `toolgate dev is running
   Temporal   %s  namespace %s  data %s
   worker     task queue %s; tools: %s
@@ -175,6 +184,9 @@ type processes struct {
 	worker *workerFlags // nil: no worker
 	// httpAddr serves health, the API, the inbox and /metrics; empty: none.
 	httpAddr string
+	// httpListener, when set, is httpAddr already bound (toolgate dev binds
+	// it before its embedded server picks its own ports).
+	httpListener net.Listener
 	// metricsAddr serves /metrics alone (for a worker without httpAddr).
 	metricsAddr string
 	// dataDir keeps a generated email-link secret (toolgate dev); empty
@@ -224,10 +236,13 @@ func (a *app) runProcesses(ctx context.Context, p processes) error {
 		gateway := mcpgate.NewGateway(calls, mcpgate.Options{Logger: a.logger.Named("mcp")})
 		mux.Handle("/", server.New(server.Config{Calls: calls, Tokens: a.tokens,
 			Logger: a.logger.Named("http"), Notify: notifications, MCP: gateway.HTTPHandler(a.tokens.Agent)}))
-		url, stop, err := a.serveHTTP(p.httpAddr, mux)
-		if err != nil {
-			return err
+		ln := p.httpListener
+		if ln == nil {
+			if ln, err = listen(p.httpAddr); err != nil {
+				return err
+			}
 		}
+		url, stop := a.serveHTTP(ln, mux)
 		defer stop()
 		httpURL = url
 	}
@@ -236,9 +251,10 @@ func (a *app) runProcesses(ctx context.Context, p processes) error {
 		mux.Handle("GET /metrics", m.HTTP)
 		// Metrics are not worth refusing to work for: a second worker on the
 		// same host with the default address runs without them.
-		if url, stop, err := a.serveHTTP(p.metricsAddr, mux); err != nil {
+		if ln, err := listen(p.metricsAddr); err != nil {
 			a.logger.Error("No metrics: the listener did not start; set --metrics to a free address", zap.Error(err))
 		} else {
+			url, stop := a.serveHTTP(ln, mux)
 			defer stop()
 			a.logger.Info("Metrics", zap.String("url", url+"/metrics"))
 		}
@@ -250,12 +266,17 @@ func (a *app) runProcesses(ctx context.Context, p processes) error {
 	return nil
 }
 
-// serveHTTP listens on addr and serves h until stop is called.
-func (a *app) serveHTTP(addr string, h http.Handler) (url string, stop func(), err error) {
+// listen binds an HTTP listener's address.
+func listen(addr string) (net.Listener, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
-		return "", nil, fmt.Errorf("HTTP listener: %w", err)
+		return nil, fmt.Errorf("HTTP listener: %w", err)
 	}
+	return ln, nil
+}
+
+// serveHTTP serves h on ln until stop is called.
+func (a *app) serveHTTP(ln net.Listener, h http.Handler) (url string, stop func()) {
 	hs := server.NewHTTPServer(h) // long polls end when stop begins
 	go func() {
 		if err := hs.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -266,7 +287,7 @@ func (a *app) serveHTTP(addr string, h http.Handler) (url string, stop func(), e
 		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
 		_ = hs.Shutdown(sctx)
-	}, nil
+	}
 }
 
 // workerFlags tune a worker.
