@@ -279,8 +279,9 @@ func (c *Client) decideError(ctx context.Context, callID string, err error) erro
 	return refusal(err)
 }
 
-// Session returns a session's sticky decisions and waiting calls. A
-// session that never asked anyone (or ended) has none.
+// Session returns a session's sticky decisions (those of its running
+// workflow: none when it has none) and the calls waiting in it, as
+// visibility lists them.
 func (c *Client) Session(ctx context.Context, session string) (workflows.SessionView, error) {
 	view := workflows.SessionView{Session: session}
 	// A session run that ended (idle, ended, terminated) holds nothing
