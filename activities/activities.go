@@ -80,10 +80,10 @@ type Evaluation struct {
 	PolicyVersion string                  `json:"policy_version,omitempty"`
 	// Quota limits calls of this tool per session; the session counts.
 	Quota *policy.Quota `json:"quota,omitempty"`
-	// Sticky is a sticky decision of the session that already covers the
-	// call, found by a query; the call then skips registering with the
-	// session. Nil means unknown: the call registers, and the session
-	// answers.
+	// Sticky is the session's sticky decision for the call's key, read
+	// from its memo: the call applies it when its author may decide the
+	// call, and then never waits. Nil means none known yet: the call waits,
+	// and hears from its session once listings show it waiting.
 	Sticky *policy.Decision `json:"sticky,omitempty"`
 	// SessionEnded: the session has ended, so no person is asked.
 	SessionEnded bool `json:"session_ended,omitempty"`
