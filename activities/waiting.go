@@ -163,7 +163,7 @@ type ReleaseInput struct {
 // calls wait. It returns how many calls it told. A retry tells the calls
 // still listed again; they take a repeated answer as one.
 func (a *Activities) ReleaseWaiting(ctx context.Context, in ReleaseInput) (int, error) {
-	defer keepHeartbeating(ctx)()
+	defer heartbeat(ctx, releaseHeartbeat)()
 	ids, err := a.ListWorkflowIDs(ctx, ListInput{Query: in.Query, Limit: in.Limit})
 	if err != nil {
 		return 0, err
@@ -179,30 +179,9 @@ func (a *Activities) ReleaseWaiting(ctx context.Context, in ReleaseInput) (int, 
 	return len(ids) - len(gone), nil
 }
 
-// heartbeatInterval is how often a long activity says it is alive, well
-// within its heartbeat timeout.
-const heartbeatInterval = 5 * time.Second
-
-// keepHeartbeating heartbeats for the activity until the returned func is
-// called: a release of 10,000 calls takes minutes.
-func keepHeartbeating(ctx context.Context) (stop func()) {
-	done := make(chan struct{})
-	go func() {
-		t := time.NewTicker(heartbeatInterval)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				activity.RecordHeartbeat(ctx)
-			}
-		}
-	}()
-	return func() { close(done) }
-}
+// releaseHeartbeat is how often a release says it is alive, well within
+// its heartbeat timeout: a release of 10,000 calls takes minutes.
+const releaseHeartbeat = 5 * time.Second
 
 // CheckWaitingInput is the argument of CheckWaiting.
 type CheckWaitingInput struct {
