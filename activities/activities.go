@@ -113,8 +113,8 @@ type StickyLookup struct {
 	// decisions by key; the query is asked only of a session that does
 	// not show them (one started before it learned to).
 	Memo string `json:"memo,omitempty"`
-	// Ended, when set, is the memo key where the session shows that it
-	// has ended.
+	// Ended, when set, is the memo key where the session shows the denial
+	// of its end, once it has ended.
 	Ended string `json:"ended,omitempty"`
 }
 
@@ -154,7 +154,7 @@ func (a *Activities) Evaluate(ctx context.Context, in EvaluateInput) (Evaluation
 		ev.Ask = req
 		ev.Rule = req.Rule
 		word := a.lookupSticky(ctx, in.Session, req.StickyKeyFor(call.Tool))
-		ev.Sticky, ev.SessionEnded = word.Sticky, word.Ended
+		ev.Sticky, ev.SessionEnded = word.Sticky, word.End != nil
 	}
 	return ev, nil
 }

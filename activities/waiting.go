@@ -28,10 +28,11 @@ import (
 // (AwaitListed). Whichever comes second sees the other.
 
 // SessionWord is what a session says to one call: a sticky decision of the
-// call's key, or that the session has ended. Empty: nothing.
+// call's key, or the denial of the session's end (who ended it, with their
+// groups). Empty: nothing.
 type SessionWord struct {
 	Sticky *policy.Decision `json:"sticky,omitempty"`
-	Ended  bool             `json:"ended,omitempty"`
+	End    *policy.Decision `json:"end,omitempty"`
 }
 
 // ListedInput is the argument of AwaitListed.
@@ -139,8 +140,8 @@ func sessionWordOf(info *workflowpb.WorkflowExecutionInfo, l StickyLookup, key s
 		}
 		word.Sticky = byKey[key]
 	}
-	if ended, ok := fields[l.Ended]; ok && l.Ended != "" {
-		if err := converter.GetDefaultDataConverter().FromPayload(ended, &word.Ended); err != nil {
+	if end, ok := fields[l.Ended]; ok && l.Ended != "" {
+		if err := converter.GetDefaultDataConverter().FromPayload(end, &word.End); err != nil {
 			return SessionWord{}, fmt.Errorf("decode the session's end: %w", err)
 		}
 	}

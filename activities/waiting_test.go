@@ -118,7 +118,7 @@ func TestAwaitListedReadsTheSessionOnlyOnceTheCallIsListed(t *testing.T) {
 		Status: enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING,
 		Memo: &commonpb.Memo{Fields: map[string]*commonpb.Payload{
 			"sticky": payload(t, map[string]*policy.Decision{"write": approved}),
-			"ended":  payload(t, false),
+			"ended":  payload(t, nil),
 		}},
 	}}
 	a := &Activities{Client: v}
@@ -127,16 +127,17 @@ func TestAwaitListedReadsTheSessionOnlyOnceTheCallIsListed(t *testing.T) {
 	require.NoError(t, err)
 	require.NotNil(t, word.Sticky)
 	assert.Equal(t, "bob", word.Sticky.DecidedBy)
-	assert.False(t, word.Ended)
+	assert.Nil(t, word.End)
 	assert.Equal(t, 4, v.counts, "it polled until the listing showed the call")
 
-	v.session.Memo.Fields["ended"] = payload(t, true)
+	end := &policy.Decision{Kind: policy.DeniedWithReason, Reason: "the session was ended by ops1", DecidedBy: "ops1", DeciderGroups: []string{"ops"}, Channel: "session"}
+	v.session.Memo.Fields["ended"] = payload(t, end)
 	word, err = runActivity[SessionWord](t, a, a.AwaitListed, in)
 	require.NoError(t, err)
-	assert.True(t, word.Ended)
+	assert.Equal(t, end, word.End, "who ended it, with their groups")
 
 	in.Key = "shell"
-	v.session.Memo.Fields["ended"] = payload(t, false)
+	v.session.Memo.Fields["ended"] = payload(t, nil)
 	word, err = runActivity[SessionWord](t, a, a.AwaitListed, in)
 	require.NoError(t, err)
 	assert.Equal(t, SessionWord{}, word, "no decision of that key")

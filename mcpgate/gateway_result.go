@@ -11,6 +11,7 @@ import (
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
+	tgclient "github.com/toolgate/toolgate/client"
 	"github.com/toolgate/toolgate/workflows"
 )
 
@@ -129,17 +130,10 @@ func errorResult(text string) *mcp.CallToolResult {
 	return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: text}}}
 }
 
-// Waiting is the structured content of a "still waiting" result.
+// Waiting is the structured content of a "still waiting" result: the
+// call as `toolgate status` shows it, and how to get its result.
 type Waiting struct {
-	CallID  string           `json:"call_id"`
-	Tool    string           `json:"tool"`
-	Session string           `json:"session"`
-	Status  workflows.Status `json:"status"`
-	// Message is what the approvers were asked.
-	Message string `json:"message,omitempty"`
-	// Groups are the approver groups asked; empty: any approver.
-	Groups   []string  `json:"groups,omitempty"`
-	Deadline time.Time `json:"deadline,omitzero"`
+	tgclient.Waiting
 	// Next says how to get the result.
 	Next string `json:"next"`
 }
@@ -147,12 +141,9 @@ type Waiting struct {
 // waitingResult says the call is not decided yet, who was asked, and how
 // to pick the result up. It is not an error: the call goes on.
 func (h *handler) waitingResult(callID string, st *workflows.CallState) *mcp.CallToolResult {
-	w := Waiting{CallID: callID, Status: workflows.StatusEvaluating}
+	w := Waiting{Waiting: tgclient.Waiting{CallID: callID, Status: workflows.StatusEvaluating}}
 	if st != nil {
-		w.Tool, w.Session, w.Status, w.Deadline = st.Call.Tool, st.Call.Session, st.Status, st.Deadline
-		if st.Request != nil {
-			w.Message, w.Groups = st.Request.Message, st.Request.Groups
-		}
+		w.Waiting = tgclient.WaitingView(*st)
 	}
 	w.Next = fmt.Sprintf(`call %s with {"call_id": %q}`, WaitTool, callID)
 	var b strings.Builder

@@ -527,8 +527,8 @@ func (c *callRun) hearSession(ctx workflow.Context) {
 		}
 		heard = true
 		switch {
-		case word.Ended:
-			c.takeSessionDecision(ctx, SessionDecision{Decision: &sessionEndedDenial, Ended: true})
+		case word.End != nil:
+			c.takeSessionDecision(ctx, SessionDecision{Decision: word.End, Ended: true})
 		case word.Sticky != nil:
 			c.takeSessionDecision(ctx, SessionDecision{Decision: word.Sticky, Key: c.stickyKey})
 		}
@@ -545,16 +545,31 @@ var listedOptions = workflow.ActivityOptions{
 }
 
 // takeSessionDecision applies what the session tells a waiting call: its
-// end, or a sticky decision of the call's key whose author could have
-// decided the call directly (groups at this moment, escalation included,
-// and never the call's requester). Anything else leaves it waiting.
+// end, if whoever ended it may act on the call's groups at this moment (a
+// call that began to wait while the session was being ended was not in
+// the ender's check), or a sticky decision of the call's key whose author
+// could have decided the call directly (groups at this moment, escalation
+// included, and never the call's requester). Anything else leaves it
+// waiting for a person.
 func (c *callRun) takeSessionDecision(ctx workflow.Context, sd SessionDecision) {
 	if sd.Decision == nil || c.state.Decision != nil || c.state.Status != StatusPending {
 		return
 	}
-	if sd.Ended || (sd.Key == c.stickyKey && c.stickyCovers(*sd.Decision)) {
-		c.apply(ctx, *sd.Decision)
+	var err error
+	switch {
+	case sd.Ended:
+		err = sd.Decision.Approver().MayAct(c.state.Request.Groups)
+	case sd.Key != c.stickyKey:
+		return // another tool's
+	default:
+		err = sd.Decision.Approver().MayDecide(c.state.Call.Requester, c.state.Request.Groups)
 	}
+	if err != nil {
+		workflow.GetLogger(ctx).Info("The session's decision does not cover the call; it waits for a person",
+			"callID", c.state.Call.ID, "by", sd.Decision.DecidedBy, "reason", err)
+		return
+	}
+	c.apply(ctx, *sd.Decision)
 }
 
 // sessionLookup names where the call's session shows its sticky decisions

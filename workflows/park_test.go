@@ -49,14 +49,37 @@ func (s *CallSuite) TestAStickyDecisionTheSessionShowsReachesACallThatJustParked
 	s.Contains(in.Listed, "RunId = '", "this run: AwaitListed waits until listings show it waiting")
 }
 
+// endedBy is the denial a session's end carries.
+func endedBy(by string, groups ...string) *policy.Decision {
+	return &policy.Decision{Kind: policy.DeniedWithReason, Reason: "the session was ended by " + by, DecidedBy: by, DeciderGroups: groups, Channel: "session"}
+}
+
 func (s *CallSuite) TestASessionThatEndedDeniesACallThatJustParked() {
-	s.sessionSays(activities.SessionWord{Ended: true})
+	s.sessionSays(activities.SessionWord{End: endedBy("ops1", "ops")})
 	r := s.runOne(call("c1", "write", `{"path":"a","content":"x"}`))
 
 	s.Equal(StatusDenied, r.Status)
-	s.Equal("the session has ended", r.Reason)
+	s.Equal("the session was ended by ops1", r.Reason)
+	s.Equal("ops1", r.DecidedBy)
 	s.Empty(r.Notices)
 	s.Zero(s.runs.total())
+}
+
+func (s *CallSuite) TestASessionsEndDeniesOnlyCallsItsEnderMayActOn() {
+	// The call began to wait while ops1 ended the session, too late for
+	// the end's check of the waiting calls: it asks finance.
+	s.policy.ask["write"] = policy.ApprovalRequest{Message: "write?", Groups: []string{"finance"}, Timeout: time.Hour}
+	s.sessionSays(activities.SessionWord{End: endedBy("ops1", "ops")})
+	// The same end, handed out by the session's release.
+	s.env.RegisterDelayedCallback(func() {
+		s.NoError(s.env.SignalWorkflowByID(CallWorkflowID("c1"), SignalSessionDecision, SessionDecision{Decision: endedBy("ops1", "ops"), Ended: true}))
+	}, 5*time.Minute)
+	decideAt(s.env, 10*time.Minute, "c1", approverIn(policy.Approved, "fin1", "finance"))
+	r := s.runOne(call("c1", "write", `{"path":"a","content":"x"}`))
+
+	s.Equal(StatusOK, r.Status)
+	s.Equal("fin1", r.DecidedBy, "ops1 may not act on a finance call, so its end did not deny it")
+	s.Len(r.Notices, 1, "and a person of its groups was asked")
 }
 
 func (s *CallSuite) TestTheSessionsWordIsHeldToTheAuthorsGroupsAndRequester() {

@@ -118,6 +118,8 @@ type sessionRun struct {
 	// releasing are the ReleaseWaiting activities started, in the order
 	// of state.Releases: releasing[i] hands out state.Releases[i].
 	releasing []workflow.Future
+	// endDenial is the denial of the session's end, once it ended.
+	endDenial *policy.Decision
 }
 
 // changeGuardStickyReplace is the workflow.GetVersion change ID of the
@@ -130,7 +132,8 @@ const changeGuardStickyReplace = "guard-sticky-replace"
 // that find their waiting calls through visibility.
 const changeFindWaiting = "find-waiting"
 
-// MemoEnded is the session's memo key that says it has ended.
+// MemoEnded is the session's memo key that shows the denial of its end
+// (null while it runs): who ended it, with their groups.
 const MemoEnded = "ended"
 
 // changeStickyMemo is the workflow.GetVersion change ID of the sticky
@@ -158,7 +161,7 @@ func (s *sessionRun) showSticky(ctx workflow.Context) {
 	}
 	memo := map[string]any{MemoSticky: shown}
 	if s.findWaiting {
-		memo[MemoEnded] = s.state.Ended
+		memo[MemoEnded] = s.endDenial
 	}
 	if err := workflow.UpsertMemo(ctx, memo); err != nil {
 		workflow.GetLogger(ctx).Warn("Could not show the sticky decisions", "session", s.in.Session, "error", err)
@@ -951,10 +954,10 @@ func (s *sessionRun) end(ctx workflow.Context, req EndRequest) (int, error) {
 			return 0, err
 		}
 	}
-	s.state.Ended = true
-	s.showSticky(ctx)
 	denial := policy.Decision{Kind: policy.DeniedWithReason, Reason: "the session was ended by " + req.By,
 		DecidedBy: req.By, DeciderGroups: req.Groups, Channel: "session"}
+	s.state.Ended, s.endDenial = true, &denial
+	s.showSticky(ctx)
 	n := 0
 	for _, w := range s.state.Calls {
 		if w.CallID == "" {
