@@ -281,6 +281,11 @@ func (a *Activities) RunTool(ctx context.Context, call policy.Call) (json.RawMes
 		return nil, temporal.NewNonRetryableApplicationError(fmt.Sprintf("unknown tool %q", call.Tool), ErrTypeToolFailed, nil)
 	}
 	info := activity.GetInfo(ctx)
+	if !t.Options.Idempotent {
+		if err := startOnce(ctx, a.Client); err != nil {
+			return nil, err
+		}
+	}
 	for _, h := range a.Hooks {
 		h.OnToolStart(ctx, call)
 	}
@@ -290,6 +295,11 @@ func (a *Activities) RunTool(ctx context.Context, call policy.Call) (json.RawMes
 	}
 	start := time.Now()
 	out, err := t.Run(ctx, tool.Input{CallID: call.ID, Session: call.Session, Args: call.Args})
+	if err != nil && !t.Options.Idempotent && !temporal.IsApplicationError(err) {
+		// The tool ran and failed: running it again could repeat what it
+		// did before failing.
+		err = tool.Permanent(err)
+	}
 	if err == nil && len(out) == 0 {
 		out = json.RawMessage("null")
 	}
@@ -317,8 +327,43 @@ func (a *Activities) RunTool(ctx context.Context, call policy.Call) (json.RawMes
 	return nil, err
 }
 
+// toolStarted is the heartbeat detail of a tool step that reached its
+// tool: a later attempt that finds it knows the tool may have run.
+type toolStarted struct {
+	Started bool `json:"started"`
+}
+
+// startOnce guards a tool that is not idempotent. An attempt that finds
+// the previous one's mark ends the call unknown: that attempt was lost
+// after the tool began. Otherwise it records the mark on the server before
+// the tool acts, so an attempt lost before this point (a worker killed
+// while the task was on its way, a history restart) is simply retried:
+// its tool never began. A mark that cannot be recorded fails the attempt
+// before the tool runs, and it is retried.
+func startOnce(ctx context.Context, c client.Client) error {
+	if activity.HasHeartbeatDetails(ctx) {
+		var mark toolStarted
+		if err := activity.GetHeartbeatDetails(ctx, &mark); err == nil && mark.Started {
+			return temporal.NewNonRetryableApplicationError(
+				"its previous attempt was lost after the tool began (its worker died, or it ran past its timeout), and it is not idempotent, so toolgate did not run it again",
+				ErrTypeOutcomeUnknown, nil)
+		}
+	}
+	if c == nil { // activity tests without a server
+		activity.RecordHeartbeat(ctx, toolStarted{Started: true})
+		return nil
+	}
+	// The client's heartbeat answers with the server's error, unlike
+	// activity.RecordHeartbeat, which only logs it.
+	if err := c.RecordActivityHeartbeat(ctx, activity.GetInfo(ctx).TaskToken, toolStarted{Started: true}); err != nil {
+		return fmt.Errorf("record that the tool begins (it has not): %w", err)
+	}
+	return nil
+}
+
 // heartbeat records an activity heartbeat every interval until stop is
-// called: proof that the worker running the tool is alive.
+// called: proof that the worker running the tool is alive. Each carries
+// the started mark, which a heartbeat without details would erase.
 func heartbeat(ctx context.Context, interval time.Duration) (stop func()) {
 	done := make(chan struct{})
 	go func() {
@@ -331,7 +376,7 @@ func heartbeat(ctx context.Context, interval time.Duration) (stop func()) {
 			case <-ctx.Done():
 				return
 			case <-t.C:
-				activity.RecordHeartbeat(ctx)
+				activity.RecordHeartbeat(ctx, toolStarted{Started: true})
 			}
 		}
 	}()

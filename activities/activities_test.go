@@ -113,7 +113,7 @@ func TestRunToolHeartbeatsWhileALongToolRuns(t *testing.T) {
 	}
 	r := tool.NewRegistry()
 	r.MustRegister(
-		tool.Tool{Name: "slow", Options: tool.Options{HeartbeatTimeout: 30 * time.Millisecond}, Run: slow},
+		tool.Tool{Name: "slow", Options: tool.Options{HeartbeatTimeout: 30 * time.Millisecond, Idempotent: true}, Run: slow},
 		tool.Tool{Name: "slow-silent", Run: slow},
 	)
 	a := &Activities{Policy: askAll{}, Tools: r}
@@ -130,7 +130,66 @@ func TestRunToolHeartbeatsWhileALongToolRuns(t *testing.T) {
 		return n.Load()
 	}
 	assert.Positive(t, beats("slow"), "a tool with a heartbeat timeout is heartbeaten while it runs")
-	assert.Zero(t, beats("slow-silent"))
+	assert.Equal(t, int32(1), beats("slow-silent"), "one heartbeat, the start mark, for a tool without a heartbeat timeout")
+}
+
+// A tool that is not idempotent runs at most once: an attempt that finds
+// the previous attempt's start mark ends unknown without running it; one
+// that finds no mark (the previous attempt was lost before the tool began)
+// runs it.
+func TestRunToolRunsAToolThatIsNotIdempotentAtMostOnce(t *testing.T) {
+	var ran atomic.Int32
+	r := tool.NewRegistry()
+	count := func(context.Context, tool.Input) (json.RawMessage, error) { ran.Add(1); return json.RawMessage(`{}`), nil }
+	r.MustRegister(
+		tool.Tool{Name: "pay", Run: count},
+		tool.Tool{Name: "get", Run: count, Options: tool.Options{Idempotent: true}},
+		tool.Tool{Name: "fails", Run: func(context.Context, tool.Input) (json.RawMessage, error) { return nil, errors.New("card declined") }},
+	)
+	a := &Activities{Policy: askAll{}, Tools: r}
+	attempt := func(toolName string, previous *toolStarted) (error, []toolStarted) {
+		var s testsuite.WorkflowTestSuite
+		env := s.NewTestActivityEnvironment()
+		env.RegisterActivity(a)
+		if previous != nil {
+			env.SetHeartbeatDetails(*previous)
+		}
+		var marks []toolStarted
+		env.SetOnActivityHeartbeatListener(func(_ *activity.Info, d converter.EncodedValues) {
+			var m toolStarted
+			require.NoError(t, d.Get(&m))
+			marks = append(marks, m)
+		})
+		_, err := env.ExecuteActivity(a.RunTool, policy.Call{ID: "c1", Tool: toolName})
+		return err, marks
+	}
+
+	err, marks := attempt("pay", nil)
+	require.NoError(t, err)
+	assert.Equal(t, []toolStarted{{Started: true}}, marks, "the mark is recorded before the tool runs")
+	assert.Equal(t, int32(1), ran.Load())
+
+	err, _ = attempt("pay", &toolStarted{Started: true})
+	var appErr *temporal.ApplicationError
+	require.True(t, errors.As(err, &appErr), "%v", err)
+	assert.Equal(t, ErrTypeOutcomeUnknown, appErr.Type())
+	assert.True(t, appErr.NonRetryable())
+	assert.Contains(t, appErr.Message(), "previous attempt was lost after the tool began")
+	assert.Equal(t, int32(1), ran.Load(), "a lost attempt that had begun is not run again")
+
+	err, _ = attempt("pay", &toolStarted{})
+	require.NoError(t, err, "no mark: the previous attempt never reached the tool")
+	assert.Equal(t, int32(2), ran.Load())
+
+	err, marks = attempt("get", &toolStarted{Started: true})
+	require.NoError(t, err, "an idempotent tool is simply run again")
+	assert.Empty(t, marks)
+	assert.Equal(t, int32(3), ran.Load())
+
+	err, _ = attempt("fails", nil)
+	require.True(t, errors.As(err, &appErr))
+	assert.True(t, appErr.NonRetryable(), "a tool that is not idempotent and failed is not run again")
+	assert.Equal(t, "card declined", appErr.Message())
 }
 
 type brokenChannel struct{ err error }

@@ -2,6 +2,8 @@ package builtin
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -254,6 +256,46 @@ func TestListDir(t *testing.T) {
 	}
 }
 
+// An attempt lost between recording its append and finishing it leaves
+// only the intent marker; the retry appends exactly once whatever point
+// the lost attempt reached, and refuses to guess when the file changed.
+func TestWriteFileAppendRetriedAfterALostAttempt(t *testing.T) {
+	ws, root, _ := newWorkspace(t)
+	target := filepath.Join(root, "log.txt")
+	require.NoError(t, os.WriteFile(target, []byte("old\n"), 0o644))
+	intent := func(callID string, offset int64) {
+		sum := sha256.Sum256([]byte(callID + "\x00log.txt"))
+		require.NoError(t, os.MkdirAll(filepath.Join(root, MarkerDir), 0o755))
+		b, _ := json.Marshal(writeMarker{CallID: callID, Path: "log.txt", BytesWritten: 4, Offset: offset})
+		require.NoError(t, os.WriteFile(filepath.Join(root, MarkerDir, hex.EncodeToString(sum[:])), b, 0o644))
+	}
+	args := map[string]any{"path": "log.txt", "content": "new\n", "append": true}
+	read := func() string {
+		b, err := os.ReadFile(target)
+		require.NoError(t, err)
+		return string(b)
+	}
+
+	intent("lost-before-append", 4) // the attempt died before it appended
+	out, err := run(t, ws, WriteFileTool, "lost-before-append", args)
+	require.NoError(t, err)
+	assert.False(t, decode[writeOutput](t, out).AlreadyApplied)
+	assert.Equal(t, "old\nnew\n", read(), "appended once")
+
+	intent("lost-after-append", 4) // it appended, then died before saying so
+	out, err = run(t, ws, WriteFileTool, "lost-after-append", args)
+	require.NoError(t, err)
+	assert.True(t, decode[writeOutput](t, out).AlreadyApplied)
+	assert.Equal(t, "old\nnew\n", read(), "not appended twice")
+
+	intent("file-changed", 1) // the file is no longer what the attempt saw
+	_, err = run(t, ws, WriteFileTool, "file-changed", args)
+	var unknown *tool.OutcomeUnknownError
+	require.ErrorAs(t, err, &unknown)
+	assert.Contains(t, err.Error(), "has changed since")
+	assert.Equal(t, "old\nnew\n", read(), "nothing appended on a guess")
+}
+
 func TestWriteFileAppendIdempotent(t *testing.T) {
 	ws, root, _ := newWorkspace(t)
 	target := filepath.Join(root, "log", "out.txt")
@@ -458,11 +500,10 @@ func TestSchemas(t *testing.T) {
 		assert.NotEmpty(t, tl.Description, tl.Name)
 	}
 	assert.Equal(t, []string{EchoTool, ListDirTool, ReadFileTool, ShellTool, WriteFileTool}, reg.Names())
-	for _, name := range []string{WriteFileTool, ShellTool} {
-		tl, _ := reg.Lookup(name)
-		assert.Equal(t, int32(1), tl.Options.Retry.MaxAttempts, "%s has side effects: no retry", name)
-	}
 	sh, _ := reg.Lookup(ShellTool)
+	assert.False(t, sh.Options.Idempotent, "a shell command may have any effect: never run twice")
+	wf, _ := reg.Lookup(WriteFileTool)
+	assert.True(t, wf.Options.Idempotent, "write_file is idempotent by call ID: retried")
 	assert.Greater(t, sh.Options.Timeout, MaxShellTimeout, "the command timeout fires before the attempt's")
 
 	tests := []struct {

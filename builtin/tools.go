@@ -52,8 +52,8 @@ const (
 
 // Tools returns the built-in tools, confined to ws: echo, read_file,
 // list_dir, write_file and shell. Paths outside ws fail the call with a
-// tool.Permanent error. write_file and shell have side effects, so they run
-// at most once (Retry.MaxAttempts 1).
+// tool.Permanent error. write_file is idempotent by call ID, so it is
+// retried; shell runs at most once.
 func Tools(ws Workspace) []tool.Tool {
 	return []tool.Tool{
 		{
@@ -105,10 +105,9 @@ func Tools(ws Workspace) []tool.Tool {
 				"additionalProperties": false
 			}`),
 			Run: ws.writeFile,
-			// Overwrites are idempotent; appends are guarded by a marker,
-			// which leaves a window (crash between append and marker), so
-			// the tool is not retried.
-			Options: tool.Options{Timeout: 30 * time.Second, Retry: tool.RetryPolicy{MaxAttempts: 1}},
+			// Idempotent by call ID: an overwrite replaces the file whole,
+			// an append records its offset first (appendOnce).
+			Options: tool.Options{Timeout: 30 * time.Second, Retry: tool.RetryPolicy{MaxAttempts: 3}, Idempotent: true},
 		},
 		{
 			Name:        ShellTool,
@@ -301,6 +300,9 @@ type writeMarker struct {
 	CallID       string `json:"call_id"`
 	Path         string `json:"path"`
 	BytesWritten int    `json:"bytes_written"`
+	// Offset is the file's size before the append; Done says it was made.
+	Offset int64 `json:"offset"`
+	Done   bool  `json:"done"`
 }
 
 // writeFile writes or appends content. The parent directory is opened
@@ -309,12 +311,9 @@ type writeMarker struct {
 // hard link is refused: another of its names may be outside the workspace.
 //
 // Idempotency, keyed on the call ID: an overwrite is an atomic rename of a
-// complete temporary file, so repeating it leaves the same file. An append
-// records a marker, MarkerDir/<sha256(callID, path)>, after writing; a
-// call that finds its marker returns the recorded result without appending
-// again. A crash between the append and the marker could still append
-// twice, which is why the tool is not retried. Calls without a call ID
-// keep no marker.
+// complete temporary file, so repeating it leaves the same file; an append
+// is made once per call ID (appendOnce). Calls without a call ID keep no
+// marker.
 func (w Workspace) writeFile(_ context.Context, in tool.Input) (json.RawMessage, error) {
 	var args struct {
 		Path    string  `json:"path"`
@@ -370,46 +369,104 @@ func (w Workspace) writeFile(_ context.Context, in tool.Input) (json.RawMessage,
 		return marshal(out)
 	}
 
-	var marker string
-	if in.CallID != "" {
-		sum := sha256.Sum256([]byte(in.CallID + "\x00" + target))
-		marker = hex.EncodeToString(sum[:])
-		if b, err := ws.Root().ReadFile(MarkerDir + "/" + marker); err == nil {
-			var m writeMarker
-			if err := json.Unmarshal(b, &m); err == nil && m.CallID == in.CallID && m.Path == target {
-				out.BytesWritten, out.AlreadyApplied = m.BytesWritten, true
-				return marshal(out)
-			}
-		}
-	}
 	f, err := w.openAppend(args.Path, ws, dir, name, target)
 	if err != nil {
 		return nil, err
 	}
-	_, werr := f.Write(data)
-	if cerr := f.Close(); werr == nil {
-		werr = cerr
+	defer f.Close()
+	if in.CallID == "" {
+		if _, err := f.Write(data); err != nil {
+			return nil, fileErr("append to", args.Path, err)
+		}
+		return marshal(out)
 	}
-	if werr != nil {
-		return nil, fileErr("append to", args.Path, werr)
+	return w.appendOnce(ws, f, args.Path, in.CallID, target, data)
+}
+
+// appendOnce appends data to f once per call ID, so the tool can be
+// retried: a marker, MarkerDir/<sha256(callID, path)>, records the file's
+// size before the append is made, and Done after. A call that finds its
+// marker done returns the recorded result; one that finds only the intent
+// looks at the file: still at the recorded size, the append was never
+// made and is made now; holding data at that offset, it was made. Anything
+// else (the file changed meanwhile) is an unknown outcome, never a second
+// append.
+func (w Workspace) appendOnce(ws *confine.Dir, f *os.File, userPath, callID, target string, data []byte) (json.RawMessage, error) {
+	sum := sha256.Sum256([]byte(callID + "\x00" + target))
+	marker := hex.EncodeToString(sum[:])
+	out := writeOutput{Path: target, BytesWritten: len(data)}
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, fileErr("append to", userPath, err)
 	}
-	if marker != "" {
-		b, _ := json.Marshal(writeMarker{CallID: in.CallID, Path: target, BytesWritten: len(data)})
-		if err := saveMarker(ws, marker, b); err != nil {
-			// The data is there; say so, so nobody appends it again.
-			return nil, tool.Permanent(fmt.Errorf("appended %d bytes to %q but could not record the call marker: %w", len(data), args.Path, stripPath(err)))
+	m := writeMarker{CallID: callID, Path: target, BytesWritten: len(data), Offset: fi.Size()}
+	if b, err := ws.Root().ReadFile(MarkerDir + "/" + marker); err == nil {
+		var prev writeMarker
+		if err := json.Unmarshal(b, &prev); err == nil && prev.CallID == callID && prev.Path == target {
+			applied, err := prev.appliedTo(f, fi.Size(), data)
+			switch {
+			case err != nil:
+				return nil, err
+			case applied:
+				out.BytesWritten, out.AlreadyApplied = prev.BytesWritten, true
+				if !prev.Done {
+					prev.Done = true
+					_ = saveMarker(ws, marker, mustJSON(prev))
+				}
+				return marshal(out)
+			}
+			m.Offset = prev.Offset // not made: make it now, at the recorded size
 		}
 	}
+	if err := saveMarker(ws, marker, mustJSON(m)); err != nil {
+		return nil, fmt.Errorf("record the append marker (nothing was appended): %w", stripPath(err))
+	}
+	if _, err := f.Write(data); err != nil {
+		return nil, fileErr("append to", userPath, err)
+	}
+	m.Done = true
+	if err := saveMarker(ws, marker, mustJSON(m)); err != nil {
+		// The data is there and the intent recorded: a retry finds it.
+		return nil, fmt.Errorf("appended %d bytes to %q but could not record that it is done: %w", len(data), userPath, stripPath(err))
+	}
 	return marshal(out)
+}
+
+// appliedTo reports whether the append m records was made to f, now size
+// bytes long: Done, or data at m.Offset. A file neither at m.Offset nor
+// holding data there changed meanwhile: the outcome is unknown.
+func (m writeMarker) appliedTo(f *os.File, size int64, data []byte) (bool, error) {
+	if m.Done {
+		return true, nil
+	}
+	if size == m.Offset {
+		return false, nil
+	}
+	if size >= m.Offset+int64(len(data)) {
+		got := make([]byte, len(data))
+		if _, err := f.ReadAt(got, m.Offset); err == nil && bytes.Equal(got, data) {
+			return true, nil
+		}
+	}
+	return false, tool.OutcomeUnknown(fmt.Errorf("an earlier attempt of this call meant to append at byte %d of %q, and the file has changed since: it may or may not hold the append", m.Offset, m.Path))
+}
+
+func mustJSON(v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err)
+	}
+	return b
 }
 
 // openAppend opens name in dir for appending, creating it if it does not
 // exist. target is where name is, relative to the workspace root.
 func (w Workspace) openAppend(userPath string, ws, dir *confine.Dir, name, target string) (*os.File, error) {
-	f, real, err := dir.OpenFile(name, os.O_WRONLY|os.O_APPEND|syscall.O_NONBLOCK, 0)
+	// Read too: a retried append checks whether its data is there.
+	f, real, err := dir.OpenFile(name, os.O_RDWR|os.O_APPEND|syscall.O_NONBLOCK, 0)
 	if errors.Is(err, fs.ErrNotExist) {
 		// O_EXCL never follows a symlink: the new file is target itself.
-		f, real, err = dir.OpenFile(name, os.O_WRONLY|os.O_APPEND|os.O_CREATE|os.O_EXCL, 0o644)
+		f, real, err = dir.OpenFile(name, os.O_RDWR|os.O_APPEND|os.O_CREATE|os.O_EXCL, 0o644)
 	}
 	if err != nil {
 		return nil, fileErr("append to", userPath, err)

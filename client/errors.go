@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
@@ -114,4 +115,16 @@ func (c *Client) AlreadyDecided(ctx context.Context, callID string) error {
 		e.Message = fmt.Sprintf("call %s is finished (%s: %s) and cannot be decided", callID, r.Status, r.Reason)
 	}
 	return e
+}
+
+// IsSearchAttributeNotMapped reports whether err is a frontend refusing one
+// of toolgate's search attributes because it has no mapping for it yet:
+// registered moments ago (each frontend refreshes its namespace cache every
+// few seconds), or not registered at all. Worth retrying shortly.
+func IsSearchAttributeNotMapped(err error) bool {
+	var invalid *serviceerror.InvalidArgument
+	if !errors.As(err, &invalid) {
+		return false
+	}
+	return strings.Contains(invalid.Error(), "no mapping defined for search attribute")
 }

@@ -35,6 +35,7 @@ type api struct {
 	calls  *tgclient.Client
 	tokens *Tokens
 	logger *zap.Logger
+	ready  *readiness
 }
 
 // route is one API endpoint and the roles that may call it.
@@ -148,6 +149,10 @@ func (a *api) submit(w http.ResponseWriter, r *http.Request, p Principal) {
 	}
 	wait, err := waitParam(r)
 	if err != nil {
+		writeError(w, err)
+		return
+	}
+	if err := a.ready.check(r.Context()); err != nil {
 		writeError(w, err)
 		return
 	}

@@ -72,6 +72,12 @@ func (a *api) mapError(err error) error {
 		}
 		return &apiError{http.StatusBadRequest, "invalid_decision", refused.Message}
 	}
+	if tgclient.IsSearchAttributeNotMapped(err) {
+		// A frontend that has not yet refreshed its namespace cache after
+		// the attributes were registered: it will in seconds.
+		a.logger.Sugar().Warnw("API request failed: Temporal does not map toolgate's search attributes yet", "error", err)
+		return errNotReady
+	}
 	if ae := transientError(err); ae != nil {
 		a.logger.Sugar().Warnw("API request failed: Temporal", "status", ae.status, "error", err)
 		return ae

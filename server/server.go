@@ -7,6 +7,7 @@ import (
 	"context"
 	_ "embed"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"go.uber.org/zap"
@@ -32,6 +33,11 @@ type Config struct {
 	// HTTP (mcpgate.Gateway.HTTPHandler with Tokens.Agent), which checks
 	// the agent token itself. Optional.
 	MCP http.Handler
+	// Ready reports whether Temporal can take calls now (toolgate's search
+	// attributes usable in the namespace). Until it returns nil, /readyz
+	// answers 503 and submissions a retryable 503; once it has, it is not
+	// asked again. Optional: nil means ready.
+	Ready func(context.Context) error
 }
 
 // Agent names the agent a bearer token belongs to: ok only for a token
@@ -50,6 +56,7 @@ func New(cfg Config) http.Handler {
 		cfg.Logger = zap.NewNop()
 	}
 	mux := http.NewServeMux()
+	ready := &readiness{probe: cfg.Ready, logger: cfg.Logger}
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
@@ -61,9 +68,13 @@ func New(cfg Config) http.Handler {
 			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unavailable", "error": "temporal is not reachable"})
 			return
 		}
+		if err := ready.check(ctx); err != nil {
+			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unavailable", "error": err.Error()})
+			return
+		}
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 	})
-	(&api{calls: cfg.Calls, tokens: cfg.Tokens, logger: cfg.Logger}).routes(mux)
+	(&api{calls: cfg.Calls, tokens: cfg.Tokens, logger: cfg.Logger, ready: ready}).routes(mux)
 	newInbox(cfg).routes(mux)
 	if s := newSlackInteractions(cfg); s != nil {
 		s.routes(mux)
@@ -83,4 +94,29 @@ var openAPI []byte
 func serveOpenAPI(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	_, _ = w.Write(openAPI)
+}
+
+// readiness remembers that Temporal became ready, so the probe (a
+// visibility request) runs only until it first passes.
+type readiness struct {
+	probe  func(context.Context) error
+	logger *zap.Logger
+	ready  atomic.Bool
+}
+
+// errNotReady is the answer to a submission before Temporal can take it.
+var errNotReady = &apiError{http.StatusServiceUnavailable, errTemporalUnavailable.code,
+	"toolgate is starting: the namespace's search attributes are not usable yet; try again shortly"}
+
+// check returns nil once the probe has passed, else errNotReady.
+func (r *readiness) check(ctx context.Context) error {
+	if r == nil || r.probe == nil || r.ready.Load() {
+		return nil
+	}
+	if err := r.probe(ctx); err != nil {
+		r.logger.Warn("Not ready for calls yet", zap.Error(err))
+		return errNotReady
+	}
+	r.ready.Store(true)
+	return nil
 }

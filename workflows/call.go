@@ -891,8 +891,16 @@ func (c *callRun) toolFailed(ctx workflow.Context, err error) Result {
 	return c.finish(ctx, StatusError, "tool failed: "+rootCause(err), nil)
 }
 
+// lostAttemptRetries is how many attempts a tool that is not idempotent
+// gets: RunTool's start mark lets an attempt lost before the tool began be
+// retried, and ends the call unknown once an attempt that began is lost.
+const lostAttemptRetries = 3
+
 func toolActivityOptions(ev activities.Evaluation) workflow.ActivityOptions {
 	o := ev.ToolOptions
+	if !o.Idempotent {
+		o.Retry.MaxAttempts = lostAttemptRetries
+	}
 	return workflow.ActivityOptions{
 		StartToCloseTimeout: o.Timeout,
 		HeartbeatTimeout:    o.HeartbeatTimeout,

@@ -134,6 +134,7 @@ verbs from a second terminal.`,
 		a.hookCommand(),
 		a.toolsCommand(),
 		a.mcpCommand(),
+		a.namespaceCommand(),
 	)
 	return root
 }

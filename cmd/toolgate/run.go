@@ -235,7 +235,8 @@ func (a *app) runProcesses(ctx context.Context, p processes) error {
 		calls := tgclient.New(tc, a.conn.taskQueue).WithNamespace(a.conn.namespace)
 		gateway := mcpgate.NewGateway(calls, mcpgate.Options{Logger: a.logger.Named("mcp")})
 		mux.Handle("/", server.New(server.Config{Calls: calls, Tokens: a.tokens,
-			Logger: a.logger.Named("http"), Notify: notifications, MCP: gateway.HTTPHandler(a.tokens.Agent)}))
+			Logger: a.logger.Named("http"), Notify: notifications, MCP: gateway.HTTPHandler(a.tokens.Agent),
+			Ready: func(ctx context.Context) error { return worker.SearchAttributesUsable(ctx, tc, a.conn.namespace) }}))
 		ln := p.httpListener
 		if ln == nil {
 			if ln, err = listen(p.httpAddr); err != nil {
@@ -324,8 +325,8 @@ func (a *app) startWorker(ctx context.Context, tc client.Client, f workerFlags, 
 	if err := os.MkdirAll(ws, 0o755); err != nil {
 		return nil, nil, "", fmt.Errorf("create workspace: %w", err)
 	}
-	if err := worker.EnsureSearchAttributes(ctx, tc, a.conn.namespace); err != nil {
-		a.logger.Warn("Could not register toolgate's search attributes; an administrator must (see README)", zap.Error(err))
+	if err := a.awaitSearchAttributes(ctx, tc); err != nil {
+		return nil, nil, "", err
 	}
 	pol, middleware, err := a.loadPolicy(ctx, f.policyFile, ws)
 	if err != nil {
@@ -396,4 +397,25 @@ func (a *app) serverLogger() *zap.Logger {
 		l = l.WithOptions(zap.IncreaseLevel(zapcore.ErrorLevel))
 	}
 	return l
+}
+
+// awaitSearchAttributes registers toolgate's missing search attributes
+// when the worker may, then waits until calls can use them: a workflow
+// that upserts an attribute the namespace does not map fails its task
+// over and over.
+func (a *app) awaitSearchAttributes(ctx context.Context, tc client.Client) error {
+	if err := worker.EnsureSearchAttributes(ctx, tc, a.conn.namespace); err != nil {
+		a.logger.Warn("Could not register toolgate's search attributes; an administrator must: toolgate namespace setup (docs/production.md)", zap.Error(err))
+	}
+	checks := 0
+	err := worker.AwaitSearchAttributes(ctx, tc, a.conn.namespace, func(err error) {
+		if checks%10 == 0 {
+			a.logger.Warn("Waiting for toolgate's search attributes before taking calls", zap.String("namespace", a.conn.namespace), zap.Error(err))
+		}
+		checks++
+	})
+	if err != nil {
+		return fmt.Errorf("namespace %s: toolgate's search attributes: %w", a.conn.namespace, err)
+	}
+	return nil
 }

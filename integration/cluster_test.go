@@ -1,0 +1,375 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"golang.org/x/sync/errgroup"
+
+	tgclient "github.com/toolgate/toolgate/client"
+	"github.com/toolgate/toolgate/integration/cluster"
+	"github.com/toolgate/toolgate/workflows"
+)
+
+// clusterEnv is a real cluster (package cluster: the stock Temporal
+// server as four processes on PostgreSQL) with two toolgate workers and
+// one toolgate serve, and the means to talk to it as the README's users
+// do: the CLI over Temporal, the HTTP API with tokens, the Go client.
+type clusterEnv struct {
+	*devEnv
+	c *cluster.Cluster
+}
+
+// startCluster starts a cluster in mode for the test; the cluster tests
+// are skipped with -short (scripts/test and CI run them).
+func startCluster(t *testing.T, mode cluster.Mode) *clusterEnv {
+	if testing.Short() {
+		t.Skip("the real-cluster tests take minutes; scripts/test runs them")
+	}
+	c, err := cluster.Start(context.Background(), cluster.Options{
+		Mode: mode, Toolgate: binary, Workers: 2, Serve: true, TokensFile: writeTokensFile(t, t.TempDir()), Logf: t.Logf,
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("cluster logs:\n%s", c.Logs())
+		}
+		c.Close()
+	})
+	_, port, err := net.SplitHostPort(c.FrontendAddress)
+	require.NoError(t, err)
+	p, _ := strconv.Atoi(port)
+	return &clusterEnv{devEnv: &devEnv{t: t, port: p, httpAddr: c.HTTPAddress, workspace: c.Workspace}, c: c}
+}
+
+// as is the HTTP API as the holder of token-<name> (api_test.go's tokens).
+func (e *clusterEnv) as(t *testing.T, name string) apiClient {
+	return apiClient{t: t, base: "http://" + e.c.HTTPAddress, token: "token-" + name}
+}
+
+// shellRecorded is a shell call's arguments that append its ID to
+// runs.txt in the shared workspace, so every run of the tool is seen.
+func shellRecorded(id, then string) json.RawMessage {
+	cmd := "echo " + id + " >> runs.txt"
+	if then != "" {
+		cmd += "; " + then
+	}
+	b, _ := json.Marshal(map[string]string{"command": cmd})
+	return b
+}
+
+// submitAll submits the calls through the Go client, 16 at a time.
+func submitAll(t *testing.T, c *tgclient.Client, reqs []tgclient.CallRequest) {
+	t.Helper()
+	var g errgroup.Group
+	g.SetLimit(16)
+	for _, r := range reqs {
+		g.Go(func() error {
+			_, err := c.Submit(context.Background(), r)
+			return err
+		})
+	}
+	require.NoError(t, g.Wait())
+}
+
+// awaitAllPending waits until every call waits for a person, read from
+// each call's own state (a describe), never from visibility.
+func awaitAllPending(t *testing.T, c *tgclient.Client, ids []string, within time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for _, id := range ids {
+		for {
+			st, err := c.Status(context.Background(), id)
+			if err == nil && st.State != nil && st.State.Status == workflows.StatusPending {
+				break
+			}
+			require.True(t, time.Now().Before(deadline), "call %s never waited for a person (last: %+v, %v)", id, st.State, err)
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+}
+
+// waitAll waits for every call's Result, 32 at a time.
+func waitAll(t *testing.T, c *tgclient.Client, ids []string, within time.Duration) map[string]workflows.Result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), within)
+	defer cancel()
+	var mu sync.Mutex
+	results := map[string]workflows.Result{}
+	var g errgroup.Group
+	g.SetLimit(32)
+	for _, id := range ids {
+		g.Go(func() error {
+			r, err := c.Wait(ctx, id)
+			if err != nil {
+				return fmt.Errorf("call %s: %w", id, err)
+			}
+			mu.Lock()
+			results[id] = r
+			mu.Unlock()
+			return nil
+		})
+	}
+	require.NoError(t, g.Wait())
+	return results
+}
+
+func shellCalls(session, prefix string, n int, then string) ([]tgclient.CallRequest, []string) {
+	var reqs []tgclient.CallRequest
+	var ids []string
+	for i := range n {
+		id := fmt.Sprintf("%s-%04d", prefix, i)
+		ids = append(ids, id)
+		reqs = append(reqs, tgclient.CallRequest{CallID: id, Session: session, Tool: "shell", Requester: "agent-1", Args: shellRecorded(id, then)})
+	}
+	return reqs, ids
+}
+
+// TestClusterWalkthrough runs the README walkthrough's flows against the
+// stock server with the documented dynamic config, toolgate as the README's
+// "Against a real Temporal cluster" lays it out, then the faults an
+// operator meets: kill -9 of the history service during a release, of a
+// toolgate worker while tools run, of serve while a long poll waits.
+func TestClusterWalkthrough(t *testing.T) {
+	e := startCluster(t, cluster.Documented)
+	c := e.client()
+	runs := filepath.Join(e.c.Workspace, "runs.txt")
+	var ranOnce []string // shell calls that must have run exactly once
+
+	t.Run("auto-approved", func(t *testing.T) {
+		out := e.in(t).callJSON(0, "--session", "walk", "--wait", "60s", "echo", `{"hello":"world"}`)
+		assert.Equal(t, "ok", out["status"])
+		assert.Equal(t, "policy", out["decided_by"])
+		assert.JSONEq(t, `{"hello":"world"}`, mustMarshal(t, out["output"]))
+	})
+
+	t.Run("ask, then approve", func(t *testing.T) {
+		agent, bob := e.as(t, "agent-1"), e.as(t, "bob")
+		r := agent.do("POST", "/v1/calls?wait=1s", map[string]any{"session": "walk", "tool": "write_file", "call_id": "walk-w1",
+			"args": map[string]any{"path": "notes/todo.txt", "content": "ship it"}})
+		require.Equal(t, http.StatusAccepted, r.status, r.raw)
+		assert.Equal(t, "pending", r.body["status"])
+		r = bob.do("POST", "/v1/calls/walk-w1/decision", map[string]any{"decision": "approve"})
+		require.Equal(t, http.StatusOK, r.status, r.raw)
+		r = agent.do("GET", "/v1/calls/walk-w1?wait=25s", nil)
+		require.Equal(t, http.StatusOK, r.status, r.raw)
+		assert.Equal(t, "ok", r.body["status"])
+		assert.Equal(t, "bob", r.body["decided_by"])
+		b, err := os.ReadFile(filepath.Join(e.c.Workspace, "notes", "todo.txt"))
+		require.NoError(t, err)
+		assert.Equal(t, "ship it", string(b))
+	})
+
+	t.Run("approve for the session releases the waiting calls", func(t *testing.T) {
+		reqs, ids := shellCalls("walk-s", "walk-s", 5, "")
+		submitAll(t, c, reqs)
+		awaitAllPending(t, c, ids, time.Minute)
+		r := e.as(t, "bob").do("POST", "/v1/calls/"+ids[0]+"/decision", map[string]any{"decision": "approve_for_session"})
+		require.Equal(t, http.StatusOK, r.status, r.raw)
+		for id, res := range waitAll(t, c, ids, 2*time.Minute) {
+			assert.Equal(t, workflows.StatusOK, res.Status, "%s: %s", id, res.Reason)
+			assert.Equal(t, "bob", res.DecidedBy, id)
+		}
+		later := e.in(t).callJSON(0, "--session", "walk-s", "--requester", "agent-1", "--wait", "60s", "shell", string(shellRecorded("walk-s-later", "")))
+		assert.Equal(t, "approved_for_session", later["decision"], "a later call of the tool runs at once")
+		ranOnce = append(ranOnce, append(ids, "walk-s-later")...)
+		assert.Equal(t, onceEach(ranOnce), runCounts(t, runs))
+	})
+
+	t.Run("deny with a reason reaches the agent", func(t *testing.T) {
+		agent := e.as(t, "agent-1")
+		submitWaiting(t, agent, "walk", "walk-d1")
+		r := e.as(t, "bob").do("POST", "/v1/calls/walk-d1/decision", map[string]any{"decision": "deny", "reason": "never delete outside the build dir"})
+		require.Equal(t, http.StatusOK, r.status, r.raw)
+		r = agent.do("GET", "/v1/calls/walk-d1?wait=25s", nil)
+		require.Equal(t, http.StatusOK, r.status, r.raw)
+		assert.Equal(t, "denied", r.body["status"])
+		assert.Equal(t, "never delete outside the build dir", r.body["reason"])
+		assert.Equal(t, "denied_with_reason", r.body["decision"])
+	})
+
+	t.Run("session end denies the waiting calls", func(t *testing.T) {
+		reqs, ids := shellCalls("walk-end", "walk-end", 3, "")
+		submitAll(t, c, reqs)
+		awaitAllPending(t, c, ids, time.Minute)
+		r := e.as(t, "bob").do("POST", "/v1/sessions/walk-end/end", nil)
+		require.Equal(t, http.StatusOK, r.status, r.raw)
+		for id, res := range waitAll(t, c, ids, time.Minute) {
+			assert.Equal(t, workflows.StatusDenied, res.Status, "%s: %s", id, res.Reason)
+		}
+		assert.Equal(t, onceEach(ranOnce), runCounts(t, runs), "no ended call ran")
+	})
+
+	t.Run("an agent-executed call and its report", func(t *testing.T) {
+		agent := e.as(t, "agent-1")
+		r := agent.do("POST", "/v1/calls?wait=1s", map[string]any{"session": "walk", "tool": "deploy", "call_id": "walk-a1",
+			"execution": "agent", "args": map[string]any{"env": "staging"}})
+		require.Equal(t, http.StatusAccepted, r.status, r.raw)
+		r = e.as(t, "bob").do("POST", "/v1/calls/walk-a1/decision", map[string]any{"decision": "approve"})
+		require.Equal(t, http.StatusOK, r.status, r.raw)
+		r = agent.do("GET", "/v1/calls/walk-a1?wait=25s", nil)
+		require.Equal(t, http.StatusAccepted, r.status, r.raw)
+		assert.Equal(t, "approved", r.body["status"])
+		r = agent.do("POST", "/v1/calls/walk-a1/report", map[string]any{"output": map[string]any{"deployed": true}})
+		require.Equal(t, http.StatusOK, r.status, r.raw)
+		assert.Equal(t, "ok", r.body["status"])
+		assert.JSONEq(t, `{"deployed":true}`, mustMarshal(t, r.body["output"]))
+	})
+
+	t.Run("the MCP gateway: ask, then approve", func(t *testing.T) {
+		cs, err := e.in(t).mcpHTTP("token-agent-1", "?session=walk-mcp")
+		require.NoError(t, err)
+		done := make(chan *mcp.CallToolResult, 1)
+		go func() {
+			res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "write_file", Arguments: map[string]any{"path": "via-mcp.txt", "content": "ok"}})
+			if err != nil {
+				res = &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: err.Error()}}}
+			}
+			done <- res
+		}()
+		id := waitForPending(t, e.devEnv, "walk-mcp", "write_file")
+		r := e.as(t, "bob").do("POST", "/v1/calls/"+id+"/decision", map[string]any{"decision": "approve"})
+		require.Equal(t, http.StatusOK, r.status, r.raw)
+		select {
+		case res := <-done:
+			require.False(t, res.IsError, mcpText(res))
+		case <-time.After(time.Minute):
+			t.Fatal("the MCP call never returned after the approval")
+		}
+		b, err := os.ReadFile(filepath.Join(e.c.Workspace, "via-mcp.txt"))
+		require.NoError(t, err)
+		assert.Equal(t, "ok", string(b))
+	})
+
+	t.Run("kill -9 of the history service during a release", func(t *testing.T) {
+		reqs, ids := shellCalls("fault-history", "fh", 100, "")
+		submitAll(t, c, reqs)
+		awaitAllPending(t, c, ids, 2*time.Minute)
+		r := e.as(t, "bob").do("POST", "/v1/calls/"+ids[0]+"/decision", map[string]any{"decision": "approve_for_session"})
+		require.Equal(t, http.StatusOK, r.status, r.raw)
+		require.Eventually(t, func() bool { return len(runCounts(t, runs)) > len(ranOnce)+5 }, time.Minute, 5*time.Millisecond, "the release never began")
+		e.c.History.Kill()
+		t.Logf("killed history with %d of 100 released calls run", len(runCounts(t, runs))-len(ranOnce))
+		require.NoError(t, e.c.History.Start(context.Background()))
+		for id, res := range waitAll(t, c, ids, 3*time.Minute) {
+			assert.Contains(t, []workflows.Status{workflows.StatusOK, workflows.StatusUnknown}, res.Status, "%s: %s", id, res.Reason)
+		}
+		ranOnce = append(ranOnce, ids...)
+		assert.Equal(t, onceEach(ranOnce), runCounts(t, runs), "every released call ran exactly once")
+	})
+
+	t.Run("kill -9 of a toolgate worker while tools run", func(t *testing.T) {
+		shells, shellIDs := shellCalls("fault-worker", "fw", 30, "sleep 2")
+		var writes []tgclient.CallRequest
+		var writeIDs []string
+		for i := range 30 {
+			id := fmt.Sprintf("fww-%02d", i)
+			writeIDs = append(writeIDs, id)
+			writes = append(writes, tgclient.CallRequest{CallID: id, Session: "fault-worker-w", Tool: "write_file", Requester: "agent-1",
+				Args: json.RawMessage(fmt.Sprintf(`{"path":"fw/%s.txt","content":"%s"}`, id, id))})
+		}
+		submitAll(t, c, append(shells, writes...))
+		awaitAllPending(t, c, append(shellIDs, writeIDs...), 2*time.Minute)
+		bob := e.as(t, "bob")
+		for _, id := range []string{shellIDs[0], writeIDs[0]} {
+			r := bob.do("POST", "/v1/calls/"+id+"/decision", map[string]any{"decision": "approve_for_session"})
+			require.Equal(t, http.StatusOK, r.status, r.raw)
+		}
+		require.Eventually(t, func() bool { return len(runCounts(t, runs)) >= len(ranOnce)+10 }, time.Minute, 5*time.Millisecond)
+		e.c.Workers[0].Kill()
+		require.NoError(t, e.c.Workers[0].Start(context.Background()))
+
+		results := waitAll(t, c, shellIDs, 3*time.Minute)
+		counts := runCounts(t, runs)
+		unknown := 0
+		for id, res := range results {
+			switch res.Status {
+			case workflows.StatusOK:
+				assert.Equal(t, 1, counts[id], "%s ended ok and ran once", id)
+			case workflows.StatusUnknown:
+				unknown++
+				assert.LessOrEqual(t, counts[id], 1, "%s ended unknown and ran at most once", id)
+			default:
+				t.Errorf("%s: %s (%s): a call that may have run ends ok or unknown", id, res.Status, res.Reason)
+			}
+			delete(counts, id)
+		}
+		for _, id := range ranOnce {
+			delete(counts, id)
+		}
+		assert.Empty(t, counts, "no other call ran")
+		for id, res := range waitAll(t, c, writeIDs, 2*time.Minute) {
+			assert.Equal(t, workflows.StatusOK, res.Status, "%s: write_file is safe to retry: %s", id, res.Reason)
+			b, err := os.ReadFile(filepath.Join(e.c.Workspace, "fw", id+".txt"))
+			if assert.NoError(t, err) {
+				assert.Equal(t, id, string(b))
+			}
+		}
+		t.Logf("worker killed while tools ran: %d of 30 shell calls ended unknown, 0 of 30 write_file calls", unknown)
+	})
+
+	t.Run("kill -9 of serve while a long poll waits", func(t *testing.T) {
+		agent := e.as(t, "agent-1")
+		submitWaiting(t, agent, "fault-serve", "fs-1")
+		polled := make(chan error, 1)
+		go func() {
+			req, _ := http.NewRequest("GET", "http://"+e.c.HTTPAddress+"/v1/calls/fs-1?wait=60s", nil)
+			req.Header.Set("Authorization", "Bearer token-agent-1")
+			resp, err := http.DefaultClient.Do(req)
+			if err == nil {
+				resp.Body.Close()
+				err = fmt.Errorf("the long poll answered %s through a killed serve", resp.Status)
+			}
+			polled <- err
+		}()
+		time.Sleep(200 * time.Millisecond) // the poll is in flight
+		e.c.Serve.Kill()
+		assert.Error(t, <-polled, "the killed serve's long poll ends with the connection")
+		require.NoError(t, e.c.Serve.Start(context.Background()))
+		r := e.as(t, "bob").do("POST", "/v1/calls/fs-1/decision", map[string]any{"decision": "approve"})
+		require.Equal(t, http.StatusOK, r.status, r.raw)
+		r = agent.do("GET", "/v1/calls/fs-1?wait=25s", nil)
+		require.Equal(t, http.StatusOK, r.status, r.raw)
+		assert.Equal(t, "ok", r.body["status"], "asked again after the restart, the agent gets the Result")
+	})
+}
+
+// TestClusterStock runs one session's worth of waiting calls on a server
+// with the stock dynamic config (visibility: 10 requests/s per frontend):
+// 2,000 calls wait in one session and one approve-for-session releases
+// them all; each runs exactly once and none is left waiting.
+func TestClusterStock(t *testing.T) {
+	e := startCluster(t, cluster.Stock)
+	c := e.client()
+	runs := filepath.Join(e.c.Workspace, "runs.txt")
+	n := 2000
+	if v, err := strconv.Atoi(os.Getenv("TOOLGATE_CLUSTER_CALLS")); err == nil {
+		n = v
+	}
+	reqs, ids := shellCalls("stock-one", "so", n, "")
+	began := time.Now()
+	submitAll(t, c, reqs)
+	t.Logf("%d calls submitted in %s", n, time.Since(began).Round(time.Millisecond))
+	awaitAllPending(t, c, ids, 10*time.Minute)
+	t.Logf("%d calls waiting for a person %s after the first submission", n, time.Since(began).Round(time.Millisecond))
+	released := time.Now()
+	r := e.as(t, "bob").do("POST", "/v1/calls/"+ids[0]+"/decision", map[string]any{"decision": "approve_for_session"})
+	require.Equal(t, http.StatusOK, r.status, r.raw)
+	for id, res := range waitAll(t, c, ids, 10*time.Minute) {
+		assert.Equal(t, workflows.StatusOK, res.Status, "%s: %s", id, res.Reason)
+	}
+	t.Logf("released by one approve-for-session in %s", time.Since(released).Round(time.Millisecond))
+	assert.Equal(t, onceEach(ids), runCounts(t, runs), "each released call ran exactly once")
+}
