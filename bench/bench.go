@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -40,8 +41,14 @@ type Options struct {
 	JSONPath    string `json:"-"`           // where to write every figure as JSON [bench.json]
 	// EagerStart starts both toolgate's calls and the baseline's workflows
 	// with eager workflow start (the worker is in this process).
-	EagerStart bool        `json:"eager_start"`
-	Logger     *zap.Logger `json:"-"`
+	EagerStart bool `json:"eager_start"`
+	// TemporalAddress, when set, runs every case against that cluster
+	// (host:port) in Namespace instead of an embedded server; the
+	// workers of both sides still run in this process, on task queues of
+	// their own. The database's size is then not measured.
+	TemporalAddress string      `json:"temporal_address,omitempty"`
+	Namespace       string      `json:"namespace,omitempty"`
+	Logger          *zap.Logger `json:"-"`
 }
 
 // Quick returns options that finish in well under a minute: a smoke test.
@@ -162,19 +169,23 @@ func (benchPolicy) EvaluateApproval(_ context.Context, c policy.Call) (*policy.A
 // table to out and writes the JSON report.
 func Run(ctx context.Context, o Options, out io.Writer) (Report, error) {
 	o.defaults()
-	dir, err := os.MkdirTemp("", "toolgate-bench")
-	if err != nil {
-		return Report{}, err
+	address, dbPath := o.TemporalAddress, ""
+	if address == "" {
+		dir, err := os.MkdirTemp("", "toolgate-bench")
+		if err != nil {
+			return Report{}, err
+		}
+		defer os.RemoveAll(dir)
+		srv, err := devserver.Start(ctx, devserver.Options{DataDir: dir, SearchAttributes: workflows.SearchAttributeTypes()})
+		if err != nil {
+			return Report{}, err
+		}
+		defer func() { _ = srv.Stop() }()
+		address, dbPath = srv.FrontendAddress(), filepath.Join(dir, "temporal.db")
 	}
-	defer os.RemoveAll(dir)
-	srv, err := devserver.Start(ctx, devserver.Options{DataDir: dir, SearchAttributes: workflows.SearchAttributeTypes()})
+	tc, err := client.Dial(client.Options{HostPort: address, Namespace: o.Namespace, Logger: logging.NewTemporal(o.Logger)})
 	if err != nil {
-		return Report{}, err
-	}
-	defer func() { _ = srv.Stop() }()
-	tc, err := client.Dial(client.Options{HostPort: srv.FrontendAddress(), Logger: logging.NewTemporal(o.Logger)})
-	if err != nil {
-		return Report{}, err
+		return Report{}, fmt.Errorf("connect to Temporal at %s: %w", address, err)
 	}
 	defer tc.Close()
 	stop, err := startWorkers(tc)
@@ -183,11 +194,13 @@ func Run(ctx context.Context, o Options, out io.Writer) (Report, error) {
 	}
 	defer stop()
 
-	calls := tgclient.New(tc, "")
+	calls := tgclient.New(tc, benchQueue)
 	if o.EagerStart {
 		calls = calls.WithEagerStart()
 	}
-	b := &runner{o: o, tc: tc, calls: calls, dbPath: filepath.Join(dir, "temporal.db")}
+	// Names of this run, so runs against one cluster never meet (a sticky
+	// decision of an earlier run would decide this run's calls).
+	b := &runner{o: o, tc: tc, calls: calls, dbPath: dbPath, run: strconv.FormatInt(time.Now().UnixNano(), 36)}
 	r := Report{Machine: fmt.Sprintf("%s/%s, %d CPUs, %s", runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.Version()), Options: o}
 	steps := []struct {
 		name string
@@ -235,7 +248,7 @@ func startWorkers(tc client.Client) (func(), error) {
 		}
 	}
 	var opts sdkworker.Options // the same defaults for both
-	tg, err := worker.New(tc, worker.Options{Policy: benchPolicy{}, Tools: tools, Worker: opts})
+	tg, err := worker.New(tc, worker.Options{TaskQueue: benchQueue, Policy: benchPolicy{}, Tools: tools, Worker: opts})
 	if err != nil {
 		return nil, err
 	}
@@ -258,9 +271,17 @@ type runner struct {
 	o      Options
 	tc     client.Client
 	calls  *tgclient.Client
-	dbPath string
+	dbPath string // "" against a cluster: the database is not measured
+	run    string // this run's suffix of session names and fixed IDs
 	seq    atomic.Int64
 }
+
+// benchQueue keeps the bench's toolgate worker apart from a cluster's own
+// toolgate workers (task queue "toolgate").
+const benchQueue = "toolgate-bench"
+
+// session names one of the bench's sessions, for this run.
+func (b *runner) session(name string) string { return "bench-" + name + "-" + b.run }
 
 var args = json.RawMessage(`{"text":"hello"}`)
 
@@ -280,13 +301,13 @@ func (b *runner) call(ctx context.Context, session, toolName string) error {
 	return err
 }
 
-func (b *runner) auto(ctx context.Context) error { return b.call(ctx, "bench-auto", toolEcho) }
+func (b *runner) auto(ctx context.Context) error { return b.call(ctx, b.session("auto"), toolEcho) }
 
-func (b *runner) sticky(ctx context.Context) error { return b.call(ctx, "bench-sticky", toolSticky) }
+func (b *runner) sticky(ctx context.Context) error { return b.call(ctx, b.session("sticky"), toolSticky) }
 
 // warmUp runs each case a few times and records the sticky decision.
 func (b *runner) warmUp(ctx context.Context, _ *Report) error {
-	id, err := b.calls.Submit(ctx, tgclient.CallRequest{Session: "bench-sticky", Tool: toolSticky, Args: args})
+	id, err := b.calls.Submit(ctx, tgclient.CallRequest{Session: b.session("sticky"), Tool: toolSticky, Args: args})
 	if err != nil {
 		return err
 	}
@@ -331,7 +352,7 @@ func (b *runner) decisionRoundTrip(ctx context.Context, r *Report) error {
 	n := max(b.o.Runs/2, 10)
 	var decide, signal, signalActivity []time.Duration
 	for range n {
-		id, err := b.calls.Submit(ctx, tgclient.CallRequest{Session: "bench-decide", Tool: toolAsk, Args: args})
+		id, err := b.calls.Submit(ctx, tgclient.CallRequest{Session: b.session("decide"), Tool: toolAsk, Args: args})
 		if err != nil {
 			return err
 		}
@@ -429,7 +450,7 @@ func (b *runner) parked(ctx context.Context, r *Report) error {
 	start := time.Now()
 	if _, err := b.concurrently(ctx, b.o.Parked, func(ctx context.Context) error {
 		n := i.Add(1) - 1
-		id, err := b.calls.Submit(ctx, tgclient.CallRequest{Session: fmt.Sprintf("bench-parked-%d", n%50), Tool: toolAsk, Args: args})
+		id, err := b.calls.Submit(ctx, tgclient.CallRequest{Session: b.session(fmt.Sprintf("parked-%d", n%50)), Tool: toolAsk, Args: args})
 		ids[n] = id
 		return err
 	}); err != nil {

@@ -78,7 +78,7 @@ func (b *runner) pendingList(ctx context.Context, r *Report) error {
 
 	everyGroup := &policy.Approver{Name: "bench", Groups: []string{"*"}}
 	ops := &policy.Approver{Name: "bench", Groups: []string{"ops"}}
-	warm := tgclient.New(b.tc, "")
+	warm := tgclient.New(b.tc, benchQueue)
 	// Each page is checked: full, counting them all, starting with the
 	// oldest call.
 	firstPage := func(c *tgclient.Client, decider *policy.Approver, total int64) func(context.Context) error {
@@ -89,8 +89,8 @@ func (b *runner) pendingList(ctx context.Context, r *Report) error {
 				return err
 			case page.Total < total || len(page.Calls) != int(min(page.Total, int64(p.PageSize))):
 				return fmt.Errorf("first page: %d calls of %d, want %d of %d", len(page.Calls), page.Total, min(total, int64(p.PageSize)), total)
-			case already.GetCount() == 0 && page.Calls[0].CallID != waitingID(0):
-				return fmt.Errorf("first page starts with %s, not the oldest call %s", page.Calls[0].CallID, waitingID(0))
+			case already.GetCount() == 0 && page.Calls[0].CallID != b.waitingID(0):
+				return fmt.Errorf("first page starts with %s, not the oldest call %s", page.Calls[0].CallID, b.waitingID(0))
 			}
 			return nil
 		}
@@ -98,7 +98,7 @@ func (b *runner) pendingList(ctx context.Context, r *Report) error {
 	n := int64(b.o.Waiting)
 	cases := []func(context.Context) error{
 		firstPage(warm, everyGroup, n),
-		func(ctx context.Context) error { return firstPage(tgclient.New(b.tc, ""), everyGroup, n)(ctx) },
+		func(ctx context.Context) error { return firstPage(tgclient.New(b.tc, benchQueue), everyGroup, n)(ctx) },
 		firstPage(warm, ops, (n+1)/2),
 		func(ctx context.Context) error {
 			_, err := b.tc.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: pendingQuery, PageSize: int32(p.PageSize)})
@@ -120,7 +120,7 @@ func (b *runner) pendingList(ctx context.Context, r *Report) error {
 	return nil
 }
 
-func waitingID(n int64) string { return fmt.Sprintf("bench-waiting-%05d", n) }
+func (b *runner) waitingID(n int64) string { return fmt.Sprintf("bench-waiting-%s-%05d", b.run, n) }
 
 // startWaiting starts the nth waiting call of the listing case.
 func (b *runner) startWaiting(ctx context.Context, n int64, requestedAt time.Time) error {
@@ -129,12 +129,12 @@ func (b *runner) startWaiting(ctx context.Context, n int64, requestedAt time.Tim
 		groups = []string{"finance"}
 	}
 	_, err := b.tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
-		ID:        workflows.CallWorkflowID(waitingID(n)),
+		ID:        workflows.CallWorkflowID(b.waitingID(n)),
 		TaskQueue: idleQueue,
 		TypedSearchAttributes: temporal.NewSearchAttributes(
 			workflows.AttrStatus.ValueSet(string(workflows.StatusPending)),
 			workflows.AttrTool.ValueSet(toolAsk),
-			workflows.AttrSession.ValueSet(fmt.Sprintf("bench-waiting-%d", n%50)),
+			workflows.AttrSession.ValueSet(b.session(fmt.Sprintf("waiting-%d", n%50))),
 			workflows.AttrRequestedAt.ValueSet(requestedAt),
 			workflows.AttrRequester.ValueSet("bench"),
 			workflows.AttrGroups.ValueSet(groups),

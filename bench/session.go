@@ -60,7 +60,7 @@ func (b *runner) oneSession(ctx context.Context, r *Report) error {
 	n := b.o.OneSession
 	s := &r.OneSession
 	s.Calls = n
-	session := fmt.Sprintf("bench-one-%d", time.Now().UnixNano())
+	session := b.session("one")
 	ids := make([]string, n)
 	for i := range ids {
 		ids[i] = fmt.Sprintf("%s-%d", session, i)

@@ -4,11 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -44,7 +47,7 @@ func startCluster(t *testing.T, mode cluster.Mode) *clusterEnv {
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		if t.Failed() {
-			t.Logf("cluster logs:\n%s", c.Logs())
+			t.Logf("cluster logs:\n%s", c.Logs(4000))
 		}
 		c.Close()
 	})
@@ -253,6 +256,65 @@ func TestClusterWalkthrough(t *testing.T) {
 		assert.Equal(t, "ok", string(b))
 	})
 
+	t.Run("serve is not ready until the namespace's search attributes are usable", func(t *testing.T) {
+		d := e.in(t)
+		addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+		start(t, "HTTP listener running", "serve", "--temporal-address", e.c.FrontendAddress, "--namespace", "fresh",
+			"--http", addr, "--tokens", writeTokensFile(t, t.TempDir()))
+		get := func(path string, body string) (*http.Response, string) {
+			method := "GET"
+			if body != "" {
+				method = "POST"
+			}
+			req, err := http.NewRequest(method, "http://"+addr+path, strings.NewReader(body))
+			require.NoError(t, err)
+			req.Header.Set("Authorization", "Bearer token-agent-1")
+			resp, err := http.DefaultClient.Do(req)
+			require.NoError(t, err)
+			defer resp.Body.Close()
+			b, _ := io.ReadAll(resp.Body)
+			return resp, string(b)
+		}
+		// A worker started before the namespace exists waits, and takes
+		// no calls, until the attributes are usable.
+		worker := exec.Command(binary, "worker", "--temporal-address", e.c.FrontendAddress, "--namespace", "fresh",
+			"--workspace", t.TempDir(), "--metrics", "")
+		workerOut := &syncBuffer{}
+		worker.Stdout, worker.Stderr = workerOut, workerOut
+		require.NoError(t, worker.Start())
+		t.Cleanup(func() { _ = worker.Process.Kill(); _ = worker.Wait() })
+		require.Eventually(t, func() bool {
+			return strings.Contains(workerOut.String(), "Waiting for toolgate's search attributes before taking calls")
+		}, 30*time.Second, 50*time.Millisecond, "the worker says what it waits for:\n%s", workerOut)
+		assert.NotContains(t, workerOut.String(), "Worker running")
+
+		resp, body := get("/readyz", "")
+		assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, body)
+		call := `{"session":"fresh-1","tool":"echo","call_id":"fresh-1","args":{}}`
+		resp, body = get("/v1/calls", call)
+		assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, body)
+		assert.Equal(t, "5", resp.Header.Get("Retry-After"), "a retryable answer, never a 500")
+		assert.Contains(t, body, "search attributes are not usable yet")
+
+		r := d.cliWith([]string{"TEMPORAL_NAMESPACE=fresh"}, "namespace", "setup", "--namespace", "fresh", "--retention", "24h")
+		require.Equal(t, 0, r.code, r.stdout+r.stderr)
+		assert.Contains(t, r.stdout, "namespace fresh registered (retention 24h0m0s); registered search attributes ToolgateChannel")
+		assert.Contains(t, r.stdout, "ready for toolgate")
+		r = d.cliWith([]string{"TEMPORAL_NAMESPACE=fresh"}, "namespace", "setup", "--namespace", "fresh")
+		require.Equal(t, 0, r.code, r.stdout+r.stderr)
+		assert.Contains(t, r.stdout, "namespace fresh exists; toolgate's search attributes were registered already", "safe to run again")
+
+		require.Eventually(t, func() bool {
+			resp, _ := get("/readyz", "")
+			return resp.StatusCode == http.StatusOK
+		}, 30*time.Second, 200*time.Millisecond, "serve became ready once the attributes were usable")
+		require.Eventually(t, func() bool { return strings.Contains(workerOut.String(), "Worker running") },
+			30*time.Second, 50*time.Millisecond, "the waiting worker started once the attributes were usable:\n%s", workerOut)
+		resp, body = get("/v1/calls?wait=20s", call)
+		assert.Equal(t, http.StatusOK, resp.StatusCode, "the first call is accepted and runs: %s", body)
+		assert.Contains(t, body, `"status":"ok"`)
+	})
+
 	t.Run("kill -9 of the history service during a release", func(t *testing.T) {
 		reqs, ids := shellCalls("fault-history", "fh", 100, "")
 		submitAll(t, c, reqs)
@@ -372,4 +434,55 @@ func TestClusterStock(t *testing.T) {
 	}
 	t.Logf("released by one approve-for-session in %s", time.Since(released).Round(time.Millisecond))
 	assert.Equal(t, onceEach(ids), runCounts(t, runs), "each released call ran exactly once")
+
+	t.Run("a sticky decision taken while calls are still parking covers them all", func(t *testing.T) {
+		reqs, ids := shellCalls("stock-race", "sr", 200, "")
+		submitted := make(chan error, 1)
+		go func() {
+			var g errgroup.Group
+			g.SetLimit(4) // a steady trickle: calls begin to wait before, during and after the decision
+			for _, r := range reqs {
+				g.Go(func() error {
+					_, err := c.Submit(context.Background(), r)
+					return err
+				})
+			}
+			submitted <- g.Wait()
+		}()
+		awaitAllPending(t, c, ids[:5], time.Minute)
+		r := e.as(t, "bob").do("POST", "/v1/calls/"+ids[0]+"/decision", map[string]any{"decision": "approve_for_session"})
+		require.Equal(t, http.StatusOK, r.status, r.raw)
+		require.NoError(t, <-submitted)
+		for id, res := range waitAll(t, c, ids, 5*time.Minute) {
+			assert.Equal(t, workflows.StatusOK, res.Status, "%s: %s", id, res.Reason)
+			assert.Equal(t, "bob", res.DecidedBy, id)
+		}
+	})
+
+	t.Run("toolgate bench runs every case against the cluster", func(t *testing.T) {
+		jsonPath := filepath.Join(t.TempDir(), "bench.json")
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, binary, "bench", "--quick", "--log-level", "error", "--json", jsonPath,
+			"--temporal-address", e.c.FrontendAddress, "--namespace", e.c.Namespace)
+		var stdout, stderr syncBuffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		began := time.Now()
+		require.NoError(t, cmd.Run(), "%s\n%s", stdout.String(), stderr.String())
+		assert.Regexp(t, `(?m)^ratios: auto/base_p50=[0-9.]+ .*park_one_session/base_rate=[0-9.]+ fanout/base_time=[0-9.]+`, stdout.String())
+		var report struct {
+			Options struct {
+				TemporalAddress string `json:"temporal_address"`
+			} `json:"options"`
+			OneSession struct {
+				Calls int `json:"calls"`
+			} `json:"one_session"`
+		}
+		b, err := os.ReadFile(jsonPath)
+		require.NoError(t, err)
+		require.NoError(t, json.Unmarshal(b, &report))
+		assert.Equal(t, e.c.FrontendAddress, report.Options.TemporalAddress, "measured on the cluster, not an embedded server")
+		assert.Positive(t, report.OneSession.Calls)
+		t.Logf("bench --quick on the stock cluster, %s:\n%s", time.Since(began).Round(time.Second), stdout.String())
+	})
 }

@@ -12,7 +12,7 @@ func (a *app) benchCommand() *cobra.Command {
 		quick bool
 	)
 	cmd := &cobra.Command{
-		Use:   "bench [--quick] [--runs N] [--concurrency C] [--calls M] [--parked P] [--waiting W] [--json FILE]",
+		Use:   "bench [--quick] [--runs N] [--concurrency C] [--calls M] [--parked P] [--waiting W] [--json FILE] [--temporal-address HOST:PORT [--namespace NS]]",
 		Short: "Measure toolgate against a bare Temporal workflow, side by side",
 		Long: `Start an embedded Temporal server and both workers in this process, warm
 up, then measure in one run: latency of a bare workflow (local activity +
@@ -21,7 +21,11 @@ decision; a decision's round trip against a bare signal; throughput at a
 concurrency; the cost of calls parked waiting for a person; and the first
 page of the pending list with W calls waiting against a bare visibility
 listing of a page. Prints a table, writes every figure as JSON, and ends
-with one line of ratios.`,
+with one line of ratios.
+
+With --temporal-address the same cases run against that cluster instead
+(both sides' workers still run in this process, on task queues of their
+own, so a cluster's own toolgate workers are not involved).`,
 		Args: exactArgs(),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if quick {
@@ -45,6 +49,8 @@ with one line of ratios.`,
 	f.IntVar(&o.OneSession, "one-session", 0, "calls parked in ONE session and released by one approve-for-session (default 1000; try 10000)")
 	f.StringVar(&o.JSONPath, "json", "bench.json", "file for every figure as JSON")
 	f.BoolVar(&o.EagerStart, "eager-start", false, "start toolgate's calls and the baseline's workflows with eager workflow start")
+	f.StringVar(&o.TemporalAddress, "temporal-address", "", "run against this Temporal cluster (host:port) instead of an embedded server; its namespace needs toolgate's search attributes (toolgate namespace setup)")
+	f.StringVar(&o.Namespace, "namespace", "default", "namespace, with --temporal-address")
 	return cmd
 }
 

@@ -291,11 +291,16 @@ func (c *Cluster) Processes() []*Process {
 	return ps
 }
 
-// Logs is the output of every process, for a failed test's report.
-func (c *Cluster) Logs() string {
+// Logs is the end of every process's output (the last n bytes of each),
+// for a failed test's report.
+func (c *Cluster) Logs(n int) string {
 	var b strings.Builder
 	for _, p := range c.Processes() {
-		fmt.Fprintf(&b, "----- %s -----\n%s\n", p.Name, p.Output())
+		out := p.Output()
+		if len(out) > n {
+			out = "…" + out[len(out)-n:]
+		}
+		fmt.Fprintf(&b, "----- %s -----\n%s\n", p.Name, out)
 	}
 	return b.String()
 }
