@@ -382,6 +382,35 @@ func TestClusterWalkthrough(t *testing.T) {
 		t.Logf("worker killed while tools ran: %d of 30 shell calls ended unknown, 0 of 30 write_file calls", unknown)
 	})
 
+	t.Run("SIGTERM lets a running tool finish", func(t *testing.T) {
+		// The command writes the PID of the worker running it, then runs on
+		// while that worker is told to stop.
+		args := `{"command":"echo $PPID > term.pid; sleep 2; echo finished"}`
+		_, err := c.Submit(context.Background(), tgclient.CallRequest{CallID: "term-1", Session: "fault-term", Tool: "shell", Requester: "agent-1", Args: json.RawMessage(args)})
+		require.NoError(t, err)
+		awaitAllPending(t, c, []string{"term-1"}, time.Minute)
+		r := e.as(t, "bob").do("POST", "/v1/calls/term-1/decision", map[string]any{"decision": "approve"})
+		require.Equal(t, http.StatusOK, r.status, r.raw)
+		var pid string
+		require.Eventually(t, func() bool {
+			b, _ := os.ReadFile(filepath.Join(e.c.Workspace, "term.pid"))
+			pid = strings.TrimSpace(string(b))
+			return pid != ""
+		}, 30*time.Second, 10*time.Millisecond, "the tool never started")
+		var running *cluster.Process
+		for _, w := range e.c.Workers {
+			if strconv.Itoa(w.PID()) == pid {
+				running = w
+			}
+		}
+		require.NotNil(t, running, "the tool runs in one of the workers (pid %s)", pid)
+		require.NoError(t, running.Stop(), "a clean exit on SIGTERM")
+		res := waitAll(t, c, []string{"term-1"}, time.Minute)["term-1"]
+		assert.Equal(t, workflows.StatusOK, res.Status, res.Reason)
+		assert.Contains(t, string(res.Output), "finished", "the tool ran to its end in the stopping worker")
+		require.NoError(t, running.Start(context.Background()))
+	})
+
 	t.Run("kill -9 of serve while a long poll waits", func(t *testing.T) {
 		agent := e.as(t, "agent-1")
 		submitWaiting(t, agent, "fault-serve", "fs-1")
@@ -485,4 +514,29 @@ func TestClusterStock(t *testing.T) {
 		assert.Positive(t, report.OneSession.Calls)
 		t.Logf("bench --quick on the stock cluster, %s:\n%s", time.Since(began).Round(time.Second), stdout.String())
 	})
+}
+
+// runCounts counts how often each line occurs in path: for runs.txt, how
+// often each shell call's tool ran.
+func runCounts(t *testing.T, path string) map[string]int {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if os.IsNotExist(err) {
+		b, err = nil, nil
+	}
+	require.NoError(t, err)
+	counts := map[string]int{}
+	for line := range strings.Lines(string(b)) {
+		counts[strings.TrimSuffix(line, "\n")]++
+	}
+	return counts
+}
+
+// onceEach is what runCounts returns when each of ids ran exactly once.
+func onceEach(ids []string) map[string]int {
+	m := map[string]int{}
+	for _, id := range ids {
+		m[id] = 1
+	}
+	return m
 }

@@ -240,15 +240,7 @@ func (c *Cluster) newToolgateWorker(toolgate string, n int, extra []string) *Pro
 	return &Process{
 		Name: "worker-" + strconv.Itoa(n),
 		path: toolgate, args: args, dir: c.dir, env: c.Env(),
-		ready: func(ctx context.Context, output func() string) error {
-			return poll(ctx, pollInterval, func() error {
-				runs := strings.Split(output(), "=== ")
-				if strings.Contains(runs[len(runs)-1], "Worker running") {
-					return nil
-				}
-				return errNotYet
-			})
-		},
+		ready: printed("Worker running"),
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -189,6 +190,20 @@ func poll(ctx context.Context, interval time.Duration, check func() error) error
 	}
 }
 
+// printed is a readiness check: the process's current run printed line.
+func printed(line string) func(context.Context, func() string) error {
+	return func(ctx context.Context, output func() string) error {
+		return poll(ctx, pollInterval, func() error {
+			// The current run only: a restart prints the line again.
+			runs := strings.Split(output(), "=== ")
+			if strings.Contains(runs[len(runs)-1], line) {
+				return nil
+			}
+			return errNotYet
+		})
+	}
+}
+
 // errNotYet is a readiness check that has not passed yet.
 var errNotYet = errors.New("not ready yet")
 
@@ -197,7 +212,7 @@ var errNotYet = errors.New("not ready yet")
 func baseEnv(extra ...string) []string {
 	var env []string
 	for _, kv := range os.Environ() {
-		if !bytes.HasPrefix([]byte(kv), []byte("TEMPORAL_")) && !bytes.HasPrefix([]byte(kv), []byte("TOOLGATE_")) {
+		if !strings.HasPrefix(kv, "TEMPORAL_") && !strings.HasPrefix(kv, "TOOLGATE_") {
 			env = append(env, kv)
 		}
 	}
