@@ -345,8 +345,7 @@ func startOnce(ctx context.Context, c client.Client) error {
 		var mark toolStarted
 		if err := activity.GetHeartbeatDetails(ctx, &mark); err == nil && mark.Started {
 			return temporal.NewNonRetryableApplicationError(
-				"its previous attempt was lost after the tool began (its worker died, or it ran past its timeout), and it is not idempotent, so toolgate did not run it again",
-				ErrTypeOutcomeUnknown, nil)
+				howLost(ctx, c)+", and it is not idempotent, so toolgate did not run it again", ErrTypeOutcomeUnknown, nil)
 		}
 	}
 	if c == nil { // activity tests without a server
@@ -359,6 +358,33 @@ func startOnce(ctx context.Context, c client.Client) error {
 		return fmt.Errorf("record that the tool begins (it has not): %w", err)
 	}
 	return nil
+}
+
+// howLost says how the previous attempt of this tool step ended, from the
+// server's record of the pending activity (a describe: strongly
+// consistent), in the words a model reads.
+func howLost(ctx context.Context, c client.Client) string {
+	const unsure = "its previous attempt was lost after the tool began (its worker died, or it ran past its timeout)"
+	if c == nil {
+		return unsure
+	}
+	info := activity.GetInfo(ctx)
+	d, err := c.DescribeWorkflowExecution(ctx, info.WorkflowExecution.ID, info.WorkflowExecution.RunID)
+	if err != nil {
+		return unsure
+	}
+	for _, pa := range d.GetPendingActivities() {
+		if pa.GetActivityId() != info.ActivityID {
+			continue
+		}
+		switch pa.GetLastFailure().GetTimeoutFailureInfo().GetTimeoutType() {
+		case enumspb.TIMEOUT_TYPE_HEARTBEAT:
+			return "its worker stopped answering while it ran (heartbeat timeout)"
+		case enumspb.TIMEOUT_TYPE_START_TO_CLOSE:
+			return "it did not finish within its timeout"
+		}
+	}
+	return unsure
 }
 
 // heartbeat records an activity heartbeat every interval until stop is

@@ -87,3 +87,22 @@ func TestAPIAnswers503WhenTemporalIsDown(t *testing.T) {
 	assert.Equal(t, "Temporal is not reachable; try again shortly", msg)
 	assert.NotContains(t, rec.Body.String(), "127.0.0.1", "no internals")
 }
+
+// A frontend that does not map toolgate's search attributes yet (they
+// were registered seconds ago) refuses a start with InvalidArgument; the
+// API says to try again shortly instead of answering 500.
+func TestUnmappedSearchAttributeIsRetryable(t *testing.T) {
+	a := &api{logger: zap.NewNop()}
+	err := fmt.Errorf("start call c1: %w", serviceerror.NewInvalidArgument("Namespace default has no mapping defined for search attribute ToolgateTool"))
+	rec := httptest.NewRecorder()
+	writeError(rec, a.mapError(err))
+	assert.Equal(t, http.StatusServiceUnavailable, rec.Code)
+	assert.Equal(t, "5", rec.Header().Get("Retry-After"))
+	code, msg := apiErrorOf(t, rec)
+	assert.Equal(t, "unavailable", code)
+	assert.Contains(t, msg, "search attributes are not usable yet")
+
+	rec = httptest.NewRecorder()
+	writeError(rec, a.mapError(serviceerror.NewInvalidArgument("some other bad argument")))
+	assert.Equal(t, http.StatusInternalServerError, rec.Code, "only the unmapped attribute is retryable")
+}
