@@ -21,6 +21,7 @@ import (
 // hashes.
 var apiTokens = map[string]struct{ role, groups string }{
 	"agent-1":  {"agent", ""},
+	"agent-2":  {"agent", ""},
 	"alice":    {"approver", "[ops]"},
 	"bob":      {"approver", `["*"]`},
 	"root":     {"admin", ""},

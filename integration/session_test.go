@@ -118,6 +118,17 @@ func TestCancellingAWaitingCall(t *testing.T) {
 		r = agent.do("POST", "/v1/calls/cy2/cancel", nil)
 		require.Equal(t, http.StatusOK, r.status, r.raw)
 		assert.Equal(t, "cancelled by agent-1", agent.do("GET", "/v1/calls/cy2?wait=30s", nil).body["reason"])
+
+		r = agent.do("POST", "/v1/calls/cy2/cancel", nil)
+		assert.Equal(t, http.StatusConflict, r.status, "its own finished call no longer waits: %s", r.raw)
+		assert.Equal(t, "already_decided", r.errorCode())
+		// Another agent learns nothing: its finished call answers as a call
+		// that does not exist.
+		other := as("agent-2").do("POST", "/v1/calls/cy2/cancel", nil)
+		none := as("agent-2").do("POST", "/v1/calls/cy-never/cancel", nil)
+		assert.Equal(t, http.StatusNotFound, other.status, other.raw)
+		assert.Equal(t, none.status, other.status)
+		assert.Equal(t, none.errorCode(), other.errorCode())
 	})
 
 	t.Run("through Temporal's own cancel", func(t *testing.T) {

@@ -105,11 +105,15 @@ func (a *api) cancelCall(w http.ResponseWriter, r *http.Request, p Principal) {
 			writeError(w, a.mapError(err))
 			return
 		}
-		call := st.State.Call
-		if st.Result != nil {
-			call = st.Result.Call()
+		// A finished call has its Result and no State.
+		var requester string
+		switch {
+		case st.Result != nil:
+			requester = st.Result.Requester
+		case st.State != nil:
+			requester = st.State.Call.Requester
 		}
-		if call.Requester != p.Name {
+		if requester != p.Name { // another agent's call is as unknown as one that never was
 			writeError(w, notFound(callID))
 			return
 		}
