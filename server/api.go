@@ -1,17 +1,21 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/url"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"go.uber.org/zap"
 
@@ -254,6 +258,10 @@ func mayRead(p Principal, c policy.Call) bool {
 
 func (a *api) listCalls(w http.ResponseWriter, r *http.Request, p Principal) {
 	q := r.URL.Query()
+	if err := onlyParams(q, "session", "tool", "status", "requester", "page_size", "page_token"); err != nil {
+		writeError(w, err)
+		return
+	}
 	page, err := pageParams(q)
 	if err != nil {
 		writeError(w, err)
@@ -277,6 +285,10 @@ func (a *api) listCalls(w http.ResponseWriter, r *http.Request, p Principal) {
 // page at a time; every filter applies before paging.
 func (a *api) pending(w http.ResponseWriter, r *http.Request, p Principal) {
 	q := r.URL.Query()
+	if err := onlyParams(q, "session", "tool", "min_age", "page_size", "page_token"); err != nil {
+		writeError(w, err)
+		return
+	}
 	minAge, err := durationParam(q.Get("min_age"), "min_age")
 	if err != nil {
 		writeError(w, err)
@@ -298,6 +310,17 @@ func (a *api) pending(w http.ResponseWriter, r *http.Request, p Principal) {
 		return
 	}
 	writeJSON(w, http.StatusOK, out)
+}
+
+// onlyParams refuses a query parameter the route does not take: a filter
+// that is silently ignored lists calls the caller meant to leave out.
+func onlyParams(q url.Values, known ...string) error {
+	for _, name := range slices.Sorted(maps.Keys(q)) {
+		if !slices.Contains(known, name) {
+			return badRequest(name, "is not a query parameter of this list; it takes "+strings.Join(known, ", "))
+		}
+	}
+	return nil
 }
 
 // pageParams reads ?page_size= (1 to tgclient.MaxPageSize; default
@@ -371,15 +394,26 @@ func decodeBody(w http.ResponseWriter, r *http.Request, into any) error {
 
 // decodeBodyLimit is decodeBody with another size cap.
 func decodeBodyLimit(w http.ResponseWriter, r *http.Request, into any, limit int64) error {
-	r.Body = http.MaxBytesReader(w, r.Body, limit)
-	dec := json.NewDecoder(r.Body)
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, limit))
+	var tooLarge *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooLarge):
+		return &apiError{http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("request body is over the %d-byte limit", limit)}
+	case err != nil:
+		return &apiError{http.StatusBadRequest, "malformed_json", "request body could not be read: " + err.Error()}
+	case !utf8.Valid(body):
+		// encoding/json would turn the bad bytes into U+FFFD silently: the
+		// call would run with arguments nobody sent.
+		return &apiError{http.StatusBadRequest, "malformed_json", "request body is not valid UTF-8"}
+	}
+	if problem := duplicateKey(body); problem != "" {
+		return &apiError{http.StatusBadRequest, "malformed_json", problem}
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(into); err != nil {
-		var tooLarge *http.MaxBytesError
 		var typeErr *json.UnmarshalTypeError
 		switch {
-		case errors.As(err, &tooLarge):
-			return &apiError{http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("request body is over the %d-byte limit", limit)}
 		case errors.As(err, &typeErr):
 			field := typeErr.Field
 			if field == "" {
@@ -395,6 +429,64 @@ func decodeBodyLimit(w http.ResponseWriter, r *http.Request, into any, limit int
 		return &apiError{http.StatusBadRequest, "malformed_json", "request body has data after its JSON value"}
 	}
 	return nil
+}
+
+// duplicateKey names the first key that occurs twice in one object of
+// the JSON document data ("" when none does, or when data is not JSON,
+// which decoding reports): encoding/json keeps the last, so a reviewer
+// and the tool could read different values.
+func duplicateKey(data []byte) string {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	type level struct {
+		keys    map[string]bool // nil for an array
+		path    string
+		wantKey bool
+	}
+	var stack []*level
+	path := func() string {
+		if len(stack) == 0 || stack[len(stack)-1].path == "" {
+			return "the request body"
+		}
+		return stack[len(stack)-1].path
+	}
+	var lastKey string
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			return ""
+		}
+		top := (*level)(nil)
+		if len(stack) > 0 {
+			top = stack[len(stack)-1]
+		}
+		if top != nil && top.keys != nil && top.wantKey {
+			if key, ok := tok.(string); ok {
+				if top.keys[key] {
+					return fmt.Sprintf("request body has the key %q twice in %s", key, path())
+				}
+				top.keys[key], top.wantKey, lastKey = true, false, key
+				continue
+			}
+		}
+		child := ""
+		if top != nil && top.keys != nil {
+			child = top.path + "/" + lastKey
+			top.wantKey = true
+		} else if top != nil {
+			child = top.path + "/[]"
+		}
+		switch tok {
+		case json.Delim('{'):
+			stack = append(stack, &level{keys: map[string]bool{}, path: child, wantKey: true})
+		case json.Delim('['):
+			stack = append(stack, &level{path: child})
+		case json.Delim('}'), json.Delim(']'):
+			stack = stack[:len(stack)-1]
+			if len(stack) == 0 {
+				return ""
+			}
+		}
+	}
 }
 
 // jsonTypeOf names, in JSON's words, what a Go type decodes from.

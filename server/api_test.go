@@ -122,6 +122,9 @@ func TestIdentifiersAreCheckedAtTheEdge(t *testing.T) {
 		{"approver-token", "GET", "/v1/calls?status=ok'+OR+ToolgateTool+!%3D+'x", "", "status"},
 		{"approver-token", "GET", "/v1/pending?tool=" + long, "", "tool"},
 		{"approver-token", "GET", `/v1/pending?session=x%5C'+OR+ToolgateStatus+%3D+'ok`, "", "session"},
+		{"approver-token", "GET", "/v1/pending?status=approved", "", "status"},
+		{"approver-token", "GET", "/v1/pending?session=s1&requester=agent-1", "", "requester"},
+		{"agent-token", "GET", "/v1/calls?sesion=s1", "", "sesion"},
 	}
 	for _, c := range cases {
 		temporal := &refusingTemporal{}
@@ -169,6 +172,11 @@ func TestBodiesAreOneJSONObject(t *testing.T) {
 		{"/v1/decisions", `{"decisions":[{"call_id":"c1","decision":"approve"}]}{}`, "malformed_json", "request body has data after its JSON value"},
 		{"/v1/calls/c1/decision", `{"decision":"approve"} x`, "malformed_json", "request body has data after its JSON value"},
 		{"/v1/calls/c1/decision", `{"decision":true}`, "invalid_request", "decision must be a JSON string, not a boolean"},
+		{"/v1/calls", "{\"session\":\"s1\",\"tool\":\"shell\",\"args\":{\"command\":\"ls \xff\"}}", "malformed_json", "request body is not valid UTF-8"},
+		{"/v1/calls", `{"session":"s1","tool":"shell","args":{"command":"ls","command":"rm -rf /"}}`, "malformed_json", `request body has the key "command" twice in /args`},
+		{"/v1/calls", `{"session":"s1","session":"s2","tool":"shell"}`, "malformed_json", `request body has the key "session" twice in the request body`},
+		{"/v1/calls", `{"session":"s1","tool":"shell","args":{"a":[{"x":1},{"x":2,"x":3}]}}`, "malformed_json", `request body has the key "x" twice in /args/a/[]`},
+		{"/v1/calls/c1/decision", `{"decision":"approve","args":{"p":1,"p":2}}`, "malformed_json", `request body has the key "p" twice in /args`},
 	}
 	for _, c := range cases {
 		temporal := &refusingTemporal{}
