@@ -290,7 +290,11 @@ func (a *Activities) RunTool(ctx context.Context, call policy.Call) (json.RawMes
 		h.OnToolStart(ctx, call)
 	}
 	if hb := t.Options.HeartbeatTimeout; hb > 0 {
-		stop := heartbeat(ctx, hb/3)
+		var details []any
+		if !t.Options.Idempotent {
+			details = append(details, toolStarted{Started: true}) // a heartbeat without it would erase the mark
+		}
+		stop := heartbeat(ctx, hb/3, details...)
 		defer stop()
 	}
 	start := time.Now()
@@ -387,10 +391,9 @@ func howLost(ctx context.Context, c client.Client) string {
 	return unsure
 }
 
-// heartbeat records an activity heartbeat every interval until stop is
-// called: proof that the worker running the tool is alive. Each carries
-// the started mark, which a heartbeat without details would erase.
-func heartbeat(ctx context.Context, interval time.Duration) (stop func()) {
+// heartbeat records an activity heartbeat with details every interval
+// until stop is called: proof that the worker running the tool is alive.
+func heartbeat(ctx context.Context, interval time.Duration, details ...any) (stop func()) {
 	done := make(chan struct{})
 	go func() {
 		t := time.NewTicker(interval)
@@ -402,7 +405,7 @@ func heartbeat(ctx context.Context, interval time.Duration) (stop func()) {
 			case <-ctx.Done():
 				return
 			case <-t.C:
-				activity.RecordHeartbeat(ctx, toolStarted{Started: true})
+				activity.RecordHeartbeat(ctx, details...)
 			}
 		}
 	}()
