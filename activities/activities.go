@@ -153,7 +153,7 @@ func (a *Activities) Evaluate(ctx context.Context, in EvaluateInput) (Evaluation
 	if req != nil {
 		ev.Ask = req
 		ev.Rule = req.Rule
-		word := a.lookupSticky(ctx, in.Session, req.StickyKeyFor(call.Tool))
+		word := a.lookupSticky(ctx, in.Session, req.StickyKeyFor(call))
 		ev.Sticky, ev.SessionEnded = word.Sticky, word.End != nil
 	}
 	return ev, nil

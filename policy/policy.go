@@ -102,13 +102,24 @@ type ApprovalRequest struct {
 	EscalateTo    []string      `json:"escalate_to,omitempty"`
 }
 
-// StickyKeyFor returns the key sticky decisions for this request are
-// stored under: StickyKey, or the tool's name.
-func (r ApprovalRequest) StickyKeyFor(tool string) string {
-	if r.StickyKey == "" {
-		return tool
+// AgentStickyPrefix starts the sticky key of a call the agent runs itself:
+// a decision about the agent's own "shell" never covers toolgate's "shell",
+// nor the reverse. A tool name cannot hold "~", so no key of a tool
+// toolgate runs starts with it.
+const AgentStickyPrefix = "agent~"
+
+// StickyKeyFor returns the key sticky decisions for this request and call
+// are stored under: StickyKey, or the tool's name, with AgentStickyPrefix
+// for a call the agent runs.
+func (r ApprovalRequest) StickyKeyFor(call Call) string {
+	key := r.StickyKey
+	if key == "" {
+		key = call.Tool
 	}
-	return r.StickyKey
+	if call.Execution == ExecutionAgent {
+		return AgentStickyPrefix + key
+	}
+	return key
 }
 
 // EffectiveTimeout returns Timeout or its default.

@@ -453,7 +453,7 @@ func (c *callRun) askForDecision(ctx workflow.Context, req policy.ApprovalReques
 		c.apply(ctx, *c.eval.Sticky)
 		return nil
 	}
-	key := req.StickyKeyFor(c.state.Call.Tool)
+	key := req.StickyKeyFor(c.state.Call)
 	c.stickyKey = key
 	timeout := req.EffectiveTimeout()
 	if c.parkDirect {

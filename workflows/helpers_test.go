@@ -440,7 +440,7 @@ func (v *fakeVisibility) waiting(query string) []string {
 		if !ok || st.Status != StatusPending || session == nil || st.Call.Session != session[1] {
 			continue
 		}
-		if key != nil && (st.Request == nil || st.Request.StickyKeyFor(st.Call.Tool) != key[1]) {
+		if key != nil && (st.Request == nil || st.Request.StickyKeyFor(st.Call) != key[1]) {
 			continue
 		}
 		ids = append(ids, id)
