@@ -208,11 +208,12 @@ func (a *Activities) lookupSticky(ctx context.Context, l StickyLookup, key strin
 	defer cancel()
 	if l.Memo != "" {
 		desc, err := a.Client.DescribeWorkflowExecution(ctx, l.WorkflowID, "")
-		if err != nil || desc.GetWorkflowExecutionInfo().GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+		if err != nil {
 			return SessionWord{}
 		}
-		if _, ok := desc.GetWorkflowExecutionInfo().GetMemo().GetFields()[l.Memo]; ok {
-			word, _ := sessionWordOf(desc.GetWorkflowExecutionInfo(), l, key)
+		info := desc.GetWorkflowExecutionInfo()
+		if _, ok := info.GetMemo().GetFields()[l.Memo]; ok || info.GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+			word, _ := sessionWordOf(info, l, key)
 			return word
 		}
 	}

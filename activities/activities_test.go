@@ -140,7 +140,10 @@ func TestRunToolHeartbeatsWhileALongToolRuns(t *testing.T) {
 func TestRunToolRunsAToolThatIsNotIdempotentAtMostOnce(t *testing.T) {
 	var ran atomic.Int32
 	r := tool.NewRegistry()
-	count := func(context.Context, tool.Input) (json.RawMessage, error) { ran.Add(1); return json.RawMessage(`{}`), nil }
+	count := func(context.Context, tool.Input) (json.RawMessage, error) {
+		ran.Add(1)
+		return json.RawMessage(`{}`), nil
+	}
 	r.MustRegister(
 		tool.Tool{Name: "pay", Run: count},
 		tool.Tool{Name: "get", Run: count, Options: tool.Options{Idempotent: true}},

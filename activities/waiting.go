@@ -53,8 +53,9 @@ const (
 // StatusAttribute is the search attribute of a call's status, and
 // pendingStatus its value while the call waits for a person.
 const (
-	StatusAttribute = "ToolgateStatus"
-	pendingStatus   = "pending"
+	StatusAttribute  = "ToolgateStatus"
+	pendingStatus    = "pending"
+	evaluatingStatus = "evaluating" // what a call shows from its start until it waits or is decided
 )
 
 // AwaitListed waits until visibility lists the call as waiting, then reads
@@ -76,7 +77,7 @@ func (a *Activities) AwaitListed(ctx context.Context, in ListedInput) (SessionWo
 				return SessionWord{}, fmt.Errorf("read the session: %w", err)
 			}
 			return word, nil
-		case "": // not listed yet, or listed before it showed a status
+		case "", evaluatingStatus: // not listed as waiting yet: the listing lags the call
 		default:
 			return SessionWord{}, nil
 		}
@@ -111,8 +112,8 @@ func (a *Activities) listedStatus(ctx context.Context, query string) (string, er
 	return "", nil
 }
 
-// readSession reads what the session says to a call of key. No session,
-// or one no longer running, has nothing to say.
+// readSession reads what the session says to a call of key. No session
+// has nothing to say; a closed one only its end, if it ended.
 func (a *Activities) readSession(ctx context.Context, l StickyLookup, key string) (SessionWord, error) {
 	desc, err := a.Client.DescribeWorkflowExecution(ctx, l.WorkflowID, "")
 	var nf *serviceerror.NotFound
@@ -126,14 +127,14 @@ func (a *Activities) readSession(ctx context.Context, l StickyLookup, key string
 }
 
 // sessionWordOf reads key's sticky decision and the end from a session's
-// memo.
+// memo. A session that is no longer running has no sticky decisions, but
+// one that ended stays ended: its closed run's memo keeps the end, so a
+// call that comes later is denied instead of asking a person.
 func sessionWordOf(info *workflowpb.WorkflowExecutionInfo, l StickyLookup, key string) (SessionWord, error) {
-	if info.GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
-		return SessionWord{}, nil
-	}
+	running := info.GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING
 	var word SessionWord
 	fields := info.GetMemo().GetFields()
-	if shown, ok := fields[l.Memo]; ok {
+	if shown, ok := fields[l.Memo]; ok && running {
 		var byKey map[string]*policy.Decision
 		if err := converter.GetDefaultDataConverter().FromPayload(shown, &byKey); err != nil {
 			return SessionWord{}, fmt.Errorf("decode the sticky decisions: %w", err)

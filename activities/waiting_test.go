@@ -31,6 +31,10 @@ type visibilityServer struct {
 	// callStatus ("pending" when empty).
 	listedAfter int
 	callStatus  string
+	// statusBefore, when set, is the status listings show before that
+	// (e.g. "evaluating": the call started, and is not listed as waiting
+	// yet); empty: not listed at all.
+	statusBefore string
 	counts      int
 	waiting     []*workflowpb.WorkflowExecutionInfo
 	session     *workflowpb.WorkflowExecutionInfo
@@ -52,10 +56,13 @@ func (v *visibilityServer) ListWorkflow(_ context.Context, req *workflowservice.
 		v.mu.Lock()
 		defer v.mu.Unlock()
 		v.counts++
-		if v.counts <= v.listedAfter {
-			return &workflowservice.ListWorkflowExecutionsResponse{}, nil
-		}
 		status := cmp.Or(v.callStatus, "pending")
+		if v.counts <= v.listedAfter {
+			if v.statusBefore == "" {
+				return &workflowservice.ListWorkflowExecutionsResponse{}, nil
+			}
+			status = v.statusBefore
+		}
 		return &workflowservice.ListWorkflowExecutionsResponse{Executions: []*workflowpb.WorkflowExecutionInfo{{
 			SearchAttributes: &commonpb.SearchAttributes{IndexedFields: map[string]*commonpb.Payload{StatusAttribute: v.payload(status)}},
 		}}}, nil
@@ -187,4 +194,45 @@ func TestCheckWaitingNamesACallTheApproverMayNotActOn(t *testing.T) {
 	refusal, err = runActivity[string](t, a, a.CheckWaiting, CheckWaitingInput{Query: "q", Approver: policy.Approver{Name: "root", Groups: []string{"*"}}})
 	require.NoError(t, err)
 	assert.Empty(t, refusal, "an admin may act on every call")
+}
+
+// A call that listings still show as evaluating has not been seen waiting
+// yet: reading nothing then would miss a decision the session takes
+// meanwhile (its release lists only calls shown waiting).
+func TestAwaitListedWaitsPastEvaluating(t *testing.T) {
+	approved := &policy.Decision{Kind: policy.ApprovedForSession, DecidedBy: "bob", Channel: "session"}
+	v := &visibilityServer{listedAfter: 2, statusBefore: "evaluating", session: &workflowpb.WorkflowExecutionInfo{
+		Status: enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING,
+		Memo:   &commonpb.Memo{Fields: map[string]*commonpb.Payload{"sticky": payload(t, map[string]*policy.Decision{"write": approved})}},
+	}}
+	a := &Activities{Client: v}
+	in := ListedInput{Listed: "WorkflowId = 'c1'", Session: StickyLookup{WorkflowID: "s1", Memo: "sticky", Ended: "ended"}, Key: "write"}
+	word, err := runActivity[SessionWord](t, a, a.AwaitListed, in)
+	require.NoError(t, err)
+	require.NotNil(t, word.Sticky, "the session's decision reaches the call")
+	assert.Equal(t, 3, v.counts, "it looked until the call was listed waiting")
+}
+
+// A session that ended and closed still says so: a call that comes later
+// is denied, not asked of a person. A closed session's sticky decisions
+// are gone with it.
+func TestAClosedSessionStillSaysItEnded(t *testing.T) {
+	approved := &policy.Decision{Kind: policy.ApprovedForSession, DecidedBy: "bob", Channel: "session"}
+	end := &policy.Decision{Kind: policy.DeniedWithReason, Reason: "the session was ended by ops1", DecidedBy: "ops1", Channel: "session"}
+	v := &visibilityServer{session: &workflowpb.WorkflowExecutionInfo{
+		Status: enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED,
+		Memo: &commonpb.Memo{Fields: map[string]*commonpb.Payload{
+			"sticky": payload(t, map[string]*policy.Decision{"write": approved}),
+			"ended":  payload(t, end),
+		}},
+	}}
+	a := &Activities{Client: v}
+	lookup := StickyLookup{WorkflowID: "s1", Memo: "sticky", Ended: "ended"}
+	word, err := runActivity[SessionWord](t, a, a.AwaitListed, ListedInput{Listed: "WorkflowId = 'c1'", Session: lookup, Key: "write"})
+	require.NoError(t, err)
+	assert.Equal(t, SessionWord{End: end}, word, "the end, and no sticky decision of a closed session")
+	assert.Equal(t, SessionWord{End: end}, a.lookupSticky(context.Background(), lookup, "write"), "at evaluation too")
+
+	v.session.Memo.Fields["ended"] = payload(t, nil) // closed without an end (idle)
+	assert.Equal(t, SessionWord{}, a.lookupSticky(context.Background(), lookup, "write"))
 }

@@ -464,12 +464,13 @@ func TestClusterStock(t *testing.T) {
 	t.Logf("released by one approve-for-session in %s", time.Since(released).Round(time.Millisecond))
 	assert.Equal(t, onceEach(ids), runCounts(t, runs), "each released call ran exactly once")
 
-	t.Run("a sticky decision taken while calls are still parking covers them all", func(t *testing.T) {
-		reqs, ids := shellCalls("stock-race", "sr", 200, "")
+	// trickle submits the calls four at a time, so that they begin to wait
+	// before, during and after a decision taken once the first five wait.
+	trickle := func(t *testing.T, reqs []tgclient.CallRequest, ids []string, decide func()) {
 		submitted := make(chan error, 1)
 		go func() {
 			var g errgroup.Group
-			g.SetLimit(4) // a steady trickle: calls begin to wait before, during and after the decision
+			g.SetLimit(4)
 			for _, r := range reqs {
 				g.Go(func() error {
 					_, err := c.Submit(context.Background(), r)
@@ -479,12 +480,34 @@ func TestClusterStock(t *testing.T) {
 			submitted <- g.Wait()
 		}()
 		awaitAllPending(t, c, ids[:5], time.Minute)
-		r := e.as(t, "bob").do("POST", "/v1/calls/"+ids[0]+"/decision", map[string]any{"decision": "approve_for_session"})
-		require.Equal(t, http.StatusOK, r.status, r.raw)
+		decide()
 		require.NoError(t, <-submitted)
+	}
+
+	t.Run("a sticky decision taken while calls are still parking covers them all", func(t *testing.T) {
+		reqs, ids := shellCalls("stock-race", "sr", 200, "")
+		trickle(t, reqs, ids, func() {
+			r := e.as(t, "bob").do("POST", "/v1/calls/"+ids[0]+"/decision", map[string]any{"decision": "approve_for_session"})
+			require.Equal(t, http.StatusOK, r.status, r.raw)
+		})
 		for id, res := range waitAll(t, c, ids, 5*time.Minute) {
 			assert.Equal(t, workflows.StatusOK, res.Status, "%s: %s", id, res.Reason)
 			assert.Equal(t, "bob", res.DecidedBy, id)
+		}
+	})
+
+	t.Run("a session end taken while calls are still parking denies them all, and every call after it", func(t *testing.T) {
+		reqs, ids := shellCalls("stock-end", "se", 200, "")
+		trickle(t, reqs, ids, func() {
+			r := e.as(t, "bob").do("POST", "/v1/sessions/stock-end/end", nil)
+			require.Equal(t, http.StatusOK, r.status, r.raw)
+		})
+		for id, res := range waitAll(t, c, ids, 5*time.Minute) {
+			assert.Equal(t, workflows.StatusDenied, res.Status, "%s: %s", id, res.Reason)
+		}
+		counts := runCounts(t, runs)
+		for _, id := range ids {
+			assert.Zero(t, counts[id], "%s ran after its session ended", id)
 		}
 	})
 
