@@ -283,6 +283,23 @@ func (c *Client) decideError(ctx context.Context, callID string, err error) erro
 // workflow: none when it has none) and the calls waiting in it, as
 // visibility lists them.
 func (c *Client) Session(ctx context.Context, session string) (workflows.SessionView, error) {
+	return c.session(ctx, session, nil)
+}
+
+// SessionFor is Session as viewer may see it: only the sticky decisions it
+// may revoke and the waiting calls asked of groups it acts for (what
+// Pending lists for it), counted alike, as the inbox shows an approver
+// only what they may act on.
+func (c *Client) SessionFor(ctx context.Context, session string, viewer policy.Approver) (workflows.SessionView, error) {
+	view, err := c.session(ctx, session, &viewer)
+	if err != nil {
+		return view, err
+	}
+	view.Sticky = slices.DeleteFunc(view.Sticky, func(d workflows.StickyDecision) bool { return viewer.MayAct(d.Groups) != nil })
+	return view, nil
+}
+
+func (c *Client) session(ctx context.Context, session string, viewer *policy.Approver) (workflows.SessionView, error) {
 	view := workflows.SessionView{Session: session}
 	// A session run that ended (idle, ended, terminated) holds nothing
 	// any more, whatever its last state says.
@@ -302,7 +319,7 @@ func (c *Client) Session(ctx context.Context, session string) (workflows.Session
 	}
 	// Calls wait without registering with their session: visibility
 	// lists them, oldest first.
-	page, err := c.Pending(ctx, ListFilter{Session: session}, PageRequest{Size: workflows.MaxWaitingShown})
+	page, err := c.Pending(ctx, ListFilter{Session: session, DecidableBy: viewer}, PageRequest{Size: workflows.MaxWaitingShown})
 	if err != nil {
 		return view, fmt.Errorf("list the calls waiting in session %s: %w", session, err)
 	}

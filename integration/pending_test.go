@@ -92,6 +92,16 @@ func TestPendingPagesWithHundredsWaiting(t *testing.T) {
 		return r.status == http.StatusOK && total == n
 	}, 3*time.Minute, 250*time.Millisecond, "all %d calls wait for a person", n)
 
+	t.Run("a session shows an approver only the calls it may decide", func(t *testing.T) {
+		for who, want := range map[string]int{"alice": 0, "finance1": n / 30, "root": n / 30, "bob": n / 30} {
+			r := as(who).do("GET", "/v1/sessions/pg-s1", nil) // pg-s1: finance calls only
+			require.Equal(t, http.StatusOK, r.status, r.raw)
+			waiting, _ := r.body["waiting"].([]any)
+			assert.Len(t, waiting, want, "%s sees the calls it may decide", who)
+			assert.Equal(t, float64(want), r.body["waiting_count"], "%s's count counts what it sees", who)
+		}
+	})
+
 	// pageThrough follows /v1/pending with page_size=50 to the end, calling
 	// between after each page but the last; it checks every page's size
 	// and total.

@@ -338,8 +338,8 @@ func pageParams(q url.Values) (tgclient.PageRequest, error) {
 	return page, nil
 }
 
-func (a *api) session(w http.ResponseWriter, r *http.Request, _ Principal) {
-	view, err := a.calls.Session(r.Context(), r.PathValue("session"))
+func (a *api) session(w http.ResponseWriter, r *http.Request, p Principal) {
+	view, err := a.calls.SessionFor(r.Context(), r.PathValue("session"), p.approver())
 	if err != nil {
 		writeError(w, a.mapError(err))
 		return

@@ -309,7 +309,7 @@ func (i *inbox) sessionPage(w http.ResponseWriter, r *http.Request, s *inboxSess
 }
 
 func (i *inbox) renderSession(w http.ResponseWriter, r *http.Request, s *inboxSession, status int, session, msg, notice string) {
-	view, err := i.calls.Session(r.Context(), session)
+	view, err := i.calls.SessionFor(r.Context(), session, s.principal.approver())
 	if err != nil {
 		e := asAPIError(i.errs.mapError(err))
 		i.renderError(w, s, e.status, e.message)
