@@ -76,15 +76,21 @@ func shellRecorded(id, then string) json.RawMessage {
 // submitAll submits the calls through the Go client, 16 at a time.
 func submitAll(t *testing.T, c *tgclient.Client, reqs []tgclient.CallRequest) {
 	t.Helper()
+	require.NoError(t, submitEach(c, reqs, 16))
+}
+
+// submitEach submits the calls through the Go client, at most limit at a
+// time, and returns the first error.
+func submitEach(c *tgclient.Client, reqs []tgclient.CallRequest, limit int) error {
 	var g errgroup.Group
-	g.SetLimit(16)
+	g.SetLimit(limit)
 	for _, r := range reqs {
 		g.Go(func() error {
 			_, err := c.Submit(context.Background(), r)
 			return err
 		})
 	}
-	require.NoError(t, g.Wait())
+	return g.Wait()
 }
 
 // awaitAllPending waits until every call waits for a person, read from
@@ -468,17 +474,7 @@ func TestClusterStock(t *testing.T) {
 	// before, during and after a decision taken once the first five wait.
 	trickle := func(t *testing.T, reqs []tgclient.CallRequest, ids []string, decide func()) {
 		submitted := make(chan error, 1)
-		go func() {
-			var g errgroup.Group
-			g.SetLimit(4)
-			for _, r := range reqs {
-				g.Go(func() error {
-					_, err := c.Submit(context.Background(), r)
-					return err
-				})
-			}
-			submitted <- g.Wait()
-		}()
+		go func() { submitted <- submitEach(c, reqs, 4) }()
 		awaitAllPending(t, c, ids[:5], time.Minute)
 		decide()
 		require.NoError(t, <-submitted)
