@@ -356,8 +356,7 @@ func TestClusterWalkthrough(t *testing.T) {
 			require.Equal(t, http.StatusOK, r.status, r.raw)
 		}
 		require.Eventually(t, func() bool { return len(runCounts(t, runs)) >= len(ranOnce)+10 }, time.Minute, 5*time.Millisecond)
-		e.c.Workers[0].Kill()
-		require.NoError(t, e.c.Workers[0].Start(context.Background()))
+		require.NoError(t, e.c.Workers[0].Restart(context.Background()), "kill -9, then start again")
 
 		results := waitAll(t, c, shellIDs, 3*time.Minute)
 		counts := runCounts(t, runs)

@@ -57,8 +57,6 @@ type Options struct {
 	// Serve starts one `toolgate serve` with TokensFile.
 	Serve      bool
 	TokensFile string
-	// WorkerArgs are extra flags for every worker (e.g. --policy FILE).
-	WorkerArgs []string
 	// Namespace toolgate runs in; default "default".
 	Namespace string
 	// Logf, when set, reports each step and how long it took.
@@ -191,7 +189,7 @@ func Start(ctx context.Context, o Options) (_ *Cluster, err error) {
 	step("toolgate namespace setup")
 
 	for i := range o.Workers {
-		w := c.newToolgateWorker(o.Toolgate, i+1, o.WorkerArgs)
+		w := c.newToolgateWorker(o.Toolgate, i+1)
 		c.Workers = append(c.Workers, w)
 		if err := w.Start(ctx); err != nil {
 			return nil, fmt.Errorf("cluster: %w", err)
@@ -235,11 +233,10 @@ func (c *Cluster) toolgateCommand(ctx context.Context, toolgate string, args ...
 }
 
 // newToolgateWorker is `toolgate worker` number n, sharing the workspace.
-func (c *Cluster) newToolgateWorker(toolgate string, n int, extra []string) *Process {
-	args := append([]string{"worker", "--workspace", c.Workspace, "--metrics", ""}, extra...)
+func (c *Cluster) newToolgateWorker(toolgate string, n int) *Process {
 	return &Process{
 		Name: "worker-" + strconv.Itoa(n),
-		path: toolgate, args: args, dir: c.dir, env: c.Env(),
+		path: toolgate, args: []string{"worker", "--workspace", c.Workspace, "--metrics", ""}, dir: c.dir, env: c.Env(),
 		ready: printed("Worker running"),
 	}
 }
