@@ -35,11 +35,11 @@ type visibilityServer struct {
 	// (e.g. "evaluating": the call started, and is not listed as waiting
 	// yet); empty: not listed at all.
 	statusBefore string
-	counts      int
-	waiting     []*workflowpb.WorkflowExecutionInfo
-	session     *workflowpb.WorkflowExecutionInfo
-	signalled   []string
-	gone        map[string]bool
+	counts       int
+	waiting      []*workflowpb.WorkflowExecutionInfo
+	session      *workflowpb.WorkflowExecutionInfo
+	signalled    []string
+	gone         map[string]bool
 }
 
 func (v *visibilityServer) DescribeWorkflowExecution(context.Context, string, string) (*workflowservice.DescribeWorkflowExecutionResponse, error) {

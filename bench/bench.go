@@ -11,8 +11,8 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
-	"strconv"
 	"slices"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -303,7 +303,9 @@ func (b *runner) call(ctx context.Context, session, toolName string) error {
 
 func (b *runner) auto(ctx context.Context) error { return b.call(ctx, b.session("auto"), toolEcho) }
 
-func (b *runner) sticky(ctx context.Context) error { return b.call(ctx, b.session("sticky"), toolSticky) }
+func (b *runner) sticky(ctx context.Context) error {
+	return b.call(ctx, b.session("sticky"), toolSticky)
+}
 
 // warmUp runs each case a few times and records the sticky decision.
 func (b *runner) warmUp(ctx context.Context, _ *Report) error {

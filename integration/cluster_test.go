@@ -39,7 +39,7 @@ type clusterEnv struct {
 // are skipped with -short (scripts/test and CI run them).
 func startCluster(t *testing.T, mode cluster.Mode) *clusterEnv {
 	if testing.Short() {
-		t.Skip("the real-cluster tests take minutes; scripts/test runs them")
+		t.Skip("-short: the real-cluster tests start PostgreSQL and four Temporal processes and take minutes; scripts/test and CI run them without -short")
 	}
 	c, err := cluster.Start(context.Background(), cluster.Options{
 		Mode: mode, Toolgate: binary, Workers: 2, Serve: true, TokensFile: writeTokensFile(t, t.TempDir()), Logf: t.Logf,
