@@ -13,7 +13,6 @@ import (
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
-	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
@@ -82,11 +81,13 @@ type Evaluation struct {
 	Quota *policy.Quota `json:"quota,omitempty"`
 	// Sticky is the session's sticky decision for the call's key, read
 	// from its memo: the call applies it when its author may decide the
-	// call, and then never waits. Nil means none known yet: the call waits,
-	// and hears from its session once listings show it waiting.
+	// call, and then never waits. Nil: none known; the call asks its
+	// waiting room, which holds every decision the session takes.
 	Sticky *policy.Decision `json:"sticky,omitempty"`
 	// SessionEnded: the session has ended, so no person is asked.
 	SessionEnded bool `json:"session_ended,omitempty"`
+	// SessionOwner is the agent the session belongs to ("" when unknown).
+	SessionOwner string `json:"session_owner,omitempty"`
 	// ReportTimeout bounds the wait for the agent's report of an
 	// agent-executed call.
 	ReportTimeout time.Duration `json:"report_timeout,omitempty"`
@@ -99,28 +100,10 @@ type Evaluation struct {
 // EvaluateInput is the argument of Evaluate.
 type EvaluateInput struct {
 	Call policy.Call `json:"call"`
-	// Session names the session workflow and its query for sticky
-	// decisions; empty skips the lookup.
-	Session StickyLookup `json:"session"`
+	// Session is the session workflow whose memo holds its sticky
+	// decisions, end and owner; empty skips the lookup.
+	Session string `json:"session,omitempty"`
 }
-
-// StickyLookup names a query that returns the sticky decision (or null)
-// for a key.
-type StickyLookup struct {
-	WorkflowID string `json:"workflow_id,omitempty"`
-	Query      string `json:"query,omitempty"`
-	// Memo, when set, is the memo key where the session shows its sticky
-	// decisions by key; the query is asked only of a session that does
-	// not show them (one started before it learned to).
-	Memo string `json:"memo,omitempty"`
-	// Ended, when set, is the memo key where the session shows the denial
-	// of its end, once it has ended.
-	Ended string `json:"ended,omitempty"`
-}
-
-// stickyLookupTimeout bounds the query: without an answer the call asks
-// its session the slow, certain way.
-const stickyLookupTimeout = 2 * time.Second
 
 // Evaluate checks the tool and its arguments, then asks the policy. When
 // the policy would ask a person, it also looks up the session's sticky
@@ -153,8 +136,14 @@ func (a *Activities) Evaluate(ctx context.Context, in EvaluateInput) (Evaluation
 	if req != nil {
 		ev.Ask = req
 		ev.Rule = req.Rule
-		word := a.lookupSticky(ctx, in.Session, req.StickyKeyFor(call))
-		ev.Sticky, ev.SessionEnded = word.Sticky, word.End != nil
+	}
+	if req != nil || ev.Quota != nil { // what a session holds matters
+		key := ""
+		if req != nil {
+			key = req.StickyKeyFor(call)
+		}
+		word := a.readSession(ctx, in.Session, key)
+		ev.Sticky, ev.SessionEnded, ev.SessionOwner = word.Sticky, word.End != nil, word.Owner
 	}
 	return ev, nil
 }
@@ -194,43 +183,6 @@ func (a *Activities) checkTool(call *policy.Call, ev *Evaluation) string {
 func (a *Activities) AwaitReport(ctx context.Context, call policy.Call) (json.RawMessage, error) {
 	activity.GetLogger(ctx).Debug("Waiting for the agent's report", "callID", call.ID)
 	return nil, activity.ErrResultPending
-}
-
-// lookupSticky finds what the running session says to a call of key: in
-// its memo, which the server answers, or, for a session that does not show
-// its sticky decisions there, by a query its worker answers. Any failure
-// (no session yet, an ended one, a slow worker) means "nothing".
-func (a *Activities) lookupSticky(ctx context.Context, l StickyLookup, key string) SessionWord {
-	if a.Client == nil || l.WorkflowID == "" {
-		return SessionWord{}
-	}
-	ctx, cancel := context.WithTimeout(ctx, stickyLookupTimeout)
-	defer cancel()
-	if l.Memo != "" {
-		desc, err := a.Client.DescribeWorkflowExecution(ctx, l.WorkflowID, "")
-		if err != nil {
-			return SessionWord{}
-		}
-		info := desc.GetWorkflowExecutionInfo()
-		if _, ok := info.GetMemo().GetFields()[l.Memo]; ok || info.GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
-			word, _ := sessionWordOf(info, l, key)
-			return word
-		}
-	}
-	resp, err := a.Client.QueryWorkflowWithOptions(ctx, &client.QueryWorkflowWithOptionsRequest{
-		WorkflowID:           l.WorkflowID,
-		QueryType:            l.Query,
-		Args:                 []any{key},
-		QueryRejectCondition: enumspb.QUERY_REJECT_CONDITION_NOT_OPEN,
-	})
-	if err != nil || resp.QueryRejected != nil {
-		return SessionWord{}
-	}
-	var d *policy.Decision
-	if err := resp.QueryResult.Get(&d); err != nil {
-		return SessionWord{}
-	}
-	return SessionWord{Sticky: d}
 }
 
 // AskHandlerInput is the argument of AskHandler.
@@ -449,60 +401,4 @@ func (a *Activities) AfterCall(ctx context.Context, in AfterCallInput) (AfterCal
 		return AfterCallOutcome{Refusal: err.Error(), Redactions: changes}, nil
 	}
 	return AfterCallOutcome{Output: out, Redactions: changes}, nil
-}
-
-// SignalWithStartInput names a workflow to start if absent and signal.
-type SignalWithStartInput struct {
-	WorkflowID   string `json:"workflow_id"`
-	WorkflowType string `json:"workflow_type"`
-	TaskQueue    string `json:"task_queue"`
-	SignalName   string `json:"signal_name"`
-	Signal       any    `json:"signal"`
-	StartInput   any    `json:"start_input"`
-}
-
-// SignalWithStart atomically starts the workflow if it is not running and
-// delivers the signal: how a call lazily creates its session, even when
-// many calls of a new session arrive at once.
-func (a *Activities) SignalWithStart(ctx context.Context, in SignalWithStartInput) error {
-	if a.Client == nil {
-		return temporal.NewNonRetryableApplicationError("worker has no Temporal client to start sessions", "Misconfigured", nil)
-	}
-	_, err := a.Client.SignalWithStartWorkflow(ctx, in.WorkflowID, in.SignalName, in.Signal,
-		client.StartWorkflowOptions{ID: in.WorkflowID, TaskQueue: in.TaskQueue}, in.WorkflowType, in.StartInput)
-	if err != nil {
-		return fmt.Errorf("signal-with-start %s: %w", in.WorkflowID, err)
-	}
-	return nil
-}
-
-// ListInput is the argument of ListWorkflowIDs.
-type ListInput struct {
-	// Query is a visibility query.
-	Query string `json:"query"`
-	// Limit caps the IDs returned.
-	Limit int `json:"limit"`
-}
-
-// ListWorkflowIDs returns the IDs of the workflows a visibility query
-// finds: how a fresh session run finds the calls that still wait in it.
-func (a *Activities) ListWorkflowIDs(ctx context.Context, in ListInput) ([]string, error) {
-	if a.Client == nil {
-		return nil, nil
-	}
-	var ids []string
-	var token []byte
-	for len(ids) < in.Limit {
-		resp, err := a.Client.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: in.Query, NextPageToken: token, PageSize: 1000})
-		if err != nil {
-			return nil, fmt.Errorf("list workflows: %w", err)
-		}
-		for _, e := range resp.GetExecutions() {
-			ids = append(ids, e.GetExecution().GetWorkflowId())
-		}
-		if token = resp.GetNextPageToken(); len(token) == 0 {
-			break
-		}
-	}
-	return ids[:min(len(ids), in.Limit)], nil
 }

@@ -16,13 +16,11 @@ import (
 	"github.com/toolgate/toolgate/policy"
 )
 
-// sessionServer answers for one session workflow: its status and memo,
-// and counts the queries that reach its worker.
+// sessionServer answers for one session workflow: its status and memo.
 type sessionServer struct {
 	client.Client // nil: methods not written here panic
 	status        enumspb.WorkflowExecutionStatus
 	memo          map[string]*commonpb.Payload
-	queries       int
 }
 
 func (s *sessionServer) DescribeWorkflowExecution(context.Context, string, string) (*workflowservice.DescribeWorkflowExecutionResponse, error) {
@@ -31,33 +29,33 @@ func (s *sessionServer) DescribeWorkflowExecution(context.Context, string, strin
 	}}, nil
 }
 
-func (s *sessionServer) QueryWorkflowWithOptions(context.Context, *client.QueryWorkflowWithOptionsRequest) (*client.QueryWorkflowWithOptionsResponse, error) {
-	s.queries++
-	return nil, context.DeadlineExceeded // a busy worker
-}
-
-func shownSticky(t *testing.T, byKey map[string]*policy.Decision) map[string]*commonpb.Payload {
-	p, err := converter.GetDefaultDataConverter().ToPayload(byKey)
+func memoOf(t *testing.T, news SessionNews, owner string) map[string]*commonpb.Payload {
+	n, err := converter.GetDefaultDataConverter().ToPayload(news)
 	require.NoError(t, err)
-	return map[string]*commonpb.Payload{"sticky": p}
+	o, err := converter.GetDefaultDataConverter().ToPayload(owner)
+	require.NoError(t, err)
+	return map[string]*commonpb.Payload{MemoNews: n, MemoOwner: o}
 }
 
-func TestStickyDecisionsAreReadFromTheSessionsMemoWithoutAQuery(t *testing.T) {
-	approved := &policy.Decision{Kind: policy.ApprovedForSession, DecidedBy: "alice", Channel: "session"}
-	lookup := StickyLookup{WorkflowID: "toolgate/session/s1", Query: "sticky", Memo: "sticky"}
-
-	s := &sessionServer{status: enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, memo: shownSticky(t, map[string]*policy.Decision{"write": approved})}
+func TestTheSessionsWordIsReadFromItsMemo(t *testing.T) {
+	approved := policy.Decision{Kind: policy.ApprovedForSession, DecidedBy: "alice", Channel: "session"}
+	news := SessionNews{Revision: 3, Sticky: []KeyedDecision{{Key: "write", Since: 3, Decision: approved}}}
+	s := &sessionServer{status: enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, memo: memoOf(t, news, "agent-a")}
 	a := &Activities{Client: s}
-	got := a.lookupSticky(context.Background(), lookup, "write").Sticky
-	require.NotNil(t, got)
-	assert.Equal(t, "alice", got.DecidedBy)
-	assert.Nil(t, a.lookupSticky(context.Background(), lookup, "shell").Sticky, "no decision for that key")
-	assert.Zero(t, s.queries, "the session's worker is not asked")
+
+	word := a.readSession(context.Background(), "toolgate/session/s1", "write")
+	require.NotNil(t, word.Sticky)
+	assert.Equal(t, "alice", word.Sticky.DecidedBy)
+	assert.Equal(t, "agent-a", word.Owner)
+	assert.Nil(t, a.readSession(context.Background(), "toolgate/session/s1", "shell").Sticky, "no decision for that key")
 
 	s.status = enumspb.WORKFLOW_EXECUTION_STATUS_COMPLETED
-	assert.Nil(t, a.lookupSticky(context.Background(), lookup, "write").Sticky, "an ended session's decisions are gone")
+	assert.Nil(t, a.readSession(context.Background(), "toolgate/session/s1", "write").Sticky, "a closed session's sticky decisions are gone")
 
-	s.status, s.memo = enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, nil
-	assert.Nil(t, a.lookupSticky(context.Background(), lookup, "write").Sticky)
-	assert.Equal(t, 1, s.queries, "a session that does not show them is asked")
+	ended := &policy.Decision{Kind: policy.DeniedWithReason, Reason: "the session was ended by root", DecidedBy: "root"}
+	news.End = ended
+	s.memo = memoOf(t, news, "agent-a")
+	word = a.readSession(context.Background(), "toolgate/session/s1", "write")
+	require.NotNil(t, word.End, "a closed session that ended stays ended")
+	assert.Equal(t, "root", word.End.DecidedBy)
 }

@@ -513,7 +513,7 @@ func (b *runner) waitFirstTask(ctx context.Context, id string) error {
 		if d.GetWorkflowExecutionInfo().GetHistoryLength() >= 4 {
 			return nil
 		}
-		if err := sleep(ctx, 2*time.Millisecond); err != nil {
+		if err := sleep(ctx, waitPoll); err != nil {
 			return err
 		}
 	}
@@ -585,8 +585,8 @@ func printReport(w io.Writer, r Report) {
 	fmt.Fprintf(w, "parked %d calls in %.1fs: RSS %.0f → %.0f MiB, heap %.0f → %.0f MiB, database %.1f → %.1f MiB (%.1f KiB/call); all decided and finished in %.1fs\n",
 		p.Calls, p.ParkSeconds, p.RSSBeforeMiB, p.RSSAfterMiB, p.HeapBeforeMiB, p.HeapAfterMiB, p.DBBeforeMiB, p.DBAfterMiB, p.DBKiBPerCall, p.DrainSeconds)
 	o := r.OneSession
-	fmt.Fprintf(w, "one session, %d calls: parked %.0f/s (bare workflows waiting for a signal: %.0f/s); one approve-for-session ran them all in %.1fs (signalling the bare workflows: %.1fs); session: %d runs, at most %d events, terminated: %v\n",
-		o.Calls, o.ParkPerSec, o.BasePerSec, o.FanoutSeconds, o.BaseFanoutSeconds, o.SessionRuns, o.MaxSessionEvents, o.SessionTerminated)
+	fmt.Fprintf(w, "one session, %d calls: parked %.0f/s (bare workflows waiting for a signal: %.0f/s); one approve-for-session ran them all in %.1fs (signalling the bare workflows: %.1fs); session: %d runs, at most %d events; rooms: %d runs, at most %d events; terminated: %v\n",
+		o.Calls, o.ParkPerSec, o.BasePerSec, o.FanoutSeconds, o.BaseFanoutSeconds, o.SessionRuns, o.MaxSessionEvents, o.RoomRuns, o.MaxRoomEvents, o.SessionTerminated)
 	printPendingList(w, r.Pending, r.Ratios.PendingFirstBareP50)
 	fmt.Fprintf(w, "figures in %s\n", r.Options.JSONPath)
 	q := r.Ratios

@@ -46,10 +46,13 @@ type OneSession struct {
 	// ran its activity.
 	FanoutSeconds     float64 `json:"fanout_seconds"`
 	BaseFanoutSeconds float64 `json:"base_fanout_seconds"`
-	// The session's runs (continue-as-new) and the longest run's history;
-	// Terminated says whether the server terminated one (it must not).
+	// The runs (continue-as-new) of the session and of its waiting rooms,
+	// and the longest run's history; Terminated says whether the server
+	// terminated one (it must not).
 	SessionRuns       int  `json:"session_runs"`
+	RoomRuns          int  `json:"room_runs"`
 	MaxSessionEvents  int  `json:"max_session_events"`
+	MaxRoomEvents     int  `json:"max_room_events"`
 	SessionTerminated bool `json:"session_terminated"`
 }
 
@@ -65,6 +68,13 @@ func (b *runner) oneSession(ctx context.Context, r *Report) error {
 	for i := range ids {
 		ids[i] = fmt.Sprintf("%s-%d", session, i)
 	}
+	// Both sides are timed the same way: start N at Options.Concurrency,
+	// then check each in turn until it waits (a call: it heard its
+	// waiting room and asked a person, read from its state; a bare
+	// workflow: it ran its first task, read by a describe). One checker
+	// per side, so the checks do not load the server (or the worker, which
+	// answers a call's query) more on one side than the other. Nothing
+	// here reads visibility.
 	start := time.Now()
 	var next atomic.Int64
 	if _, err := b.concurrently(ctx, n, func(ctx context.Context) error {
@@ -74,17 +84,10 @@ func (b *runner) oneSession(ctx context.Context, r *Report) error {
 	}); err != nil {
 		return err
 	}
-	if err := b.waitSessionHolds(ctx, session, n); err != nil {
+	if err := b.forEach(ctx, ids, b.waitNotified); err != nil {
 		return err
 	}
 	s.ParkPerSec = float64(n) / time.Since(start).Seconds()
-	// Untimed: let every call finish reading its session's word, so that
-	// work does not overlap the baseline's.
-	for _, id := range ids {
-		if err := b.waitNotified(ctx, id); err != nil {
-			return err
-		}
-	}
 
 	start = time.Now()
 	var base []client.WorkflowRun
@@ -93,10 +96,12 @@ func (b *runner) oneSession(ctx context.Context, r *Report) error {
 	}, &base); err != nil {
 		return err
 	}
-	for _, run := range base {
-		if err := b.waitFirstTask(ctx, run.GetID()); err != nil {
-			return err
-		}
+	baseIDs := make([]string, len(base))
+	for i, run := range base {
+		baseIDs[i] = run.GetID()
+	}
+	if err := b.forEach(ctx, baseIDs, b.waitFirstTask); err != nil {
+		return err
 	}
 	s.BasePerSec = float64(n) / time.Since(start).Seconds()
 
@@ -134,58 +139,57 @@ func (b *runner) oneSession(ctx context.Context, r *Report) error {
 	return b.sessionHistory(ctx, session, s)
 }
 
-// waitSessionHolds waits until n calls wait in the session: until
-// listings show them waiting, which is how the session finds them.
-func (b *runner) waitSessionHolds(ctx context.Context, session string, n int) error {
-	query := fmt.Sprintf("WorkflowType = '%s' AND ExecutionStatus = 'Running' AND %s = '%s' AND %s = '%s'",
-		workflows.ToolCallWorkflowType, workflows.AttrSession.GetName(), session, workflows.AttrStatus.GetName(), workflows.StatusPending)
-	var waiting int64
-	for {
-		resp, err := b.tc.CountWorkflow(ctx, &workflowservice.CountWorkflowExecutionsRequest{Query: query})
-		if err == nil && resp.GetCount() >= int64(n) {
-			return nil
-		}
-		if err == nil {
-			waiting = resp.GetCount()
-		}
-		if err := sleep(ctx, 50*time.Millisecond); err != nil {
-			return fmt.Errorf("session %s holds %d of %d calls: %w", session, waiting, n, err)
+// forEach runs check on every ID in turn.
+func (b *runner) forEach(ctx context.Context, ids []string, check func(context.Context, string) error) error {
+	for _, id := range ids {
+		if err := check(ctx, id); err != nil {
+			return err
 		}
 	}
+	return nil
 }
 
+// waitPoll is how often the parking checks look again, on both sides.
+const waitPoll = 10 * time.Millisecond
+
 // waitNotified waits until a waiting call has asked a person (its first
-// notice is recorded), i.e. heard from its session.
+// notice is recorded), i.e. heard from its waiting room.
 func (b *runner) waitNotified(ctx context.Context, callID string) error {
 	for {
 		st, err := b.calls.Status(ctx, callID)
 		if err == nil && st.State != nil && len(st.State.Notices) > 0 {
 			return nil
 		}
-		if err := sleep(ctx, 20*time.Millisecond); err != nil {
+		if err := sleep(ctx, waitPoll); err != nil {
 			return fmt.Errorf("call %s never asked a person: %w", callID, err)
 		}
 	}
 }
 
-// sessionHistory counts the session's runs and their longest history.
+// sessionHistory counts the runs of the session and its rooms, and their
+// longest histories (visibility lists the runs; this is after the timing).
 func (b *runner) sessionHistory(ctx context.Context, session string, s *OneSession) error {
 	var token []byte
 	for {
 		resp, err := b.tc.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{
-			Query: fmt.Sprintf("WorkflowId = '%s'", workflows.SessionWorkflowID(session)), NextPageToken: token,
+			Query: fmt.Sprintf("WorkflowId = '%[1]s' OR WorkflowId STARTS_WITH '%[1]s/room/'", workflows.SessionWorkflowID(session)), NextPageToken: token,
 		})
 		if err != nil {
 			return fmt.Errorf("list session runs: %w", err)
 		}
 		for _, e := range resp.GetExecutions() {
-			s.SessionRuns++
 			d, err := b.tc.DescribeWorkflowExecution(ctx, e.GetExecution().GetWorkflowId(), e.GetExecution().GetRunId())
 			if err != nil {
 				return fmt.Errorf("describe session run: %w", err)
 			}
 			info := d.GetWorkflowExecutionInfo()
-			s.MaxSessionEvents = max(s.MaxSessionEvents, int(info.GetHistoryLength()))
+			if e.GetExecution().GetWorkflowId() == workflows.SessionWorkflowID(session) {
+				s.SessionRuns++
+				s.MaxSessionEvents = max(s.MaxSessionEvents, int(info.GetHistoryLength()))
+			} else {
+				s.RoomRuns++
+				s.MaxRoomEvents = max(s.MaxRoomEvents, int(info.GetHistoryLength()))
+			}
 			if info.GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_TERMINATED {
 				s.SessionTerminated = true
 			}

@@ -326,7 +326,7 @@ func (c *Client) session(ctx context.Context, session string, viewer *policy.App
 	view.WaitingCount = int(page.Total)
 	view.Waiting = view.Waiting[:0]
 	for _, w := range page.Calls {
-		view.Waiting = append(view.Waiting, workflows.Registration{CallID: w.CallID, Tool: w.Tool, At: w.RequestedAt,
+		view.Waiting = append(view.Waiting, workflows.Registration{CallID: w.CallID, Tool: w.Tool,
 			Requester: w.Requester, Groups: w.Groups, RequestedAt: w.RequestedAt})
 	}
 	return view, nil

@@ -167,13 +167,17 @@ func notAnObject(raw json.RawMessage) string {
 // call ID that exists returns it again (the tool never runs twice) when the
 // request is the same call; the same ID with another session, tool,
 // requester or arguments is refused with an *InputError wrapping
-// ErrCallIDTaken.
+// ErrCallIDTaken. A call into another agent's session is refused with
+// ErrNotYourSession.
 func (c *Client) Submit(ctx context.Context, req CallRequest) (string, error) {
 	if err := req.Validate(); err != nil {
 		return "", err
 	}
 	if req.CallID == "" {
 		req.CallID = NewCallID()
+	}
+	if err := c.claimSession(ctx, req.Session, req.Requester); err != nil {
+		return "", err
 	}
 	in := workflows.CallInput{
 		Call:     policy.Call{ID: req.CallID, Session: req.Session, Tool: req.Tool, Args: req.Args, Requester: req.Requester, Execution: req.Execution},

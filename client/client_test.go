@@ -8,13 +8,16 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	commonpb "go.temporal.io/api/common/v1"
 	enumspb "go.temporal.io/api/enums/v1"
 	historypb "go.temporal.io/api/history/v1"
 	"go.temporal.io/api/serviceerror"
+	workflowpb "go.temporal.io/api/workflow/v1"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 
+	"github.com/toolgate/toolgate/activities"
 	"github.com/toolgate/toolgate/policy"
 	"github.com/toolgate/toolgate/workflows"
 )
@@ -28,13 +31,40 @@ type fakeTemporal struct {
 	existing     *policy.Call
 	historyReads int
 	lists        int
+	// owners are the sessions that run, by workflow ID, with their owners;
+	// calls counts the calls started.
+	owners map[string]string
+	calls  int
 }
 
-func (f *fakeTemporal) ExecuteWorkflow(context.Context, client.StartWorkflowOptions, any, ...any) (client.WorkflowRun, error) {
+func (f *fakeTemporal) ExecuteWorkflow(_ context.Context, o client.StartWorkflowOptions, _ any, _ ...any) (client.WorkflowRun, error) {
+	if strings.HasPrefix(o.ID, workflows.SessionWorkflowID("")) {
+		if f.owners == nil {
+			f.owners = map[string]string{}
+		}
+		f.owners[o.ID] = o.Memo[activities.MemoOwner].(string)
+		return nil, nil
+	}
+	f.calls++
 	if f.existing != nil {
 		return nil, serviceerror.NewWorkflowExecutionAlreadyStarted("workflow execution already started", "", "")
 	}
 	return nil, nil
+}
+
+func (f *fakeTemporal) DescribeWorkflowExecution(_ context.Context, id, _ string) (*workflowservice.DescribeWorkflowExecutionResponse, error) {
+	owner, ok := f.owners[id]
+	if !ok {
+		return nil, serviceerror.NewNotFound("workflow not found")
+	}
+	memo, err := converter.GetDefaultDataConverter().ToPayload(owner)
+	if err != nil {
+		return nil, err
+	}
+	return &workflowservice.DescribeWorkflowExecutionResponse{WorkflowExecutionInfo: &workflowpb.WorkflowExecutionInfo{
+		Status: enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING,
+		Memo:   &commonpb.Memo{Fields: map[string]*commonpb.Payload{activities.MemoOwner: memo}},
+	}}, nil
 }
 
 func (f *fakeTemporal) GetWorkflowHistory(context.Context, string, string, bool, enumspb.HistoryEventFilterType) client.HistoryEventIterator {
@@ -121,6 +151,21 @@ func TestSubmitNewCallReadsNoHistory(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "c1", id)
 	assert.Zero(t, fake.historyReads, "a new call costs the start only")
+}
+
+func TestASessionBelongsToTheAgentThatOpenedIt(t *testing.T) {
+	fake := &fakeTemporal{}
+	c := New(fake, "")
+	_, err := c.Submit(context.Background(), CallRequest{Session: "x1", Tool: "shell", Requester: "agent-a"})
+	require.NoError(t, err)
+	assert.Equal(t, "agent-a", fake.owners[workflows.SessionWorkflowID("x1")], "the first call opens the session for its agent")
+
+	_, err = c.Submit(context.Background(), CallRequest{Session: "x1", Tool: "shell", Requester: "agent-a"})
+	require.NoError(t, err, "the agent's next call, from any of its processes")
+	_, err = c.Submit(context.Background(), CallRequest{Session: "x1", Tool: "shell", Requester: "agent-b"})
+	require.ErrorIs(t, err, ErrNotYourSession)
+	assert.Equal(t, "the session belongs to another agent", err.Error(), "nothing about what the session holds")
+	assert.Equal(t, 2, fake.calls, "another agent's call never starts")
 }
 
 func TestSubmitSameCallIDAgain(t *testing.T) {

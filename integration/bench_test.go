@@ -51,6 +51,7 @@ func TestBenchQuick(t *testing.T) {
 			FanoutSeconds     float64 `json:"fanout_seconds"`
 			BaseFanoutSeconds float64 `json:"base_fanout_seconds"`
 			SessionRuns       int     `json:"session_runs"`
+			RoomRuns          int     `json:"room_runs"`
 			SessionTerminated bool    `json:"session_terminated"`
 		} `json:"one_session"`
 		Pending struct {
@@ -74,6 +75,7 @@ func TestBenchQuick(t *testing.T) {
 	assert.Positive(t, r.OneSession.FanoutSeconds)
 	assert.Positive(t, r.OneSession.BaseFanoutSeconds)
 	assert.Positive(t, r.OneSession.SessionRuns)
+	assert.Positive(t, r.OneSession.RoomRuns, "the calls waited in the session's rooms")
 	assert.False(t, r.OneSession.SessionTerminated)
 	assert.Equal(t, 200, r.Pending.Waiting, "the pending list's first page was timed with the calls waiting")
 	for name, l := range map[string]latency{"first page": r.Pending.First, "first page, new client": r.Pending.FirstCold, "first page, one group": r.Pending.OneGroup, "bare list": r.Pending.Bare} {

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -158,10 +159,19 @@ func TestClusterWalkthrough(t *testing.T) {
 	var ranOnce []string // shell calls that must have run exactly once
 
 	t.Run("auto-approved", func(t *testing.T) {
-		out := e.in(t).callJSON(0, "--session", "walk", "--wait", "60s", "echo", `{"hello":"world"}`)
+		out := e.in(t).callJSON(0, "--session", "walk", "--requester", "agent-1", "--wait", "60s", "echo", `{"hello":"world"}`)
 		assert.Equal(t, "ok", out["status"])
 		assert.Equal(t, "policy", out["decided_by"])
 		assert.JSONEq(t, `{"hello":"world"}`, mustMarshal(t, out["output"]))
+	})
+
+	t.Run("a session belongs to the agent that opened it", func(t *testing.T) {
+		r := e.as(t, "agent-2").do("POST", "/v1/calls?wait=1s", map[string]any{"session": "walk", "tool": "echo", "args": map[string]any{"x": 1}})
+		require.Equal(t, http.StatusForbidden, r.status, r.raw)
+		assert.Equal(t, map[string]any{"code": "not_your_session", "message": "the session belongs to another agent"}, r.body["error"])
+		out := e.in(t).cli("call", "--session", "walk", "--requester", "agent-2", "echo", `{"x":1}`)
+		assert.Equal(t, 3, out.code, "the CLI over Temporal is refused too: %s", out.stderr)
+		assert.Contains(t, out.stderr, "session walk: the session belongs to another agent")
 	})
 
 	t.Run("ask, then approve", func(t *testing.T) {
@@ -502,6 +512,55 @@ func TestClusterStock(t *testing.T) {
 		}
 		counts := runCounts(t, runs)
 		for _, id := range ids {
+			assert.Zero(t, counts[id], "%s ran after its session ended", id)
+		}
+	})
+
+	t.Run("with visibility down, decisions still reach every waiting call and every call that waits meanwhile", func(t *testing.T) {
+		ctx := context.Background()
+		reqs, ids := shellCalls("stock-dark", "sd", 40, "")
+		endReqs, endIDs := shellCalls("stock-dark-end", "sde", 20, "")
+		submitAll(t, c, slices.Concat(reqs[:20], endReqs[:10]))
+		awaitAllPending(t, c, slices.Concat(ids[:20], endIDs[:10]), 2*time.Minute)
+
+		require.NoError(t, e.c.SetVisibility(ctx, false))
+		restored := false
+		defer func() {
+			if !restored {
+				assert.NoError(t, e.c.SetVisibility(ctx, true))
+			}
+		}()
+		_, err := c.Pending(ctx, tgclient.ListFilter{}, tgclient.PageRequest{Size: 1})
+		require.Error(t, err, "visibility is down: listings fail")
+		// Calls that begin to wait during the outage (their visibility
+		// records wait in the server's queues).
+		submitAll(t, c, slices.Concat(reqs[20:], endReqs[10:]))
+		awaitAllPending(t, c, slices.Concat(ids[20:], endIDs[10:]), 2*time.Minute)
+
+		r := e.as(t, "bob").do("POST", "/v1/calls/"+ids[0]+"/decision", map[string]any{"decision": "approve_for_session"})
+		require.Equal(t, http.StatusOK, r.status, r.raw)
+		for id, res := range waitAll(t, c, ids, 3*time.Minute) {
+			assert.Equal(t, workflows.StatusOK, res.Status, "%s: %s", id, res.Reason)
+			assert.Equal(t, "bob", res.DecidedBy, id)
+		}
+		r = e.as(t, "bob").do("POST", "/v1/sessions/stock-dark-end/end", nil)
+		require.Equal(t, http.StatusOK, r.status, r.raw)
+		assert.Equal(t, float64(len(endIDs)), r.body["denied_calls"], "the kill switch counts every waiting call, without visibility")
+		for id, res := range waitAll(t, c, endIDs, 3*time.Minute) {
+			assert.Equal(t, workflows.StatusDenied, res.Status, "%s: %s", id, res.Reason)
+		}
+		later, err := c.Call(ctx, tgclient.CallRequest{Session: "stock-dark-end", Tool: "shell", Requester: "agent-1", Args: shellRecorded("sde-later", "")})
+		require.NoError(t, err)
+		assert.Equal(t, workflows.StatusDenied, later.Status)
+		assert.Equal(t, "the session has ended", later.Reason)
+
+		require.NoError(t, e.c.SetVisibility(ctx, true))
+		restored = true
+		counts := runCounts(t, runs)
+		for _, id := range ids {
+			assert.Equal(t, 1, counts[id], "%s ran once", id)
+		}
+		for _, id := range append(endIDs, "sde-later") {
 			assert.Zero(t, counts[id], "%s ran after its session ended", id)
 		}
 	})

@@ -297,7 +297,7 @@ func (h *handler) call(ctx context.Context, req *mcp.CallToolRequest) (*mcp.Call
 	id, err := h.g.agent.Submit(ctx, call)
 	var input *tgclient.InputError
 	switch {
-	case errors.As(err, &input):
+	case errors.As(err, &input), errors.Is(err, tgclient.ErrNotYourSession):
 		return errorResult(fmt.Sprintf("toolgate refused the call to %s: %v", call.Tool, err)), nil
 	case err != nil:
 		log.Warn("Submit MCP call", zap.Error(err))

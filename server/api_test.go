@@ -10,13 +10,16 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	commonpb "go.temporal.io/api/common/v1"
 	enumspb "go.temporal.io/api/enums/v1"
 	historypb "go.temporal.io/api/history/v1"
 	"go.temporal.io/api/serviceerror"
+	workflowpb "go.temporal.io/api/workflow/v1"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 
+	"github.com/toolgate/toolgate/activities"
 	tgclient "github.com/toolgate/toolgate/client"
 	"github.com/toolgate/toolgate/policy"
 	"github.com/toolgate/toolgate/workflows"
@@ -57,8 +60,24 @@ func (f *refusingTemporal) GetWorkflowHistory(context.Context, string, string, b
 	}}}
 }
 
-func (f *refusingTemporal) DescribeWorkflowExecution(context.Context, string, string) (*workflowservice.DescribeWorkflowExecutionResponse, error) {
+func (f *refusingTemporal) DescribeWorkflowExecution(_ context.Context, id, _ string) (*workflowservice.DescribeWorkflowExecutionResponse, error) {
+	if f.existing != nil && strings.HasPrefix(id, workflows.SessionWorkflowID("")) {
+		f.requests++
+		return ownedSession(f.existing.Requester), nil
+	}
 	return nil, f.refuse()
+}
+
+// ownedSession is the description of a running session of owner.
+func ownedSession(owner string) *workflowservice.DescribeWorkflowExecutionResponse {
+	memo, err := converter.GetDefaultDataConverter().ToPayload(owner)
+	if err != nil {
+		panic(err)
+	}
+	return &workflowservice.DescribeWorkflowExecutionResponse{WorkflowExecutionInfo: &workflowpb.WorkflowExecutionInfo{
+		Status: enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING,
+		Memo:   &commonpb.Memo{Fields: map[string]*commonpb.Payload{activities.MemoOwner: memo}},
+	}}
 }
 
 func (f *refusingTemporal) QueryWorkflow(context.Context, string, string, string, ...any) (converter.EncodedValue, error) {

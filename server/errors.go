@@ -45,6 +45,8 @@ func (a *api) mapError(err error) error {
 	switch {
 	case errors.As(err, &ae):
 		return ae
+	case errors.Is(err, tgclient.ErrNotYourSession):
+		return &apiError{http.StatusForbidden, "not_your_session", err.Error()}
 	case errors.Is(err, tgclient.ErrCallIDTaken):
 		return &apiError{http.StatusConflict, "conflict", err.Error()}
 	case errors.As(err, &input):
@@ -61,7 +63,7 @@ func (a *api) mapError(err error) error {
 			return &apiError{http.StatusConflict, "not_waiting", refused.Message}
 		case workflows.ErrTypeSelfApproval:
 			return &apiError{http.StatusForbidden, "self_approval", refused.Message}
-		case workflows.ErrTypeNotAuthorized:
+		case workflows.ErrTypeNotAuthorized, workflows.ErrTypeNotYourSession:
 			return &apiError{http.StatusForbidden, "forbidden", refused.Message}
 		case workflows.ErrTypeInvalidEdit:
 			return &apiError{http.StatusBadRequest, "invalid_edit", refused.Message}

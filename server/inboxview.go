@@ -290,7 +290,7 @@ func newSessionView(v workflows.SessionView, now time.Time) sessionView {
 		})
 	}
 	for _, w := range v.Waiting {
-		out.Waiting = append(out.Waiting, waitingRow{CallID: w.CallID, URL: callURL(w.CallID), Tool: w.Tool, Age: ago(now.Sub(w.At))})
+		out.Waiting = append(out.Waiting, waitingRow{CallID: w.CallID, URL: callURL(w.CallID), Tool: w.Tool, Age: ago(now.Sub(w.RequestedAt))})
 	}
 	return out
 }

@@ -49,7 +49,10 @@ func (f *waitingTemporal) GetWorkflow(context.Context, string, string) client.Wo
 	return &waitingRun{f: f}
 }
 
-func (f *waitingTemporal) DescribeWorkflowExecution(context.Context, string, string) (*workflowservice.DescribeWorkflowExecutionResponse, error) {
+func (f *waitingTemporal) DescribeWorkflowExecution(_ context.Context, id, _ string) (*workflowservice.DescribeWorkflowExecutionResponse, error) {
+	if strings.HasPrefix(id, workflows.SessionWorkflowID("")) {
+		return ownedSession("agent-1"), nil
+	}
 	return &workflowservice.DescribeWorkflowExecutionResponse{WorkflowExecutionInfo: &workflowpb.WorkflowExecutionInfo{
 		Status: enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING,
 	}}, nil

@@ -52,7 +52,7 @@ func New(c client.Client, o Options) (sdkworker.Worker, error) {
 	w := sdkworker.New(c, o.TaskQueue, o.Worker)
 	w.RegisterWorkflowWithOptions(workflows.ToolCallWorkflow, workflow.RegisterOptions{Name: workflows.ToolCallWorkflowType})
 	w.RegisterWorkflowWithOptions(workflows.ToolgateSession, workflow.RegisterOptions{Name: workflows.SessionWorkflowType})
-	w.RegisterWorkflowWithOptions(workflows.LegacySessionWorkflow, workflow.RegisterOptions{Name: workflows.LegacySessionWorkflowType})
+	w.RegisterWorkflowWithOptions(workflows.WaitingRoom, workflow.RegisterOptions{Name: workflows.RoomWorkflowType})
 	w.RegisterWorkflowWithOptions(workflows.NoticesWorkflow, workflow.RegisterOptions{Name: workflows.NoticesWorkflowType})
 	w.RegisterWorkflowWithOptions(workflows.ToolCatalogWorkflow, workflow.RegisterOptions{Name: workflows.ToolCatalogWorkflowType})
 	w.RegisterActivity(&activities.Activities{

@@ -26,7 +26,7 @@ func agentCall(id, toolName, args string) CallInput {
 // reportActivityIDs records the activity IDs of the report steps started.
 func (s *CallSuite) reportActivityIDs() *[]string {
 	var ids []string
-	s.visibility.alsoOnStart = func(info *activity.Info) {
+	s.temporal.alsoOnStart = func(info *activity.Info) {
 		if info.ActivityType.Name == "AwaitReport" {
 			ids = append(ids, info.ActivityID)
 		}

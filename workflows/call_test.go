@@ -27,10 +27,8 @@ type CallSuite struct {
 	hooks   *hookLog
 	channel *fakeChannel
 	start   time.Time
-	// harness is the session run by runSession, which fakeVisibility
-	// answers for.
-	harness    harnessInput
-	visibility *fakeVisibility
+	// temporal answers the activities that need a Temporal client.
+	temporal *fakeTemporal
 }
 
 func TestCallSuite(t *testing.T) { suite.Run(t, new(CallSuite)) }
@@ -49,23 +47,25 @@ func (s *CallSuite) SetupTest() {
 	s.env.RegisterWorkflow(ToolCallWorkflow)
 	s.env.RegisterWorkflowWithOptions(ToolgateSession, workflow.RegisterOptions{Name: SessionWorkflowType})
 	s.env.RegisterWorkflow(NoticesWorkflow)
+	s.env.RegisterWorkflowWithOptions(WaitingRoom, workflow.RegisterOptions{Name: RoomWorkflowType})
 	s.env.RegisterWorkflow(harnessWorkflow)
-	s.visibility = newFakeVisibility(s.env, harnessCalls(&s.harness))
+	s.temporal = newFakeTemporal(s.env)
 	s.start = s.env.Now()
 }
 
-// runOne runs a single call as the top-level workflow.
-// fakeVisibilityInstalled installs the fake visibility in the test's
-// environment (a test may have made a new one), after the test's own mocks.
-func (s *CallSuite) fakeVisibilityInstalled() {
-	if s.visibility.env != s.env {
-		s.visibility = newFakeVisibility(s.env, harnessCalls(&s.harness))
+// fakeTemporalInstalled installs the fake Temporal client's activities in
+// the test's environment (a test may have made a new one), after the
+// test's own mocks.
+func (s *CallSuite) fakeTemporalInstalled() {
+	if s.temporal.env != s.env {
+		s.temporal = newFakeTemporal(s.env)
 	}
-	s.visibility.install()
+	s.temporal.install()
 }
 
+// runOne runs a single call as the top-level workflow, with no session.
 func (s *CallSuite) runOne(in CallInput) Result {
-	s.fakeVisibilityInstalled()
+	s.fakeTemporalInstalled()
 	s.env.SetStartWorkflowOptions(startOptions(in.Call.ID))
 	s.env.ExecuteWorkflow(ToolCallWorkflow, in)
 	s.Require().True(s.env.IsWorkflowCompleted())
@@ -75,11 +75,11 @@ func (s *CallSuite) runOne(in CallInput) Result {
 	return r
 }
 
-// runSession runs calls in one session with the real ToolgateSession.
+// runSession runs calls in one session with the real ToolgateSession and
+// WaitingRooms.
 func (s *CallSuite) runSession(in harnessInput) []Result {
 	in.Session = "s1"
-	s.harness = in
-	s.fakeVisibilityInstalled()
+	s.fakeTemporalInstalled()
 	s.env.ExecuteWorkflow(harnessWorkflow, in)
 	s.Require().True(s.env.IsWorkflowCompleted())
 	s.Require().NoError(s.env.GetWorkflowError())
@@ -583,6 +583,7 @@ func (s *CallSuite) TestCodedHandlerDecidesOrDefersToAPerson() {
 	env.RegisterActivity(acts)
 	env.RegisterWorkflow(ToolCallWorkflow)
 	env.RegisterWorkflowWithOptions(ToolgateSession, workflow.RegisterOptions{Name: SessionWorkflowType})
+	env.RegisterWorkflowWithOptions(WaitingRoom, workflow.RegisterOptions{Name: RoomWorkflowType})
 	env.RegisterWorkflow(NoticesWorkflow)
 	env.RegisterWorkflow(harnessWorkflow)
 	decideAt(env, time.Hour, "c2", decision(policy.Denied, "alice"))
@@ -590,7 +591,7 @@ func (s *CallSuite) TestCodedHandlerDecidesOrDefersToAPerson() {
 		call("c1", "write", `{"path":"tmp/a","content":"x"}`),
 		call("c2", "write", `{"path":"src/a","content":"x"}`),
 	}}
-	installFakeVisibility(env, harnessCalls(&in))
+	newFakeTemporal(env).install()
 	env.ExecuteWorkflow(harnessWorkflow, in)
 	s.Require().NoError(env.GetWorkflowError())
 	var rs []Result
@@ -639,12 +640,13 @@ func TestADeadChannelNeverHoldsBackTheResult(t *testing.T) {
 	env.RegisterActivity(newActivities(p, &runLog{runs: map[string]int{}}, &hookLog{}, &downChannel{}))
 	env.RegisterWorkflow(ToolCallWorkflow)
 	env.RegisterWorkflowWithOptions(ToolgateSession, workflow.RegisterOptions{Name: SessionWorkflowType})
+	env.RegisterWorkflowWithOptions(WaitingRoom, workflow.RegisterOptions{Name: RoomWorkflowType})
 	env.RegisterWorkflow(NoticesWorkflow)
 	env.RegisterWorkflow(harnessWorkflow)
 	env.RegisterWorkflow(completedAtWorkflow)
 	decideAt(env, time.Hour, "c1", decision(policy.Approved, "alice"))
 	in := harnessInput{Session: "s1", Calls: []CallInput{call("c1", "write", `{"path":"a","content":"x"}`)}}
-	installFakeVisibility(env, harnessCalls(&in))
+	newFakeTemporal(env).install()
 	env.ExecuteWorkflow(completedAtWorkflow, in)
 
 	require.NoError(t, env.GetWorkflowError())

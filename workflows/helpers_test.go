@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"regexp"
+
 	"strings"
 	"sync"
 	"time"
@@ -179,9 +179,10 @@ func blockUntilDone(ctx context.Context, _ tool.Input) (json.RawMessage, error) 
 	return nil, ctx.Err()
 }
 
-// harnessInput runs a session and several calls side by side, as children
-// of one workflow, so the real ToolgateSession and ToolCallWorkflows talk
-// to each other inside the test environment.
+// harnessInput runs a session, its waiting rooms and several calls side
+// by side, as children of one workflow, so the real ToolgateSession,
+// WaitingRooms and ToolCallWorkflows talk to each other inside the test
+// environment.
 type harnessInput struct {
 	Session    string
 	Calls      []CallInput
@@ -192,9 +193,18 @@ type harnessInput struct {
 
 func harnessWorkflow(ctx workflow.Context, in harnessInput) ([]Result, error) {
 	sctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{WorkflowID: SessionWorkflowID(in.Session)})
-	session := workflow.ExecuteChildWorkflow(sctx, SessionWorkflowType, SessionInput{Session: in.Session})
+	session := workflow.ExecuteChildWorkflow(sctx, SessionWorkflowType, SessionInput{Session: in.Session, Owner: "agent-1"})
 	if err := session.GetChildWorkflowExecution().Get(ctx, nil); err != nil {
 		return nil, err
+	}
+	for room := range Rooms {
+		// Started up front: the environment has no client to start one
+		// on a call's signal. They never idle out during a test.
+		rctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{WorkflowID: RoomWorkflowID(in.Session, room)})
+		f := workflow.ExecuteChildWorkflow(rctx, RoomWorkflowType, RoomInput{Session: in.Session, Room: room, IdleTimeout: 1000 * time.Hour})
+		if err := f.GetChildWorkflowExecution().Get(ctx, nil); err != nil {
+			return nil, err
+		}
 	}
 	futures := make([]workflow.ChildWorkflowFuture, len(in.Calls))
 	results := make([]Result, len(in.Calls))
@@ -306,195 +316,106 @@ func (quietLogger) Info(string, ...any)  {}
 func (quietLogger) Warn(string, ...any)  {}
 func (quietLogger) Error(string, ...any) {}
 
-// fakeVisibility stands in for Temporal's visibility, which the test
-// environment does not have. The activities that read it (AwaitListed,
-// ReleaseWaiting, CheckWaiting, ListWorkflowIDs) are answered from the
-// workflows' own state, read by queries in the environment's main loop
-// (the activity-started listener), where the ReleaseWaiting's signals are
-// also sent: from an activity's goroutine that would race the environment.
-type fakeVisibility struct {
-	env   *testsuite.TestWorkflowEnvironment
-	calls func() []string
+// fakeTemporal answers the activities that need a Temporal client, which
+// the test environment does not give them: SendSignals (a room's large
+// batches, signalled to the environment's workflows) and TakeCensus (a
+// query to each room). Both are worked out in the environment's main loop,
+// by the activity-started listener (from an activity's goroutine, driving
+// the environment would race it); the mock returns what the listener
+// found.
+type fakeTemporal struct {
+	env *testsuite.TestWorkflowEnvironment
 	// alsoOnStart is another activity-started listener of the test.
 	alsoOnStart func(*activity.Info)
 	mu          sync.Mutex
 	answers     map[string]chan any
-	// released records every ReleaseWaiting: the calls it told.
-	released  [][]string
+	// batches counts the SendSignals batches delivered.
+	batches   int
 	installed bool
 }
 
-// installFakeVisibility answers the visibility activities of env from the
-// workflows of the calls that calls() names.
-func installFakeVisibility(env *testsuite.TestWorkflowEnvironment, calls func() []string) *fakeVisibility {
-	v := newFakeVisibility(env, calls)
-	v.install()
-	return v
-}
-
-func newFakeVisibility(env *testsuite.TestWorkflowEnvironment, calls func() []string) *fakeVisibility {
-	return &fakeVisibility{env: env, calls: calls, answers: map[string]chan any{}}
+func newFakeTemporal(env *testsuite.TestWorkflowEnvironment) *fakeTemporal {
+	return &fakeTemporal{env: env, answers: map[string]chan any{}}
 }
 
 // install registers the mocks, after any the test registered itself (the
 // first registered mock of an activity answers).
-func (v *fakeVisibility) install() {
-	if v.installed {
+func (f *fakeTemporal) install() {
+	if f.installed {
 		return
 	}
-	v.installed = true
-	env := v.env
-	env.OnActivity("AwaitListed", mock.Anything, mock.Anything).Return(
-		func(ctx context.Context, _ activities.ListedInput) (activities.SessionWord, error) {
-			return (<-v.answer(ctx)).(activities.SessionWord), nil
+	f.installed = true
+	f.env.OnActivity("SendSignals", mock.Anything, mock.Anything).Return(
+		func(ctx context.Context, _ activities.SignalsInput) ([]string, error) {
+			return (<-f.answer(ctx)).([]string), nil
 		})
-	env.OnActivity("ReleaseWaiting", mock.Anything, mock.Anything).Return(
-		func(ctx context.Context, _ activities.ReleaseInput) (int, error) { return (<-v.answer(ctx)).(int), nil })
-	env.OnActivity("CheckWaiting", mock.Anything, mock.Anything).Return(
-		func(ctx context.Context, _ activities.CheckWaitingInput) (string, error) {
-			return (<-v.answer(ctx)).(string), nil
+	f.env.OnActivity("TakeCensus", mock.Anything, mock.Anything).Return(
+		func(ctx context.Context, _ activities.CensusInput) (activities.Census, error) {
+			return (<-f.answer(ctx)).(activities.Census), nil
 		})
-	env.OnActivity("ListWorkflowIDs", mock.Anything, mock.Anything).Return(
-		func(ctx context.Context, _ activities.ListInput) ([]string, error) {
-			return (<-v.answer(ctx)).([]string), nil
-		})
-	env.SetOnActivityStartedListener(v.onStart)
+	f.env.SetOnActivityStartedListener(f.onStart)
 }
 
-func (v *fakeVisibility) answer(ctx context.Context) chan any {
+func (f *fakeTemporal) answer(ctx context.Context) chan any {
 	info := activity.GetInfo(ctx)
-	return v.channel(info.WorkflowExecution.ID + "/" + info.ActivityID)
+	return f.channel(info.WorkflowExecution.ID + "/" + info.ActivityID)
 }
 
-func (v *fakeVisibility) channel(key string) chan any {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	ch, ok := v.answers[key]
+func (f *fakeTemporal) channel(key string) chan any {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	ch, ok := f.answers[key]
 	if !ok {
 		ch = make(chan any, 1)
-		v.answers[key] = ch
+		f.answers[key] = ch
 	}
 	return ch
 }
 
 // onStart runs in the environment's main loop.
-func (v *fakeVisibility) onStart(info *activity.Info, _ context.Context, args converter.EncodedValues) {
-	if v.alsoOnStart != nil {
-		v.alsoOnStart(info)
+func (f *fakeTemporal) onStart(info *activity.Info, _ context.Context, args converter.EncodedValues) {
+	if f.alsoOnStart != nil {
+		f.alsoOnStart(info)
 	}
-	reply := v.channel(info.WorkflowExecution.ID + "/" + info.ActivityID)
+	reply := f.channel(info.WorkflowExecution.ID + "/" + info.ActivityID)
 	switch info.ActivityType.Name {
-	case "AwaitListed":
-		var in activities.ListedInput
+	case "SendSignals":
+		var in activities.SignalsInput
 		_ = args.Get(&in)
-		reply <- v.sessionWord(in)
-	case "ReleaseWaiting":
-		var in activities.ReleaseInput
-		_ = args.Get(&in)
-		var sd SessionDecision
-		_ = json.Unmarshal(in.Arg, &sd)
-		told := v.waiting(in.Query)
-		for _, id := range told {
-			_ = v.env.SignalWorkflowByID(CallWorkflowID(id), in.Name, sd)
-		}
-		v.mu.Lock()
-		v.released = append(v.released, told)
-		v.mu.Unlock()
-		reply <- len(told)
-	case "CheckWaiting":
-		var in activities.CheckWaitingInput
-		_ = args.Get(&in)
-		refusal := ""
-		for _, id := range v.waiting(in.Query) {
-			if st, ok := v.callState(id); ok {
-				if err := in.Approver.MayAct(st.Request.Groups); err != nil && refusal == "" {
-					refusal = "waiting call " + CallWorkflowID(id) + ": " + err.Error()
-				}
+		var gone []string
+		for _, s := range in.Signals {
+			if err := f.env.SignalWorkflowByID(s.WorkflowID, s.Name, s.Arg); err != nil {
+				gone = append(gone, s.WorkflowID)
 			}
 		}
-		reply <- refusal
-	case "ListWorkflowIDs":
-		var in activities.ListInput
+		f.mu.Lock()
+		f.batches++
+		f.mu.Unlock()
+		reply <- gone
+	case "TakeCensus":
+		var in activities.CensusInput
 		_ = args.Get(&in)
-		var ids []string
-		for _, id := range v.waiting(in.Query) {
-			ids = append(ids, CallWorkflowID(id))
+		var total activities.Census
+		for _, id := range in.Rooms {
+			val, err := f.query(id, in.Query, f.env.Now())
+			var c activities.Census
+			if err != nil || val.Get(&c) != nil {
+				continue
+			}
+			total.Waiting += c.Waiting
+			total.Groups = append(total.Groups, c.Groups...)
 		}
-		reply <- ids
+		reply <- total
 	}
-}
-
-var (
-	sessionInQuery = regexp.MustCompile(`ToolgateSession = '([^']*)'`)
-	keyInQuery     = regexp.MustCompile(`ToolgateStickyKey = '([^']*)'`)
-)
-
-// waiting lists the calls a waitingQuery finds: pending in its session,
-// of its key if it names one.
-func (v *fakeVisibility) waiting(query string) []string {
-	session := sessionInQuery.FindStringSubmatch(query)
-	key := keyInQuery.FindStringSubmatch(query)
-	var ids []string
-	for _, id := range v.calls() {
-		st, ok := v.callState(id)
-		if !ok || st.Status != StatusPending || session == nil || st.Call.Session != session[1] {
-			continue
-		}
-		if key != nil && (st.Request == nil || st.Request.StickyKeyFor(st.Call) != key[1]) {
-			continue
-		}
-		ids = append(ids, id)
-	}
-	return ids
 }
 
 // query queries a workflow of the environment; one that has not run its
-// first task yet (no query handler: the environment panics) is not listed.
-func (v *fakeVisibility) query(workflowID, queryType string) (val converter.EncodedValue, err error) {
+// first task yet (no query handler: the environment panics) holds nothing.
+func (f *fakeTemporal) query(workflowID, queryType string, args ...any) (val converter.EncodedValue, err error) {
 	defer func() {
 		if recover() != nil {
 			val, err = nil, errors.New("not started yet")
 		}
 	}()
-	return v.env.QueryWorkflowByID(workflowID, queryType)
-}
-
-func (v *fakeVisibility) callState(id string) (CallState, bool) {
-	val, err := v.query(CallWorkflowID(id), QueryCall)
-	var st CallState
-	if err != nil || val.Get(&st) != nil {
-		return st, false
-	}
-	return st, true
-}
-
-// sessionWord is what the session's memo would say to a call.
-func (v *fakeVisibility) sessionWord(in activities.ListedInput) activities.SessionWord {
-	val, err := v.query(in.Session.WorkflowID, QuerySession)
-	var view SessionView
-	if err != nil || val.Get(&view) != nil {
-		return activities.SessionWord{}
-	}
-	if view.Ended {
-		// The view does not say who ended it: an admin, as the tests do.
-		return activities.SessionWord{End: &policy.Decision{Kind: policy.DeniedWithReason, Reason: "the session was ended by root",
-			DecidedBy: "root", DeciderGroups: []string{"*"}, Channel: "session"}}
-	}
-	for _, d := range view.Sticky {
-		if d.Key == in.Key {
-			return activities.SessionWord{Sticky: fromSticky(d)}
-		}
-	}
-	return activities.SessionWord{}
-}
-
-// harnessCalls names the calls of a harness input.
-func harnessCalls(in *harnessInput) func() []string {
-	return func() []string {
-		ids := make([]string, len(in.Calls))
-		for i, c := range in.Calls {
-			ids[i] = c.Call.ID
-		}
-		return ids
-	}
+	return f.env.QueryWorkflowByID(workflowID, queryType, args...)
 }

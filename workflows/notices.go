@@ -35,13 +35,9 @@ func (c *callRun) waitWithSchedule(ctx workflow.Context, req policy.ApprovalRequ
 		remindAt = c.state.WaitingSince.Add(req.RemindAfter)
 	}
 	if req.EscalateAfter > 0 && len(req.EscalateTo) > 0 {
-		// The session counts from the registration too, so a sticky
+		// From the request, as the waiting room counts, so a sticky
 		// decision and a direct one see the same groups at any moment.
-		since := c.state.WaitingSince
-		if !c.scheduleFrom.IsZero() {
-			since = c.scheduleFrom
-		}
-		escalateAt = since.Add(req.EscalateAfter)
+		escalateAt = c.requestedAt.Add(req.EscalateAfter)
 	}
 	decided := func() bool { return c.state.Decision != nil }
 	for {
@@ -65,14 +61,10 @@ func (c *callRun) waitWithSchedule(ctx workflow.Context, req policy.ApprovalRequ
 					c.state.Request.Groups = append(c.state.Request.Groups, g)
 				}
 			}
-			if c.strictDecisions {
-				// Listings filter by the memo's groups: the escalation
-				// groups now see the call they may decide.
-				c.upsertWaitingMemo(ctx, *c.state.Request)
-			}
-			if c.batchedSession {
-				c.upsertStatus(ctx, StatusPending, AttrGroups.ValueSet(c.state.Request.Groups))
-			}
+			// Listings filter by the memo's groups: the escalation groups
+			// now see the call they may decide.
+			c.upsertWaitingMemo(ctx, *c.state.Request)
+			c.upsertStatus(ctx, StatusPending, AttrGroups.ValueSet(c.state.Request.Groups))
 			c.notify(ctx, activities.NoticeEscalation, req.EscalateTo)
 		}
 		if !remindAt.IsZero() && !now.Before(remindAt) {
@@ -93,24 +85,11 @@ func (c *callRun) notify(ctx workflow.Context, kind activities.NoticeKind, group
 	if len(c.eval.Channels) == 0 {
 		return
 	}
-	if !c.noticesApart(ctx) {
-		c.notifyInline(ctx, n)
-		return
-	}
 	if c.notices == nil {
 		c.startNotices(ctx, n)
 		return
 	}
 	c.notices.Send(ctx, NoticesMessage{Notice: &n})
-}
-
-// changeNoticesApart is the workflow.GetVersion change ID of sending
-// notices and outcomes from a NoticesWorkflow instead of the call's own
-// activities, which held the Result back while a channel was down.
-const changeNoticesApart = "notices-apart"
-
-func (c *callRun) noticesApart(ctx workflow.Context) bool {
-	return workflow.GetVersion(ctx, changeNoticesApart, workflow.DefaultVersion, 1) >= 1
 }
 
 // startNotices starts the call's NoticesWorkflow with its first notice; the
@@ -153,8 +132,7 @@ func (c *callRun) announce(ctx workflow.Context, o activities.Outcome) {
 		o.Decision, o.DecidedBy, o.Channel = d.Kind.String(), d.DecidedBy, d.Channel
 	}
 	if c.notices == nil {
-		c.announceInline(ctx, o)
-		return
+		return // no notice was sent
 	}
 	last := o.Event != activities.EventDecided || o.Status == string(StatusDenied)
 	c.notices.Send(ctx, NoticesMessage{Outcome: &o, Last: last})
@@ -173,7 +151,7 @@ func (c *callRun) handOverNotices(ctx workflow.Context) {
 		c.notices.Close()
 		c.notices = nil
 	}
-	_ = workflow.Await(ctx, func() bool { return !c.noticesBusy && c.announcing == 0 })
+	_ = workflow.Await(ctx, func() bool { return !c.noticesBusy })
 }
 
 // NoticesWorkflow sends one waiting call's notices through its channels
@@ -260,27 +238,4 @@ func resolveOutcome(ctx workflow.Context, channels []string, o activities.Outcom
 			workflow.GetLogger(ctx).Warn("Could not tell a channel the outcome", "callID", o.Call.ID, "error", err)
 		}
 	}
-}
-
-// notifyInline and announceInline are how runs started before
-// changeNoticesApart sent notices: from the call itself, which waited for
-// its announcements before returning its Result.
-func (c *callRun) notifyInline(ctx workflow.Context, n activities.Notice) {
-	actx := workflow.WithActivityOptions(ctx, notifyOptions)
-	for _, ch := range c.eval.Channels {
-		f := workflow.ExecuteActivity(actx, a.Notify, activities.NotifyInput{Channel: ch, Notice: n})
-		c.sent = append(c.sent, sent{channel: ch, receipt: f})
-	}
-}
-
-func (c *callRun) announceInline(ctx workflow.Context, o activities.Outcome) {
-	if len(c.sent) == 0 {
-		return
-	}
-	sentNow := slices.Clone(c.sent)
-	c.announcing++
-	workflow.Go(ctx, func(ctx workflow.Context) {
-		defer func() { c.announcing-- }()
-		resolveOutcome(ctx, c.eval.Channels, o, collectReceipts(ctx, sentNow))
-	})
 }

@@ -2,7 +2,9 @@ package workflows
 
 import (
 	"log/slog"
+	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -13,12 +15,13 @@ import (
 	"go.temporal.io/sdk/workflow"
 )
 
-// The histories under testdata/ were recorded from the embedded server by
-// `go run ./workflows/testdata/record` (run from the module root). A
-// change to the workflows that makes one of them fail to replay would
-// break every call or session running when the change is deployed: guard
-// the change with workflow.GetVersion, move the histories it changes into
-// testdata/<change ID>/ (recorded before it), and record the new ones.
+// The histories under testdata/ are toolgate 1.0's baseline, recorded
+// from the embedded server by `go run ./workflows/testdata/record` (run
+// from the module root). Every change to the workflows after 1.0 must
+// replay them: a change that would not is guarded with workflow.GetVersion
+// (docs/production.md, "Changing the workflows"), as
+// TestAVersionedChangeReplaysTheBaseline shows. They are recorded again
+// only for a new baseline.
 
 // recordedScenarios must all be present: a deleted recording would
 // otherwise silently shrink the check.
@@ -27,20 +30,24 @@ var recordedScenarios = []string{
 	"ask-approve",
 	"ask-approve-notices",
 	"sticky-fan-out-call",
+	"sticky-fan-out-room",
 	"sticky-fan-out-session",
+	"sticky-lookup",
 	"timeout",
+	"session-end",
+	"session-end-call",
+	"session-end-later-call",
 	"session-continue-as-new",
 	"session-continue-as-new-next-run",
-	"sticky-lookup",
 }
 
-// newReplayer returns a replayer with both workflows registered under
-// their type names; callWorkflow stands in for ToolCallWorkflow.
+// newReplayer returns a replayer with every workflow registered under its
+// type name; callWorkflow stands in for ToolCallWorkflow.
 func newReplayer(callWorkflow func(workflow.Context, CallInput) (Result, error)) worker.WorkflowReplayer {
 	r := worker.NewWorkflowReplayer()
 	r.RegisterWorkflowWithOptions(callWorkflow, workflow.RegisterOptions{Name: ToolCallWorkflowType})
 	r.RegisterWorkflowWithOptions(ToolgateSession, workflow.RegisterOptions{Name: SessionWorkflowType})
-	r.RegisterWorkflowWithOptions(LegacySessionWorkflow, workflow.RegisterOptions{Name: LegacySessionWorkflowType})
+	r.RegisterWorkflowWithOptions(WaitingRoom, workflow.RegisterOptions{Name: RoomWorkflowType})
 	r.RegisterWorkflowWithOptions(NoticesWorkflow, workflow.RegisterOptions{Name: NoticesWorkflowType})
 	return r
 }
@@ -58,13 +65,7 @@ func TestReplayRecordedHistories(t *testing.T) {
 	for _, f := range files {
 		names = append(names, strings.TrimSuffix(filepath.Base(f), ".json"))
 	}
-	require.Subset(t, names, recordedScenarios, "a recorded history is missing; re-record with `go run ./workflows/testdata/record`")
-	older, err := filepath.Glob(filepath.Join("testdata", "*", "*.json"))
-	require.NoError(t, err)
-	for _, f := range older {
-		files = append(files, f)
-		names = append(names, strings.TrimSuffix(strings.TrimPrefix(f, "testdata"+string(filepath.Separator)), ".json"))
-	}
+	require.ElementsMatch(t, recordedScenarios, names, "the recorded histories are the 1.0 baseline: none may go missing")
 
 	for i, f := range files {
 		t.Run(names[i], func(t *testing.T) {
@@ -95,4 +96,35 @@ func TestReplayDetectsChangedWorkflow(t *testing.T) {
 
 	// The same history and set-up with the real workflow replays.
 	require.NoError(t, newReplayer(ToolCallWorkflow).ReplayWorkflowHistoryFromJSONFile(testLogger(t), history))
+}
+
+// callHistory matches a recorded history of a ToolCallWorkflow.
+var callHistory = regexp.MustCompile(`"workflowType":\s*\{\s*"name":\s*"` + ToolCallWorkflowType + `"`)
+
+// TestAVersionedChangeReplaysTheBaseline is the documented way to change a
+// workflow after 1.0 (docs/production.md): the new code runs behind
+// workflow.GetVersion, so histories recorded before the change take the
+// old path and replay, while new runs take the new one.
+func TestAVersionedChangeReplaysTheBaseline(t *testing.T) {
+	changed := func(ctx workflow.Context, in CallInput) (Result, error) {
+		if workflow.GetVersion(ctx, "example-pause-first", workflow.DefaultVersion, 1) == 1 {
+			if err := workflow.Sleep(ctx, time.Second); err != nil {
+				return Result{}, err
+			}
+		}
+		return ToolCallWorkflow(ctx, in)
+	}
+	files, err := filepath.Glob(filepath.Join("testdata", "*.json"))
+	require.NoError(t, err)
+	replayed := 0
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		require.NoError(t, err)
+		if !callHistory.Match(data) {
+			continue // another workflow's history
+		}
+		require.NoError(t, newReplayer(changed).ReplayWorkflowHistoryFromJSONFile(testLogger(t), f), "%s must replay under the versioned change", f)
+		replayed++
+	}
+	require.GreaterOrEqual(t, replayed, 6, "every call history of the baseline is replayed")
 }

@@ -1,13 +1,15 @@
-// Package workflows holds toolgate's two workflows: ToolCallWorkflow, one
-// per tool call, and ToolgateSession, one per agent session, which keeps the
-// sticky decisions. Names shared with clients (task queue, signals, updates,
-// queries, search attributes) are exported here.
+// Package workflows holds toolgate's workflows: ToolCallWorkflow, one per
+// tool call; ToolgateSession, one per agent session, which takes the
+// session's sticky decisions, its end and its quotas; WaitingRoom, a few per
+// session, where the calls that wait for a person hear the session's
+// decisions; NoticesWorkflow, which sends a waiting call's notices. Names
+// shared with clients (task queue, signals, updates, queries, search
+// attributes) are exported here.
 package workflows
 
 import (
 	"encoding/json"
 	"fmt"
-	"slices"
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
@@ -25,9 +27,7 @@ const (
 	ToolCallWorkflowType = "ToolCallWorkflow"
 	SessionWorkflowType  = "ToolgateSession"
 	NoticesWorkflowType  = "NoticesWorkflow"
-	// LegacySessionWorkflowType is the type of sessions started by the
-	// first releases (LegacySessionWorkflow).
-	LegacySessionWorkflowType = "SessionWorkflow"
+	RoomWorkflowType     = "ToolgateWaitingRoom"
 )
 
 // Message names. Clients use them to talk to the workflows.
@@ -42,20 +42,28 @@ const (
 	// QueryCall returns the call's CallState.
 	QueryCall = "call"
 
-	// SignalRegister (call → session) asks whether a sticky decision covers
-	// the call, and otherwise parks it as waiting.
+	// SignalRegister (call → waiting room) says the call waits for a
+	// person; the room answers with SignalSessionDecision.
 	SignalRegister = "register"
 	// SignalSticky (call → session) records a sticky decision.
 	SignalSticky = "sticky"
-	// SignalDone (call → session) says a call no longer waits.
+	// SignalDone (call → waiting room) says a call no longer waits.
 	SignalDone = "done"
 	// SignalQuota (call → session) asks to count one run against a quota.
 	SignalQuota = "quota"
 	// SignalQuotaAnswer (session → call) answers SignalQuota.
 	SignalQuotaAnswer = "quota-answer"
-	// SignalSessionDecision (session → call) answers a registration or
-	// hands down a sticky decision taken on another call.
+	// SignalSessionDecision (waiting room → call) answers a registration
+	// or hands down a sticky decision taken on another call, or the end.
 	SignalSessionDecision = "session-decision"
+	// SignalNews (session → waiting room) carries the session's
+	// activities.SessionNews; SignalHello (waiting room → session) asks for
+	// it, from a room's fresh run.
+	SignalNews  = "news"
+	SignalHello = "hello"
+	// QueryCensus (of a waiting room) returns its activities.Census at the
+	// time given as the argument.
+	QueryCensus = "census"
 	// UpdateCancel cancels a call that waits for a person; argument: a
 	// CancelRequest. The call ends denied, "cancelled by <who>".
 	UpdateCancel = "cancel"
@@ -65,14 +73,8 @@ const (
 	UpdateEnd = "end"
 	// QuerySession returns the SessionView.
 	QuerySession = "session"
-	// QuerySticky returns the sticky decision for a key, or null: what a
-	// call registering now would be told.
-	QuerySticky = "sticky"
 	// SignalNotices (call → its NoticesWorkflow) carries a NoticesMessage.
 	SignalNotices = "notices"
-	// SignalReregister (session → call) asks a waiting call to register
-	// again: a fresh run of its session does not know it.
-	SignalReregister = "reregister"
 )
 
 // Error types carried by refused updates (temporal.ApplicationError.Type()).
@@ -83,6 +85,9 @@ const (
 	ErrTypeSelfApproval    = "SelfApproval"
 	ErrTypeNoSticky        = "NoStickyDecision"
 	ErrTypeSessionEnded    = "SessionEnded"
+	// ErrTypeNotYourSession: a call into a session that belongs to
+	// another agent.
+	ErrTypeNotYourSession = "NotYourSession"
 	// ErrTypeNotAuthorized: the decider's groups do not cover the call
 	// (or, for a session, every call the request touches).
 	ErrTypeNotAuthorized = "NotAuthorized"
@@ -90,7 +95,7 @@ const (
 	// policy refuses; the call keeps waiting.
 	ErrTypeInvalidEdit = "InvalidEdit"
 	// ErrTypeUnavailable: the workflow could not do what it needed for the
-	// request (e.g. list the calls waiting in a session); try again.
+	// request (e.g. ask the waiting rooms of a session); try again.
 	ErrTypeUnavailable = "Unavailable"
 )
 
@@ -121,12 +126,6 @@ var (
 	// groups that may decide it (escalation groups added once it
 	// escalates), or "*" when any approver may.
 	AttrGroups = temporal.NewSearchAttributeKeyKeywordList("ToolgateGroups")
-	// AttrWaiting is on sessions whose calls register with them (runs
-	// before changeFindWaiting): how many calls wait in them.
-	AttrWaiting = temporal.NewSearchAttributeKeyInt64("ToolgateWaiting")
-	// AttrStickyKey is set while a call waits for a person: the key of
-	// the sticky decisions that may decide it, so its session finds it.
-	AttrStickyKey = temporal.NewSearchAttributeKeyKeyword("ToolgateStickyKey")
 )
 
 // CallWorkflowID derives a call's workflow ID from its call ID, so a
@@ -196,17 +195,6 @@ type EndRequest struct {
 	Groups []string `json:"groups,omitempty"`
 }
 
-// UnmarshalJSON also reads the bare name that earlier clients sent, so
-// recorded histories replay.
-func (r *EndRequest) UnmarshalJSON(b []byte) error {
-	type plain EndRequest
-	if len(b) > 0 && b[0] == '"' {
-		*r = EndRequest{}
-		return json.Unmarshal(b, &r.By)
-	}
-	return json.Unmarshal(b, (*plain)(r))
-}
-
 func (r EndRequest) approver() policy.Approver { return policy.Approver{Name: r.By, Groups: r.Groups} }
 
 // RevokeRequest is the argument of UpdateRevoke: the sticky key (usually
@@ -215,16 +203,6 @@ type RevokeRequest struct {
 	Key    string   `json:"key"`
 	By     string   `json:"by"`
 	Groups []string `json:"groups,omitempty"`
-}
-
-// UnmarshalJSON also reads the bare key that earlier clients sent.
-func (r *RevokeRequest) UnmarshalJSON(b []byte) error {
-	type plain RevokeRequest
-	if len(b) > 0 && b[0] == '"' {
-		*r = RevokeRequest{}
-		return json.Unmarshal(b, &r.Key)
-	}
-	return json.Unmarshal(b, (*plain)(r))
 }
 
 func (r RevokeRequest) approver() policy.Approver {
@@ -324,32 +302,21 @@ type NoticesMessage struct {
 	Last bool `json:"last,omitempty"`
 }
 
-// Registration is a call's SignalRegister to its session. Requester,
-// Groups and the escalation let the session hand a sticky decision only to
+// Registration is a call's SignalRegister to its waiting room. Requester,
+// Groups and the escalation let the room hand a sticky decision only to
 // calls its author could have decided directly.
 type Registration struct {
-	CallID    string    `json:"call_id"`
-	Tool      string    `json:"tool"`
-	StickyKey string    `json:"sticky_key"`
-	At        time.Time `json:"at"`
-	Requester string    `json:"requester,omitempty"`
-	// Groups may decide the call; EscalateTo may too from EscalateAt on.
-	Groups     []string  `json:"groups,omitempty"`
-	EscalateTo []string  `json:"escalate_to,omitempty"`
-	EscalateAt time.Time `json:"escalate_at,omitzero"`
-	// RequestedAt, EscalateAfter and Timeout: when the call was requested,
-	// and when it escalates and times out after that (ToolgateSession).
-	RequestedAt   time.Time     `json:"requested_at,omitzero"`
+	CallID    string `json:"call_id"`
+	Tool      string `json:"tool"`
+	StickyKey string `json:"sticky_key"`
+	Requester string `json:"requester,omitempty"`
+	// Groups may decide the call; EscalateTo may too, EscalateAfter after
+	// RequestedAt. Timeout is the call's deadline after RequestedAt.
+	Groups        []string      `json:"groups,omitempty"`
+	EscalateTo    []string      `json:"escalate_to,omitempty"`
+	RequestedAt   time.Time     `json:"requested_at"`
 	EscalateAfter time.Duration `json:"escalate_after,omitempty"`
 	Timeout       time.Duration `json:"timeout,omitempty"`
-}
-
-// groupsAt returns the groups that may decide the call at now.
-func (r Registration) groupsAt(now time.Time) []string {
-	if r.EscalateAt.IsZero() || now.Before(r.EscalateAt) {
-		return r.Groups
-	}
-	return append(slices.Clone(r.Groups), r.EscalateTo...)
 }
 
 // StickyDecision is a decision that holds for a whole session.
@@ -361,18 +328,22 @@ type StickyDecision struct {
 	// that call was asked of (who may revoke the decision).
 	FromCall string   `json:"from_call"`
 	Groups   []string `json:"groups,omitempty"`
+	// Since is the session's revision that recorded it.
+	Since int64 `json:"since,omitempty"`
 }
 
-// SessionDecision is the session's answer to a call: Decision is nil when
-// the call was parked and must ask a person.
+// SessionDecision is a waiting room's answer to a call: all empty when the
+// call was registered and must ask a person.
 type SessionDecision struct {
 	Decision *policy.Decision `json:"decision,omitempty"`
-	// Key is the sticky decision's key, for calls that the session found
-	// waiting (changeFindWaiting): a call of another key ignores it.
+	// Key is the sticky decision's key: a call of another key ignores it.
 	Key string `json:"key,omitempty"`
 	// Ended: the decision is the session's end, which denies every call
-	// waiting in it.
+	// waiting in it that its ender may act on.
 	Ended bool `json:"ended,omitempty"`
+	// AfterEnd: the call began to wait after the session ended; it is
+	// denied.
+	AfterEnd bool `json:"after_end,omitempty"`
 }
 
 // QuotaRequest is a call's SignalQuota: may it run now under the quota?
@@ -397,10 +368,13 @@ type QuotaUse struct {
 // SessionInput starts (or continues) a ToolgateSession.
 type SessionInput struct {
 	Session string `json:"session"`
+	// Owner is the agent the session belongs to: the requester of the call
+	// that opened it.
+	Owner string `json:"owner,omitempty"`
 	// State is carried across continue-as-new.
 	State SessionState `json:"state"`
-	// IdleTimeout ends a session with no waiting calls and no messages for
-	// that long; zero means DefaultSessionIdleTimeout.
+	// IdleTimeout ends a session with no messages for that long; zero
+	// means DefaultSessionIdleTimeout.
 	IdleTimeout time.Duration `json:"idle_timeout,omitempty"`
 	// ContinueAsNewAfter forces continue-as-new after that many handled
 	// messages (tests); zero leaves it to the server's suggestion.
@@ -408,7 +382,7 @@ type SessionInput struct {
 }
 
 // DefaultSessionIdleTimeout is how long an idle session keeps its sticky
-// decisions.
+// decisions (and an ended one answers "ended" from a running workflow).
 const DefaultSessionIdleTimeout = 7 * 24 * time.Hour
 
 // SessionState is everything a session remembers, carried across
@@ -417,79 +391,18 @@ const DefaultSessionIdleTimeout = 7 * 24 * time.Hour
 type SessionState struct {
 	Sticky []StickyDecision `json:"sticky,omitempty"`
 	Quotas []QuotaUse       `json:"quotas,omitempty"`
-	Ended  bool             `json:"ended,omitempty"`
-	// Calls are the calls waiting for a person, compactly: what they share
-	// (tool, key, requester, groups...) is in Profiles.
-	Calls    []WaitingCall `json:"calls,omitempty"`
-	Profiles []CallProfile `json:"profiles,omitempty"`
-	// Outbox holds the answers not yet sent; an answer's decision is in
-	// Decisions. QuotaReplies likewise.
-	Outbox       []Delivery        `json:"outbox,omitempty"`
-	Decisions    []policy.Decision `json:"decisions,omitempty"`
-	QuotaReplies []QuotaReply      `json:"quota_replies,omitempty"`
-	// Waiting is how LegacySessionWorkflow kept its waiting calls; a
-	// ToolgateSession continued from one moves them into Calls.
-	Waiting []Registration `json:"waiting,omitempty"`
-	// Releases are the sticky decisions still to hand to the calls that
-	// visibility finds waiting (changeFindWaiting).
-	Releases []Release `json:"releases,omitempty"`
-}
-
-// Release is a sticky decision to hand to the waiting calls of its key.
-type Release struct {
-	Key      string          `json:"key"`
-	Decision policy.Decision `json:"decision"`
-}
-
-// WaitingCall is one call waiting for a person: about 70 bytes of JSON.
-type WaitingCall struct {
-	CallID string `json:"c"`
-	// Profile indexes SessionState.Profiles.
-	Profile int `json:"p"`
-	// RequestedAt is when the call was requested, in Unix milliseconds,
-	// rounded up (so escalation is never seen early).
-	RequestedAt int64 `json:"t"`
-}
-
-// CallProfile is what many waiting calls have in common.
-type CallProfile struct {
-	Tool          string        `json:"tool"`
-	Key           string        `json:"key"`
-	Requester     string        `json:"requester,omitempty"`
-	Groups        []string      `json:"groups,omitempty"`
-	EscalateTo    []string      `json:"escalate_to,omitempty"`
-	EscalateAfter time.Duration `json:"escalate_after,omitempty"`
-	// Timeout is the call's deadline after RequestedAt; zero: unknown.
-	Timeout time.Duration `json:"timeout,omitempty"`
-}
-
-// Delivery is one answer the session owes a call.
-type Delivery struct {
-	CallID string `json:"c"`
-	// Decision indexes SessionState.Decisions, or is one of the Deliver*
-	// answers.
-	Decision int `json:"d"`
-}
-
-// Answers a Delivery carries instead of a decision.
-const (
-	// DeliverAskPerson: no sticky decision covers the call; ask a person.
-	DeliverAskPerson = -1
-	// DeliverReregister: a fresh run of the session asks a call it found
-	// waiting to register again.
-	DeliverReregister = -2
-)
-
-// QuotaReply is a quota answer the session owes a call.
-type QuotaReply struct {
-	CallID string      `json:"call_id"`
-	Answer QuotaAnswer `json:"answer"`
+	// End is the denial of the session's end, once it ended.
+	End *policy.Decision `json:"end,omitempty"`
+	// Revision counts the changes of the session's news: it grows with
+	// every sticky decision, revoke and the end, and across runs.
+	Revision int64 `json:"revision"`
 }
 
 // SessionView is the QuerySession answer. Waiting lists at most
 // MaxWaitingShown calls; WaitingCount counts them all.
 type SessionView struct {
 	Session      string           `json:"session"`
+	Owner        string           `json:"owner,omitempty"`
 	Sticky       []StickyDecision `json:"sticky,omitempty"`
 	Waiting      []Registration   `json:"waiting,omitempty"`
 	WaitingCount int              `json:"waiting_count"`
@@ -517,7 +430,5 @@ func SearchAttributeTypes() map[string]enumspb.IndexedValueType {
 		AttrDecidedBy.GetName():   enumspb.INDEXED_VALUE_TYPE_KEYWORD,
 		AttrChannel.GetName():     enumspb.INDEXED_VALUE_TYPE_KEYWORD,
 		AttrGroups.GetName():      enumspb.INDEXED_VALUE_TYPE_KEYWORD_LIST,
-		AttrWaiting.GetName():     enumspb.INDEXED_VALUE_TYPE_INT,
-		AttrStickyKey.GetName():   enumspb.INDEXED_VALUE_TYPE_KEYWORD,
 	}
 }

@@ -72,10 +72,12 @@ call ends unknown. --no-report ends the call at its approval instead.`,
 			defer closeFn()
 			id, err := c.Submit(cmd.Context(), req)
 			var inputErr *tgclient.InputError
-			if errors.As(err, &inputErr) {
+			switch {
+			case errors.As(err, &inputErr):
 				return usageError("%v", err)
-			}
-			if err != nil {
+			case errors.Is(err, tgclient.ErrNotYourSession):
+				return &exitError{code: exitDenied, err: fmt.Errorf("session %s: %w", req.Session, err)}
+			case err != nil:
 				return err
 			}
 			return a.awaitOutcome(cmd.Context(), c, id, wait, true, asJSON)

@@ -82,8 +82,9 @@ type Cluster struct {
 	// Mode is the dynamic config the server runs with.
 	Mode Mode
 
-	dir  string
-	logf func(string, ...any)
+	dir    string
+	pgPort int
+	logf   func(string, ...any)
 }
 
 // Start builds what is missing and starts the cluster; on failure it
@@ -138,6 +139,7 @@ func Start(ctx context.Context, o Options) (_ *Cluster, err error) {
 	if err != nil {
 		return nil, err
 	}
+	c.pgPort = ports[0]
 	c.Postgres, err = newPostgres(dir, ports[0])
 	if err == nil {
 		err = c.Postgres.Start(ctx)
@@ -210,6 +212,31 @@ func Start(ctx context.Context, o Options) (_ *Cluster, err error) {
 		step(fmt.Sprintf("toolgate: %d workers, serve %v", o.Workers, o.Serve))
 	}
 	return c, nil
+}
+
+// SetVisibility takes the visibility database away (up false) or gives it
+// back, as a visibility outage would: PostgreSQL refuses connections to
+// temporal_visibility and drops the open ones, so the server's visibility
+// reads fail and its visibility writes wait in its queues (they land, late,
+// once it is back). Everything else keeps running.
+func (c *Cluster) SetVisibility(ctx context.Context, up bool) error {
+	bin, err := postgresBinDir()
+	if err != nil {
+		return err
+	}
+	sql := "ALTER DATABASE temporal_visibility WITH ALLOW_CONNECTIONS true"
+	if !up {
+		sql = "ALTER DATABASE temporal_visibility WITH ALLOW_CONNECTIONS false; " +
+			"SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = 'temporal_visibility'"
+	}
+	cmd := exec.CommandContext(ctx, filepath.Join(bin, "psql"), "-h", "127.0.0.1", "-p", strconv.Itoa(c.pgPort),
+		"-U", "postgres", "-d", "postgres", "-v", "ON_ERROR_STOP=1", "-q", "-c", sql)
+	cmd.Env = baseEnv()
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("cluster: set visibility up=%v: %w\n%s", up, err, out)
+	}
+	c.logf("cluster: visibility database up=%v", up)
+	return nil
 }
 
 // DocumentedDynamicConfig is the dynamic config file docs/production.md

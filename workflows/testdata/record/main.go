@@ -4,9 +4,9 @@
 // drives each scenario through the client package and writes every
 // workflow's full history as JSON into workflows/testdata/.
 //
-// Run it from the module root after a deliberate change to the workflows
-// (a change that needs new histories is also a change that breaks running
-// workflows: version it with workflow.GetVersion first):
+// Run it from the module root. The histories of 1.0 are the baseline every
+// later change must replay (docs/production.md says how): record them
+// again only for a new baseline, never for a change in place.
 //
 //	go run ./workflows/testdata/record
 //
@@ -55,6 +55,11 @@ const (
 	pollInterval = 50 * time.Millisecond
 	// approver decides the calls that ask a person.
 	approver = "alice"
+	// agent is the requester of every call.
+	agent = "agent"
+	// idle is how long the recorded sessions and rooms stay idle before
+	// they close, so their histories end.
+	idle = 15 * time.Second
 )
 
 func main() {
@@ -142,6 +147,7 @@ func run(ctx context.Context, logger *zap.Logger, outDir string) (err error) {
 		{"ask-approve", r.askApprove},
 		{"sticky-fan-out", r.stickyFanOut},
 		{"timeout", r.timeout},
+		{"session-end", r.sessionEnd},
 		{"session-continue-as-new", r.sessionContinueAsNew},
 	}
 	for _, s := range scenarios {
@@ -180,7 +186,7 @@ type recorded struct {
 
 // autoApprove: a call the policy approves without asking anyone.
 func (r *recorder) autoApprove(ctx context.Context) error {
-	id, err := r.tg.Submit(ctx, toolgate.CallRequest{CallID: "auto-1", Session: "replay-auto", Tool: "echo", Args: []byte(`{"text":"hello"}`), Requester: "agent"})
+	id, err := r.tg.Submit(ctx, toolgate.CallRequest{CallID: "auto-1", Session: "replay-auto", Tool: "echo", Args: []byte(`{"text":"hello"}`), Requester: agent})
 	if err != nil {
 		return err
 	}
@@ -192,7 +198,7 @@ func (r *recorder) autoApprove(ctx context.Context) error {
 
 // askApprove: a call that asks a person, who approves it.
 func (r *recorder) askApprove(ctx context.Context) error {
-	id, err := r.tg.Submit(ctx, toolgate.CallRequest{CallID: "ask-1", Session: "replay-ask", Tool: "write", Args: []byte(`{"path":"notes.txt","content":"hi"}`), Requester: "agent"})
+	id, err := r.tg.Submit(ctx, toolgate.CallRequest{CallID: "ask-1", Session: "replay-ask", Tool: "write", Args: []byte(`{"path":"notes.txt","content":"hi"}`), Requester: agent})
 	if err != nil {
 		return err
 	}
@@ -220,8 +226,11 @@ func (r *recorder) askApprove(ctx context.Context) error {
 // session resolves the other two through the session workflow.
 func (r *recorder) stickyFanOut(ctx context.Context) error {
 	const session = "replay-sticky"
-	// Twelve waiting calls; the session finds the eleven others through
-	// visibility when the first is approved for the session.
+	if err := r.openSession(ctx, workflows.SessionInput{Session: session, Owner: agent, IdleTimeout: idle}); err != nil {
+		return err
+	}
+	// Twelve waiting calls; their waiting rooms hand the eleven others the
+	// sticky decision when the first is approved for the session.
 	var ids []string
 	for i := 1; i <= 12; i++ {
 		ids = append(ids, fmt.Sprintf("sticky-%d", i))
@@ -229,7 +238,7 @@ func (r *recorder) stickyFanOut(ctx context.Context) error {
 	// One at a time, so every recording has the same shape.
 	for _, id := range ids {
 		args := fmt.Sprintf(`{"path":%q,"content":"x"}`, id+".txt")
-		if _, err := r.tg.Submit(ctx, toolgate.CallRequest{CallID: id, Session: session, Tool: "write", Args: []byte(args), Requester: "agent"}); err != nil {
+		if _, err := r.tg.Submit(ctx, toolgate.CallRequest{CallID: id, Session: session, Tool: "write", Args: []byte(args), Requester: agent}); err != nil {
 			return err
 		}
 		if err := r.waitPending(ctx, id); err != nil {
@@ -248,14 +257,14 @@ func (r *recorder) stickyFanOut(ctx context.Context) error {
 		}
 	}
 	// A later call finds the sticky decision when it is evaluated, and never
-	// registers with the session.
-	if _, err := r.tg.Submit(ctx, toolgate.CallRequest{CallID: "sticky-4", Session: session, Tool: "write", Args: []byte(`{"path":"sticky-4.txt","content":"x"}`), Requester: "agent"}); err != nil {
+	// waits in a room.
+	if _, err := r.tg.Submit(ctx, toolgate.CallRequest{CallID: "sticky-4", Session: session, Tool: "write", Args: []byte(`{"path":"sticky-4.txt","content":"x"}`), Requester: agent}); err != nil {
 		return err
 	}
 	if err := r.expectResult(ctx, "sticky-4", workflows.StatusOK, policy.ApprovedForSession, "session"); err != nil {
 		return err
 	}
-	if err := r.endSession(ctx, session, ""); err != nil {
+	if err := r.endSession(ctx, session, "", 0); err != nil {
 		return err
 	}
 	if err := r.writeHistory(ctx, "sticky-fan-out-call", workflows.CallWorkflowID(ids[1]), ""); err != nil {
@@ -264,12 +273,19 @@ func (r *recorder) stickyFanOut(ctx context.Context) error {
 	if err := r.writeHistory(ctx, "sticky-lookup", workflows.CallWorkflowID("sticky-4"), ""); err != nil {
 		return err
 	}
+	room := workflows.RoomWorkflowID(session, workflows.RoomOf(ids[1]))
+	if err := r.tc.GetWorkflow(ctx, room, "").Get(ctx, nil); err != nil {
+		return fmt.Errorf("room %s: %w", room, err)
+	}
+	if err := r.writeHistory(ctx, "sticky-fan-out-room", room, ""); err != nil {
+		return err
+	}
 	return r.writeHistory(ctx, "sticky-fan-out-session", workflows.SessionWorkflowID(session), "")
 }
 
 // timeout: nobody answers a "slow" call, which is denied on timeout.
 func (r *recorder) timeout(ctx context.Context) error {
-	id, err := r.tg.Submit(ctx, toolgate.CallRequest{CallID: "timeout-1", Session: "replay-timeout", Tool: "slow", Args: []byte(`{}`), Requester: "agent"})
+	id, err := r.tg.Submit(ctx, toolgate.CallRequest{CallID: "timeout-1", Session: "replay-timeout", Tool: "slow", Args: []byte(`{}`), Requester: agent})
 	if err != nil {
 		return err
 	}
@@ -293,16 +309,18 @@ func (r *recorder) timeout(ctx context.Context) error {
 func (r *recorder) sessionContinueAsNew(ctx context.Context) error {
 	const session = "replay-can"
 	sessionID := workflows.SessionWorkflowID(session)
-	run, err := r.tc.ExecuteWorkflow(ctx, sdkclient.StartWorkflowOptions{ID: sessionID, TaskQueue: workflows.TaskQueue},
-		workflows.SessionWorkflowType, workflows.SessionInput{Session: session, ContinueAsNewAfter: 1})
-	if err != nil {
-		return fmt.Errorf("start session %s: %w", session, err)
+	if err := r.openSession(ctx, workflows.SessionInput{Session: session, Owner: agent, IdleTimeout: idle, ContinueAsNewAfter: 1}); err != nil {
+		return err
 	}
-	firstRun := run.GetRunID()
+	first, err := r.tc.DescribeWorkflowExecution(ctx, sessionID, "")
+	if err != nil {
+		return err
+	}
+	firstRun := first.GetWorkflowExecutionInfo().GetExecution().GetRunId()
 
 	// can-1's approve-for-session is the session's first message: the run
 	// continues as new with the sticky decision.
-	if _, err := r.tg.Submit(ctx, toolgate.CallRequest{CallID: "can-1", Session: session, Tool: "write", Args: []byte(`{"path":"can-1.txt","content":"x"}`), Requester: "agent"}); err != nil {
+	if _, err := r.tg.Submit(ctx, toolgate.CallRequest{CallID: "can-1", Session: session, Tool: "write", Args: []byte(`{"path":"can-1.txt","content":"x"}`), Requester: agent}); err != nil {
 		return err
 	}
 	if err := r.waitPending(ctx, "can-1"); err != nil {
@@ -341,13 +359,13 @@ func (r *recorder) sessionContinueAsNew(ctx context.Context) error {
 		return fmt.Errorf("second session run holds sticky decisions %+v, want can-1's", view.Sticky)
 	}
 	// can-2 finds the sticky decision the second run carried over.
-	if _, err := r.tg.Submit(ctx, toolgate.CallRequest{CallID: "can-2", Session: session, Tool: "write", Args: []byte(`{"path":"can-2.txt","content":"x"}`), Requester: "agent"}); err != nil {
+	if _, err := r.tg.Submit(ctx, toolgate.CallRequest{CallID: "can-2", Session: session, Tool: "write", Args: []byte(`{"path":"can-2.txt","content":"x"}`), Requester: agent}); err != nil {
 		return err
 	}
 	if err := r.expectResult(ctx, "can-2", workflows.StatusOK, policy.ApprovedForSession, "session"); err != nil {
 		return err
 	}
-	if err := r.endSession(ctx, session, secondRun); err != nil {
+	if err := r.endSession(ctx, session, secondRun, 0); err != nil {
 		return err
 	}
 	if err := r.writeHistory(ctx, "session-continue-as-new", sessionID, firstRun); err != nil {
@@ -391,14 +409,76 @@ func (r *recorder) expectResult(ctx context.Context, callID string, status workf
 	return nil
 }
 
-// endSession ends the session and waits until its workflow completed.
-func (r *recorder) endSession(ctx context.Context, session, runID string) error {
-	denied, err := r.tg.EndSession(ctx, session, policy.Approver{Name: approver})
+// sessionEnd: two calls wait in a session that an admin ends; both are
+// denied, and a call that comes later is denied at its evaluation.
+func (r *recorder) sessionEnd(ctx context.Context) error {
+	const session = "replay-end"
+	if err := r.openSession(ctx, workflows.SessionInput{Session: session, Owner: agent, IdleTimeout: idle}); err != nil {
+		return err
+	}
+	for _, id := range []string{"end-1", "end-2"} {
+		args := fmt.Sprintf(`{"path":%q,"content":"x"}`, id+".txt")
+		if _, err := r.tg.Submit(ctx, toolgate.CallRequest{CallID: id, Session: session, Tool: "write", Args: []byte(args), Requester: agent}); err != nil {
+			return err
+		}
+		if err := r.waitPending(ctx, id); err != nil {
+			return err
+		}
+	}
+	if err := r.endSession(ctx, session, "", 2); err != nil {
+		return err
+	}
+	for _, id := range []string{"end-1", "end-2"} {
+		if err := r.expectResult(ctx, id, workflows.StatusDenied, policy.DeniedWithReason, "session"); err != nil {
+			return err
+		}
+	}
+	if _, err := r.tg.Submit(ctx, toolgate.CallRequest{CallID: "end-3", Session: session, Tool: "write", Args: []byte(`{"path":"end-3.txt","content":"x"}`), Requester: agent}); err != nil {
+		return err
+	}
+	if err := r.expectResult(ctx, "end-3", workflows.StatusDenied, policy.DeniedWithReason, "session"); err != nil {
+		return err
+	}
+	if err := r.writeHistory(ctx, "session-end-call", workflows.CallWorkflowID("end-1"), ""); err != nil {
+		return err
+	}
+	if err := r.writeHistory(ctx, "session-end-later-call", workflows.CallWorkflowID("end-3"), ""); err != nil {
+		return err
+	}
+	if err := r.tc.GetWorkflow(ctx, workflows.SessionWorkflowID(session), "").Get(ctx, nil); err != nil {
+		return fmt.Errorf("session %s: %w", session, err)
+	}
+	return r.writeHistory(ctx, "session-end", workflows.SessionWorkflowID(session), "")
+}
+
+// openSession starts a session and its rooms as the first call would,
+// with in's idle timeout and limits, so their histories end soon.
+func (r *recorder) openSession(ctx context.Context, in workflows.SessionInput) error {
+	id := workflows.SessionWorkflowID(in.Session)
+	_, err := r.tc.ExecuteWorkflow(ctx, sdkclient.StartWorkflowOptions{ID: id, TaskQueue: workflows.TaskQueue,
+		Memo: map[string]any{activities.MemoOwner: in.Owner}}, workflows.SessionWorkflowType, in)
+	if err != nil {
+		return fmt.Errorf("start session %s: %w", in.Session, err)
+	}
+	for room := range workflows.Rooms {
+		_, err := r.tc.ExecuteWorkflow(ctx, sdkclient.StartWorkflowOptions{ID: workflows.RoomWorkflowID(in.Session, room), TaskQueue: workflows.TaskQueue},
+			workflows.RoomWorkflowType, workflows.RoomInput{Session: in.Session, Room: room, IdleTimeout: in.IdleTimeout})
+		if err != nil {
+			return fmt.Errorf("start room %d of session %s: %w", room, in.Session, err)
+		}
+	}
+	return nil
+}
+
+// endSession ends the session, checks how many waiting calls it denied
+// and waits until the run completed (after its idle timeout).
+func (r *recorder) endSession(ctx context.Context, session, runID string, wantDenied int) error {
+	denied, err := r.tg.EndSession(ctx, session, policy.Approver{Name: approver, Groups: []string{"*"}})
 	if err != nil {
 		return fmt.Errorf("end session %s: %w", session, err)
 	}
-	if denied != 0 {
-		return fmt.Errorf("ending session %s denied %d waiting calls, want none", session, denied)
+	if denied != wantDenied {
+		return fmt.Errorf("ending session %s denied %d waiting calls, want %d", session, denied, wantDenied)
 	}
 	if err := r.tc.GetWorkflow(ctx, workflows.SessionWorkflowID(session), runID).Get(ctx, nil); err != nil {
 		return fmt.Errorf("session %s: %w", session, err)

@@ -1,0 +1,216 @@
+package activities
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
+	workflowpb "go.temporal.io/api/workflow/v1"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/toolgate/toolgate/policy"
+)
+
+// SessionNews is what a session has decided for all of its calls: its
+// sticky decisions, as a call applies them, and its end. The session shows
+// it in its memo (MemoNews), where a call's policy evaluation reads it with
+// a describe, and sends it to its waiting rooms whenever it changes;
+// Revision orders the copies.
+type SessionNews struct {
+	Revision int64           `json:"revision"`
+	Sticky   []KeyedDecision `json:"sticky,omitempty"`
+	// End is the denial of the session's end (who ended it, with their
+	// groups), once it ended.
+	End *policy.Decision `json:"end,omitempty"`
+}
+
+// KeyedDecision is one sticky decision of a session. Since is the revision
+// that recorded it: a room hands out a decision whose Since it has not seen.
+type KeyedDecision struct {
+	Key      string          `json:"key"`
+	Since    int64           `json:"since"`
+	Decision policy.Decision `json:"decision"`
+}
+
+// StickyFor is key's sticky decision, or nil.
+func (n *SessionNews) StickyFor(key string) *KeyedDecision {
+	if n == nil {
+		return nil
+	}
+	for i := range n.Sticky {
+		if n.Sticky[i].Key == key {
+			return &n.Sticky[i]
+		}
+	}
+	return nil
+}
+
+// Memo keys of a session workflow.
+const (
+	// MemoNews holds the session's SessionNews.
+	MemoNews = "news"
+	// MemoOwner holds the name of the agent the session belongs to.
+	MemoOwner = "owner"
+)
+
+// SessionWord is what a session says to one call at its evaluation: the
+// sticky decision of the call's key, the denial of its end, and whose
+// session it is.
+type SessionWord struct {
+	Sticky *policy.Decision `json:"sticky,omitempty"`
+	End    *policy.Decision `json:"end,omitempty"`
+	Owner  string           `json:"owner,omitempty"`
+}
+
+// sessionReadTimeout bounds the describe at evaluation: without an answer
+// the call joins its waiting room, which knows the session's decisions.
+const sessionReadTimeout = 2 * time.Second
+
+// readSession reads what the session says to a call of key from its memo,
+// which the server answers (strongly consistent, unlike a visibility
+// listing). A session that is no longer running has no sticky decisions,
+// but one that ended stays ended. Any failure means "nothing".
+func (a *Activities) readSession(ctx context.Context, workflowID, key string) SessionWord {
+	if a.Client == nil || workflowID == "" {
+		return SessionWord{}
+	}
+	ctx, cancel := context.WithTimeout(ctx, sessionReadTimeout)
+	defer cancel()
+	desc, err := a.Client.DescribeWorkflowExecution(ctx, workflowID, "")
+	if err != nil {
+		return SessionWord{}
+	}
+	word, _ := sessionWordOf(desc.GetWorkflowExecutionInfo(), key)
+	return word
+}
+
+// sessionWordOf reads a session's word to a call of key from its run's
+// description.
+func sessionWordOf(info *workflowpb.WorkflowExecutionInfo, key string) (SessionWord, error) {
+	news, owner, err := SessionMemo(info)
+	if err != nil {
+		return SessionWord{}, err
+	}
+	word := SessionWord{End: news.End, Owner: owner}
+	if d := news.StickyFor(key); d != nil && info.GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+		word.Sticky = &d.Decision
+	}
+	return word, nil
+}
+
+// newsOf decodes a session run's news and owner from its memo.
+func SessionMemo(info *workflowpb.WorkflowExecutionInfo) (SessionNews, string, error) {
+	var news SessionNews
+	var owner string
+	fields := info.GetMemo().GetFields()
+	dc := converter.GetDefaultDataConverter()
+	if p, ok := fields[MemoNews]; ok {
+		if err := dc.FromPayload(p, &news); err != nil {
+			return news, "", fmt.Errorf("decode the session's news: %w", err)
+		}
+	}
+	if p, ok := fields[MemoOwner]; ok {
+		if err := dc.FromPayload(p, &owner); err != nil {
+			return news, "", fmt.Errorf("decode the session's owner: %w", err)
+		}
+	}
+	return news, owner, nil
+}
+
+// SignalWithStartInput names a workflow to start if absent and signal.
+type SignalWithStartInput struct {
+	WorkflowID   string `json:"workflow_id"`
+	WorkflowType string `json:"workflow_type"`
+	TaskQueue    string `json:"task_queue"`
+	SignalName   string `json:"signal_name"`
+	Signal       any    `json:"signal"`
+	StartInput   any    `json:"start_input"`
+	// Memo is the memo of a run this starts.
+	Memo map[string]any `json:"memo,omitempty"`
+	// UnlessEnded drops the signal when the workflow is a session whose
+	// last run ended it: a fresh run would forget the end.
+	UnlessEnded bool `json:"unless_ended,omitempty"`
+}
+
+// SignalWithStart atomically starts the workflow if it is not running and
+// delivers the signal: how a call lazily creates its waiting room (or its
+// session), even when many calls arrive at once.
+func (a *Activities) SignalWithStart(ctx context.Context, in SignalWithStartInput) error {
+	if a.Client == nil {
+		return temporal.NewNonRetryableApplicationError("worker has no Temporal client to start workflows", "Misconfigured", nil)
+	}
+	if in.UnlessEnded {
+		desc, err := a.Client.DescribeWorkflowExecution(ctx, in.WorkflowID, "")
+		var nf *serviceerror.NotFound
+		switch {
+		case errors.As(err, &nf):
+		case err != nil:
+			return fmt.Errorf("describe %s: %w", in.WorkflowID, err)
+		case desc.GetWorkflowExecutionInfo().GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING:
+			news, _, err := SessionMemo(desc.GetWorkflowExecutionInfo())
+			if err != nil {
+				return err
+			}
+			if news.End != nil {
+				return nil // the session ended: nobody is left to tell
+			}
+		}
+	}
+	_, err := a.Client.SignalWithStartWorkflow(ctx, in.WorkflowID, in.SignalName, in.Signal,
+		client.StartWorkflowOptions{ID: in.WorkflowID, TaskQueue: in.TaskQueue, Memo: in.Memo}, in.WorkflowType, in.StartInput)
+	if err != nil {
+		return fmt.Errorf("signal-with-start %s: %w", in.WorkflowID, err)
+	}
+	return nil
+}
+
+// Census counts the calls waiting in a session's rooms, with the groups
+// that may decide them at a moment: who ends a session must be allowed to
+// act on all of them.
+type Census struct {
+	Waiting int        `json:"waiting"`
+	Groups  [][]string `json:"groups,omitempty"`
+}
+
+// CensusInput is the argument of TakeCensus: the rooms' workflow IDs and
+// the query each answers with its Census.
+type CensusInput struct {
+	Rooms []string `json:"rooms"`
+	Query string   `json:"query"`
+}
+
+// TakeCensus asks every waiting room of a session for its Census by a
+// query, which the room's worker answers from the room's state (strongly
+// consistent, unlike visibility). A room that does not run holds nobody.
+func (a *Activities) TakeCensus(ctx context.Context, in CensusInput) (Census, error) {
+	if a.Client == nil {
+		return Census{}, temporal.NewNonRetryableApplicationError("worker has no Temporal client to ask the waiting rooms", "Misconfigured", nil)
+	}
+	var total Census
+	now := time.Now()
+	for _, id := range in.Rooms {
+		resp, err := a.Client.QueryWorkflowWithOptions(ctx, &client.QueryWorkflowWithOptionsRequest{
+			WorkflowID: id, QueryType: in.Query, Args: []any{now},
+			QueryRejectCondition: enumspb.QUERY_REJECT_CONDITION_NOT_OPEN,
+		})
+		var nf *serviceerror.NotFound
+		switch {
+		case errors.As(err, &nf), err == nil && resp.QueryRejected != nil:
+			continue
+		case err != nil:
+			return Census{}, fmt.Errorf("ask waiting room %s: %w", id, err)
+		}
+		var c Census
+		if err := resp.QueryResult.Get(&c); err != nil {
+			return Census{}, fmt.Errorf("decode the census of %s: %w", id, err)
+		}
+		total.Waiting += c.Waiting
+		total.Groups = append(total.Groups, c.Groups...)
+	}
+	return total, nil
+}

@@ -1,0 +1,221 @@
+package workflows
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/toolgate/toolgate/activities"
+	"github.com/toolgate/toolgate/policy"
+)
+
+// Running an approved call: the session's quota, the before-call checks,
+// the tool (an activity, or the agent's own run and report), the output
+// middleware and the after-call checks.
+
+// useEditedArgs switches the call to arguments an approver edited. An edit
+// taken through the decide update or signal was checked when it was made;
+// one from the coded handler (or a run from before that check) is checked
+// now: the person has seen them, so "ask" counts as approved; a refusal or
+// a problem stops the call.
+func (c *callRun) useEditedArgs(ctx workflow.Context) (Result, bool) {
+	c.originalArgs = c.state.Call.Args
+	c.state.Call.Args = c.state.Decision.EditedArgs
+	c.note = fmt.Sprintf("%s edited the arguments before approving: %s became %s",
+		c.state.Decision.DecidedBy, compact(c.originalArgs), compact(c.state.Call.Args))
+	if c.editEval != nil {
+		c.eval = *c.editEval
+		return Result{}, false
+	}
+	if err := c.evaluate(ctx, c.state.Call, false); err != nil {
+		return c.finish(ctx, StatusError, err.Error(), nil), true
+	}
+	switch {
+	case c.eval.Problem != "":
+		return c.finish(ctx, StatusError, "edited arguments refused: "+c.eval.Problem, nil), true
+	case c.eval.Denied:
+		return c.finish(ctx, StatusDenied, "edited arguments refused by policy: "+c.eval.Reason, nil), true
+	}
+	return Result{}, false
+}
+
+// execute runs BeforeCall, the tool, the output middleware and AfterCall.
+func (c *callRun) execute(ctx workflow.Context) (Result, error) {
+	c.state.Status = StatusRunning
+	if c.state.Request != nil {
+		c.upsertStatus(ctx, StatusRunning) // visible as soon as the decision lets it run
+	}
+	call := c.state.Call
+	lctx := workflow.WithLocalActivityOptions(ctx, localOptions)
+	if c.eval.Quota != nil {
+		refusal, err := c.takeQuota(ctx)
+		if err != nil {
+			return Result{}, err
+		}
+		if refusal != "" {
+			return c.finish(ctx, StatusError, refusal, nil), nil
+		}
+	}
+
+	var before activities.HookOutcome
+	if err := workflow.ExecuteLocalActivity(lctx, a.BeforeCall, call).Get(ctx, &before); err != nil {
+		return Result{}, fmt.Errorf("before-call hook: %w", err)
+	}
+	if before.Refusal != "" {
+		return c.finish(ctx, StatusError, "refused before the call: "+before.Refusal, nil), nil
+	}
+
+	var output json.RawMessage
+	var err error
+	if call.Execution == policy.ExecutionAgent {
+		if c.noReport {
+			c.note = joinNotes(c.note, "the agent runs the tool itself and does not report how it went")
+			return c.finish(ctx, StatusOK, "", nil), nil
+		}
+		err = c.awaitReport(ctx, &output)
+	} else {
+		err = workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, toolActivityOptions(c.eval)), a.RunTool, call).Get(ctx, &output)
+	}
+	if err != nil {
+		return c.toolFailed(ctx, err), nil
+	}
+
+	var after activities.AfterCallOutcome
+	in := activities.AfterCallInput{Call: call, Output: output}
+	if err := workflow.ExecuteLocalActivity(lctx, a.AfterCall, in).Get(ctx, &after); err != nil {
+		return Result{}, fmt.Errorf("after-call hook: %w", err)
+	}
+	if after.Refusal != "" {
+		r := c.finish(ctx, StatusError, "refused after the call: "+after.Refusal, nil)
+		r.Redactions = after.Redactions
+		return r, nil
+	}
+	r := c.finish(ctx, StatusOK, "", after.Output)
+	r.Redactions = after.Redactions
+	return r, nil
+}
+
+// awaitReport is the tool step of an agent-executed call: the call shows
+// status approved, and an activity waits for the agent's report, which
+// completes it (asynchronous completion by workflow ID and
+// ReportActivityID). One attempt: Temporal cannot retry the agent's run.
+func (c *callRun) awaitReport(ctx workflow.Context, output *json.RawMessage) error {
+	c.state.Status = StatusApproved
+	c.upsertStatus(ctx, StatusApproved)
+	opts := workflow.ActivityOptions{
+		ActivityID:          ReportActivityID,
+		StartToCloseTimeout: c.eval.ReportTimeout,
+		RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 1},
+	}
+	return workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, opts), a.AwaitReport, c.state.Call).Get(ctx, output)
+}
+
+// toolFailed ends a call whose tool step failed: unknown when the tool may
+// have had its effect, else error.
+func (c *callRun) toolFailed(ctx workflow.Context, err error) Result {
+	const checkFirst = ". Do not assume either; check its effects before asking to run it again"
+	agent := c.state.Call.Execution == policy.ExecutionAgent
+	var appErr *temporal.ApplicationError
+	isApp := errors.As(err, &appErr)
+	switch {
+	case ctx.Err() != nil:
+		return c.finish(ctx, StatusUnknown, "the call was cancelled while the tool ran: it may or may not have run"+checkFirst, nil)
+	case agent && isApp && appErr.Type() == activities.ErrTypeAgentReported:
+		return c.finish(ctx, StatusError, "the agent reported that the tool failed: "+appErr.Message(), nil)
+	case agent:
+		var timeoutErr *temporal.TimeoutError
+		if errors.As(err, &timeoutErr) {
+			return c.finish(ctx, StatusUnknown, fmt.Sprintf("the agent did not say whether it ran the tool: no report within %s", c.eval.ReportTimeout), nil)
+		}
+		return c.finish(ctx, StatusUnknown, "the agent's report was lost ("+rootCause(err)+"): the tool may or may not have run"+checkFirst, nil)
+	case isApp && appErr.Type() == activities.ErrTypeOutcomeUnknown:
+		return c.finish(ctx, StatusUnknown, "the tool may or may not have run: "+appErr.Message()+checkFirst, nil)
+	}
+	if lost, ok := lostAttempt(err); ok && !c.eval.ToolOptions.Idempotent {
+		return c.finish(ctx, StatusUnknown, "the tool may or may not have run: "+lost+checkFirst, nil)
+	}
+	return c.finish(ctx, StatusError, "tool failed: "+rootCause(err), nil)
+}
+
+// lostAttemptRetries is how many attempts a tool that is not idempotent
+// gets: RunTool's start mark lets an attempt lost before the tool began be
+// retried, and ends the call unknown once an attempt that began is lost.
+const lostAttemptRetries = 3
+
+func toolActivityOptions(ev activities.Evaluation) workflow.ActivityOptions {
+	o := ev.ToolOptions
+	if !o.Idempotent {
+		o.Retry.MaxAttempts = lostAttemptRetries
+	}
+	return workflow.ActivityOptions{
+		StartToCloseTimeout: o.Timeout,
+		HeartbeatTimeout:    o.HeartbeatTimeout,
+		RetryPolicy: &temporal.RetryPolicy{
+			InitialInterval:    o.Retry.InitialInterval,
+			BackoffCoefficient: 2,
+			MaximumInterval:    o.Retry.MaxInterval,
+			MaximumAttempts:    o.Retry.MaxAttempts,
+		},
+	}
+}
+
+// quotaAnswerTimeout bounds the wait for the session's count; the session
+// answers at once unless it is broken.
+const quotaAnswerTimeout = time.Minute
+
+// takeQuota asks the session to count this run under the tool's quota and
+// returns the refusal, or "" when the call may run.
+func (c *callRun) takeQuota(ctx workflow.Context) (string, error) {
+	q := *c.eval.Quota
+	start := activities.SignalWithStartInput{
+		WorkflowID: SessionWorkflowID(c.state.Call.Session), WorkflowType: SessionWorkflowType,
+		SignalName: SignalQuota, Signal: QuotaRequest{CallID: c.state.Call.ID, Tool: c.state.Call.Tool, Quota: q},
+		StartInput: SessionInput{Session: c.state.Call.Session, Owner: c.state.Call.Requester},
+		Memo:       map[string]any{activities.MemoOwner: c.state.Call.Requester},
+	}
+	if err := c.signalOrStart(ctx, start); err != nil {
+		return "", fmt.Errorf("ask the session for quota %s: %w", q.Name, err)
+	}
+	answers := workflow.GetSignalChannel(ctx, SignalQuotaAnswer)
+	if ok, err := awaitWithTimeout(ctx, quotaAnswerTimeout, func() bool { return answers.Len() > 0 }); err != nil || !ok {
+		return "quota " + q.Name + " could not be checked: the session did not answer", err
+	}
+	var ans QuotaAnswer
+	answers.ReceiveAsync(&ans)
+	return ans.Refusal, nil
+}
+
+// lostAttempt says how an attempt was lost when Temporal stopped waiting
+// for it (no heartbeat: the worker died; past its start-to-close timeout)
+// rather than hearing the tool fail: the tool may have had its effect.
+func lostAttempt(err error) (string, bool) {
+	var timeoutErr *temporal.TimeoutError
+	if !errors.As(err, &timeoutErr) {
+		return "", false
+	}
+	switch timeoutErr.TimeoutType() {
+	case enumspb.TIMEOUT_TYPE_HEARTBEAT:
+		return "its worker stopped answering while it ran (heartbeat timeout)", true
+	case enumspb.TIMEOUT_TYPE_START_TO_CLOSE:
+		return "it did not finish within its timeout", true
+	}
+	return "", false
+}
+
+// rootCause unwraps Temporal's activity error to the tool's own message.
+func rootCause(err error) string {
+	var appErr *temporal.ApplicationError
+	if errors.As(err, &appErr) {
+		return appErr.Message()
+	}
+	var timeoutErr *temporal.TimeoutError
+	if errors.As(err, &timeoutErr) {
+		return "timed out (" + timeoutErr.TimeoutType().String() + ")"
+	}
+	return err.Error()
+}

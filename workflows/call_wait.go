@@ -1,0 +1,248 @@
+package workflows
+
+import (
+	"fmt"
+	"time"
+
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/toolgate/toolgate/activities"
+	"github.com/toolgate/toolgate/policy"
+)
+
+// A call the policy asks a person about: covered by a sticky decision the
+// session already shows, it never waits. Otherwise it waits in its
+// session's waiting room (room.go), which answers at once with what the
+// session has decided (a sticky decision of the call's key, the end) or
+// "ask a person", and hands it any decision the session takes later. A
+// person is notified only after the room's answer, or after
+// sessionAnswerTimeout without one.
+
+// sessionAnswerTimeout bounds the wait for the room's answer (and a room's
+// wait for its session's news): a slow or broken room never keeps a person
+// from being asked.
+const sessionAnswerTimeout = time.Minute
+
+// askForDecision gets the call decided: by a sticky decision of the
+// session, by the coded handler, or by a person before the deadline. It
+// returns with a Decision set or the status timed_out.
+func (c *callRun) askForDecision(ctx workflow.Context, req policy.ApprovalRequest) error {
+	c.state.Request = &req
+	switch {
+	case c.eval.Sticky != nil && c.stickyCovers(*c.eval.Sticky): // the session shows one: nobody is asked
+		c.apply(ctx, *c.eval.Sticky)
+		return nil
+	case c.eval.SessionEnded:
+		c.apply(ctx, sessionEndedDenial)
+		return nil
+	}
+	c.stickyKey = req.StickyKeyFor(c.state.Call)
+	timeout := req.EffectiveTimeout()
+	if c.eval.HasHandler {
+		var d *policy.Decision
+		lctx := workflow.WithLocalActivityOptions(ctx, localOptions)
+		in := activities.AskHandlerInput{Call: c.state.Call, Request: req}
+		if err := workflow.ExecuteLocalActivity(lctx, a.AskHandler, in).Get(ctx, &d); err != nil {
+			return fmt.Errorf("approval handler: %w", err)
+		}
+		if d != nil && c.state.Decision == nil {
+			c.apply(ctx, *d)
+		}
+	}
+	if c.state.Decision == nil {
+		if err := c.waitForPerson(ctx, req, timeout); err != nil {
+			return err
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return err // cancelled while it waited
+	}
+	c.tellSession(ctx)
+	return nil
+}
+
+// stickyCovers reports whether a sticky decision found at evaluation may
+// decide this call: its author could have decided it directly.
+func (c *callRun) stickyCovers(d policy.Decision) bool {
+	return d.Approver().MayDecide(c.state.Call.Requester, c.state.Request.Groups) == nil
+}
+
+func (c *callRun) waitForPerson(ctx workflow.Context, req policy.ApprovalRequest, timeout time.Duration) error {
+	now := workflow.Now(ctx)
+	c.state.Status = StatusPending
+	c.state.WaitingSince = now
+	c.state.Deadline = c.requestedAt.Add(timeout) // counts from the request, as the room counts
+	c.upsertStatus(ctx, StatusPending, AttrGroups.ValueSet(groupsShown(req.Groups)))
+	c.upsertWaitingMemo(ctx, req)
+	if err := c.joinRoom(ctx); err != nil {
+		return err
+	}
+	decided := c.state.Decision != nil
+	if !decided && ctx.Err() == nil {
+		c.notify(ctx, activities.NoticeWaiting, req.Groups)
+		decided = c.waitWithSchedule(ctx, req, c.state.Deadline)
+	}
+	workflow.GetMetricsHandler(ctx).WithTags(map[string]string{"tool": c.state.Call.Tool}).
+		Timer(MetricApprovalWait).Record(workflow.Now(ctx).Sub(now))
+	if ctx.Err() != nil && !decided {
+		return nil // cancelled: not a timeout
+	}
+	switch {
+	case decided:
+	case req.OnTimeout == policy.TimeoutApprove:
+		c.apply(ctx, policy.Decision{Kind: policy.Approved, DecidedBy: "timeout", Channel: "timeout",
+			Comment: "nobody answered within " + timeout.String() + "; the rule approves on timeout"})
+	default:
+		c.state.Status = StatusTimedOut
+		c.announce(ctx, activities.Outcome{Event: activities.EventTimedOut, Status: string(StatusTimedOut), At: workflow.Now(ctx), Reason: c.timeoutReason(),
+			Decision: "timed_out", DecidedBy: "timeout", Channel: "timeout"})
+		return nil
+	}
+	// The decided event says what happens next: the tool runs, or not.
+	next := StatusRunning
+	switch {
+	case !c.state.Decision.Kind.Approves():
+		next = StatusDenied
+	case c.state.Call.Execution == policy.ExecutionAgent:
+		next = StatusApproved
+	}
+	c.announce(ctx, activities.Outcome{Event: activities.EventDecided, Status: string(next), At: workflow.Now(ctx), Reason: c.state.Decision.Reason})
+	return nil
+}
+
+// joinRoom registers the call with its waiting room and waits for the
+// room's answer (at most sessionAnswerTimeout); a person who decides
+// meanwhile wins. It fails only when the call is cancelled.
+func (c *callRun) joinRoom(ctx workflow.Context) error {
+	req := c.state.Request
+	reg := Registration{CallID: c.state.Call.ID, Tool: c.state.Call.Tool, StickyKey: c.stickyKey, Requester: c.state.Call.Requester,
+		Groups: req.Groups, RequestedAt: c.requestedAt, Timeout: req.EffectiveTimeout()}
+	if req.EscalateAfter > 0 && len(req.EscalateTo) > 0 {
+		reg.EscalateTo, reg.EscalateAfter = req.EscalateTo, req.EscalateAfter
+	}
+	room := RoomInput{Session: c.state.Call.Session, Room: RoomOf(c.state.Call.ID)}
+	start := activities.SignalWithStartInput{
+		WorkflowID: RoomWorkflowID(room.Session, room.Room), WorkflowType: RoomWorkflowType,
+		SignalName: SignalRegister, Signal: reg, StartInput: room,
+	}
+	if err := c.signalOrStart(ctx, start); err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		// Only a worker without a Temporal client gets here (the start is
+		// retried until it works): a person is asked all the same.
+		workflow.GetLogger(ctx).Error("Could not join the waiting room: the call waits for a person without hearing its session",
+			"callID", c.state.Call.ID, "error", err)
+		return nil
+	}
+	c.joined = true
+	_, err := awaitWithTimeout(ctx, sessionAnswerTimeout, func() bool { return c.heard || c.state.Decision != nil })
+	return err
+}
+
+// takeSessionDecision applies what the room tells a waiting call: the end,
+// if whoever ended the session may act on the call's groups at this moment
+// (a call that began to wait while the session was being ended was not in
+// the ender's census); the "ended" of a call that began to wait after; or
+// a sticky decision of the call's key whose author could have decided the
+// call directly (groups at this moment, escalation included, and never the
+// call's requester). Anything else leaves it waiting for a person.
+func (c *callRun) takeSessionDecision(ctx workflow.Context, sd SessionDecision) {
+	if sd.Decision == nil || c.state.Decision != nil || c.state.Status != StatusPending {
+		return
+	}
+	var err error
+	switch {
+	case sd.AfterEnd:
+	case sd.Ended:
+		err = sd.Decision.Approver().MayAct(c.state.Request.Groups)
+	case sd.Key != c.stickyKey:
+		return // another tool's
+	default:
+		err = sd.Decision.Approver().MayDecide(c.state.Call.Requester, c.state.Request.Groups)
+	}
+	if err != nil {
+		workflow.GetLogger(ctx).Info("The session's decision does not cover the call; it waits for a person",
+			"callID", c.state.Call.ID, "by", sd.Decision.DecidedBy, "reason", err)
+		return
+	}
+	c.apply(ctx, *sd.Decision)
+}
+
+// tellSession reports how the call ended its wait: its room forgets it,
+// and a new sticky decision goes to the session, which hands it to every
+// other call it covers. Both travel while the tool runs.
+func (c *callRun) tellSession(ctx workflow.Context) {
+	d := c.state.Decision
+	if d != nil && d.Channel == "session" {
+		return // its room decided it, and already forgot it
+	}
+	c.leaveRoom(ctx)
+	if d == nil || !d.Kind.Sticky() {
+		return
+	}
+	sticky := StickyDecision{Key: c.stickyKey, Tool: c.state.Call.Tool, Decision: *d, FromCall: c.state.Call.ID, Groups: c.state.Request.Groups}
+	start := activities.SignalWithStartInput{
+		WorkflowID: SessionWorkflowID(c.state.Call.Session), WorkflowType: SessionWorkflowType,
+		SignalName: SignalSticky, Signal: sticky,
+		StartInput:  SessionInput{Session: c.state.Call.Session, Owner: c.state.Call.Requester},
+		Memo:        map[string]any{activities.MemoOwner: c.state.Call.Requester},
+		UnlessEnded: true,
+	}
+	told, settle := workflow.NewFuture(ctx)
+	workflow.Go(ctx, func(ctx workflow.Context) { settle.Set(nil, c.signalOrStart(ctx, start)) })
+	c.told = append(c.told, told)
+}
+
+// leaveRoom tells the room the call no longer waits.
+func (c *callRun) leaveRoom(ctx workflow.Context) {
+	if c.joined {
+		c.joined = false
+		room := RoomWorkflowID(c.state.Call.Session, RoomOf(c.state.Call.ID))
+		c.told = append(c.told, workflow.SignalExternalWorkflow(ctx, room, "", SignalDone, c.state.Call.ID))
+	}
+}
+
+// awaitTold waits for the signals to the room and the session.
+func (c *callRun) awaitTold(ctx workflow.Context) {
+	for _, f := range c.told {
+		if err := f.Get(ctx, nil); err != nil {
+			// The room ended meanwhile; the call's own outcome stands.
+			workflow.GetLogger(ctx).Info("Could not tell the session", "session", c.state.Call.Session, "callID", c.state.Call.ID, "error", err)
+		}
+	}
+	c.told = nil
+}
+
+// signalOrStartOptions retry the start of a room or session until it
+// works: a decision the session must hear is not dropped.
+var signalOrStartOptions = workflow.LocalActivityOptions{
+	StartToCloseTimeout: 30 * time.Second,
+	RetryPolicy:         &temporal.RetryPolicy{MaximumInterval: 30 * time.Second},
+}
+
+// signalOrStart signals a workflow that runs; if it does not, a local
+// activity starts it atomically with the signal (signal-with-start), so
+// many first calls cannot race.
+func (c *callRun) signalOrStart(ctx workflow.Context, in activities.SignalWithStartInput) error {
+	if err := workflow.SignalExternalWorkflow(ctx, in.WorkflowID, "", in.SignalName, in.Signal).Get(ctx, nil); err == nil {
+		return nil
+	}
+	in.TaskQueue = workflow.GetInfo(ctx).TaskQueueName
+	lctx := workflow.WithLocalActivityOptions(ctx, signalOrStartOptions)
+	return workflow.ExecuteLocalActivity(lctx, a.SignalWithStart, in).Get(ctx, nil)
+}
+
+func (c *callRun) timeoutReason() string {
+	return fmt.Sprintf("no approver answered within %s; the call was denied", c.state.Request.EffectiveTimeout())
+}
+
+// groupsShown is the ToolgateGroups value of a call asked of groups: "*"
+// when any approver may decide it.
+func groupsShown(groups []string) []string {
+	if len(groups) == 0 {
+		return []string{"*"}
+	}
+	return groups
+}

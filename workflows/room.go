@@ -1,0 +1,584 @@
+package workflows
+
+import (
+	"fmt"
+	"hash/fnv"
+	"slices"
+	"strings"
+	"time"
+
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/toolgate/toolgate/activities"
+)
+
+// WaitingRoom is where the calls of one session that wait for a person
+// hear the session's decisions. A session has Rooms of them; a call waits
+// in the room of its ID (RoomOf).
+//
+// Why rooms. A decision the session takes (approve or deny for the
+// session, a revoke, its end) must reach every call it covers that waits
+// now and every call that begins to wait later, whatever visibility does.
+// A room is the point where the two meet in order: it takes one message at
+// a time, so a call's registration and a decision are ordered and neither
+// misses the other. A registration that comes after a decision is answered
+// with it; a decision that comes after a registration is handed to the
+// call. The session sends every change of its news (SessionNews) to each
+// room; a room's fresh run asks the session for it (SignalHello) before it
+// answers anyone. Nothing here reads visibility.
+//
+// Why several. One workflow takes a bounded rate of messages and 10,000
+// signals per run; spreading the calls over Rooms rooms spreads both, and
+// keeps the session itself out of the path of parking: the session
+// receives nothing when a call parks.
+//
+// Trade-offs. A waiting call costs two signals into its room (registration
+// and done) and one out (the room's answer, without which the call waits
+// at most sessionAnswerTimeout before a person is asked). A session change
+// costs Rooms signals, sent whether or not a room runs (a room that does not
+// run reads the news when it starts). Answers are computed when they are
+// sent, from the room's state at that moment: a revoke or replacement
+// stops a release before the next batch, so at most one batch (maxBatch
+// calls) per room still gets a decision after the revoke returned.
+//
+// Numbers for 10,000 calls waiting in one session, against a stock
+// server's limits:
+//   - per room 1,250 calls: 2,500 signals in (limit 10,000 per run;
+//     continue-as-new after maxMessagesPerRun), about 4,000 history events
+//     (limit 50,000);
+//   - answers go out 250 per SendSignals activity (32 in parallel, from a
+//     client), so no room has more than maxInlineSignals signals of its own
+//     pending (limit 2,000);
+//   - a waiting call is about 60 bytes of state; 1,250 are 75 KB across
+//     continue-as-new (limit 2 MiB);
+//   - no updates (limit 10 in flight); the end asks each room one query.
+func WaitingRoom(ctx workflow.Context, in RoomInput) error {
+	r := newRoomRun(in)
+	if err := workflow.SetQueryHandler(ctx, QueryCensus, r.census); err != nil {
+		return err
+	}
+	return r.run(ctx)
+}
+
+// Rooms is how many waiting rooms a session has.
+const Rooms = 8
+
+const (
+	// maxBatch bounds the answers one batch sends (and so what a revoke
+	// can no longer stop).
+	maxBatch = 250
+	// maxInlineSignals: a batch of up to this many answers is sent by the
+	// workflow itself; larger ones by SendSignals.
+	maxInlineSignals = 8
+	// maxMessagesPerRun continues a room or session as new well before
+	// Temporal's 10,000 signals per run.
+	maxMessagesPerRun = 4000
+	// pruneGrace leaves a call that reaches its deadline the time to say it
+	// is done before it is dropped.
+	pruneGrace = time.Minute
+	// roomIdleTimeout ends a room that holds nobody; the next call starts
+	// it again.
+	roomIdleTimeout = time.Hour
+)
+
+// RoomWorkflowID is the workflow ID of a session's waiting room.
+func RoomWorkflowID(session string, room int) string {
+	return fmt.Sprintf("%s/room/%d", SessionWorkflowID(session), room)
+}
+
+// roomIDs are the workflow IDs of all of a session's rooms.
+func roomIDs(session string) []string {
+	ids := make([]string, Rooms)
+	for i := range ids {
+		ids[i] = RoomWorkflowID(session, i)
+	}
+	return ids
+}
+
+// RoomOf is the room a call waits in.
+func RoomOf(callID string) int {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(callID))
+	return int(h.Sum32() % Rooms)
+}
+
+// RoomInput starts (or continues) a WaitingRoom.
+type RoomInput struct {
+	Session string    `json:"session"`
+	Room    int       `json:"room"`
+	State   RoomState `json:"state"`
+	// IdleTimeout ends a room that holds nobody for that long; zero means
+	// roomIdleTimeout.
+	IdleTimeout time.Duration `json:"idle_timeout,omitempty"`
+	// ContinueAsNewAfter forces continue-as-new after that many messages
+	// (tests).
+	ContinueAsNewAfter int `json:"continue_as_new_after,omitempty"`
+}
+
+// RoomState is what a room remembers, carried across continue-as-new.
+type RoomState struct {
+	// News is the session's latest news; nil until a fresh run heard it.
+	News *activities.SessionNews `json:"news,omitempty"`
+	// Calls wait for a person; what they share is in Profiles.
+	Calls    []WaitingCall `json:"calls,omitempty"`
+	Profiles []CallProfile `json:"profiles,omitempty"`
+	// Owed are the calls owed a message, oldest first; the message is
+	// worked out when it is sent.
+	Owed []string `json:"owed,omitempty"`
+	// Late are owed calls that registered after the session ended.
+	Late []string `json:"late,omitempty"`
+}
+
+// WaitingCall is one call waiting for a person: about 60 bytes of JSON.
+type WaitingCall struct {
+	CallID string `json:"c"`
+	// Profile indexes RoomState.Profiles.
+	Profile int `json:"p"`
+	// RequestedAt is when the call was requested, in Unix milliseconds,
+	// rounded up (so escalation is never seen early).
+	RequestedAt int64 `json:"t"`
+	// Answered: the call was told it must ask a person.
+	Answered bool `json:"a,omitempty"`
+}
+
+// CallProfile is what many waiting calls have in common.
+type CallProfile struct {
+	Tool          string        `json:"tool"`
+	Key           string        `json:"key"`
+	Requester     string        `json:"requester,omitempty"`
+	Groups        []string      `json:"groups,omitempty"`
+	EscalateTo    []string      `json:"escalate_to,omitempty"`
+	EscalateAfter time.Duration `json:"escalate_after,omitempty"`
+	Timeout       time.Duration `json:"timeout,omitempty"`
+}
+
+type roomRun struct {
+	in    RoomInput
+	state RoomState
+	// index maps a waiting call's ID to its place in state.Calls; a
+	// forgotten call leaves an empty CallID until the next reindex. owed
+	// and late mirror state.Owed and state.Late. Maps are only looked up,
+	// never ranged over.
+	index map[string]int
+	owed  map[string]bool
+	late  map[string]bool
+	// received counts this run's messages, for continue-as-new.
+	received int
+	// pruneAt is the earliest deadline of a waiting call.
+	pruneAt time.Time
+}
+
+func newRoomRun(in RoomInput) *roomRun {
+	r := &roomRun{in: in, state: in.State}
+	r.reindex()
+	return r
+}
+
+// reindex drops forgotten calls and rebuilds the maps.
+func (r *roomRun) reindex() {
+	r.state.Calls = slices.DeleteFunc(r.state.Calls, func(w WaitingCall) bool { return w.CallID == "" })
+	r.index = make(map[string]int, len(r.state.Calls))
+	for i, w := range r.state.Calls {
+		r.index[w.CallID] = i
+	}
+	r.owed = make(map[string]bool, len(r.state.Owed))
+	for _, id := range r.state.Owed {
+		r.owed[id] = true
+	}
+	r.late = make(map[string]bool, len(r.state.Late))
+	for _, id := range r.state.Late {
+		r.late[id] = true
+	}
+}
+
+// roomInbox is a room's signal channels.
+type roomInbox struct {
+	news, register, done workflow.ReceiveChannel
+}
+
+func (in roomInbox) pending() bool {
+	return in.news.Len() > 0 || in.register.Len() > 0 || in.done.Len() > 0
+}
+
+func (r *roomRun) run(ctx workflow.Context) error {
+	box := roomInbox{
+		news:     workflow.GetSignalChannel(ctx, SignalNews),
+		register: workflow.GetSignalChannel(ctx, SignalRegister),
+		done:     workflow.GetSignalChannel(ctx, SignalDone),
+	}
+	if r.state.News == nil {
+		r.hearSession(ctx, box)
+	}
+	r.pruneAt = r.nextPrune(ctx)
+	for {
+		gotWork, err := r.awaitWork(ctx, box)
+		if err != nil {
+			return err
+		}
+		r.prune(ctx)
+		if !gotWork && len(r.index) == 0 && len(r.state.Owed) == 0 && !box.pending() {
+			return nil // idle: the next call starts the room again
+		}
+		r.drain(ctx, box)
+		r.flush(ctx, box)
+		if r.continueAsNewNow(ctx) {
+			r.drain(ctx, box)
+			r.reindex()
+			next := r.in
+			next.State = r.state
+			return workflow.NewContinueAsNewError(ctx, RoomWorkflowType, next)
+		}
+	}
+}
+
+// hearSession asks the session for its news, which it sends as SignalNews,
+// and waits for it at most sessionAnswerTimeout. A session that does not
+// run has none; one that does not answer is heard later.
+func (r *roomRun) hearSession(ctx workflow.Context, box roomInbox) {
+	err := workflow.SignalExternalWorkflow(ctx, SessionWorkflowID(r.in.Session), "", SignalHello, r.in.Room).Get(ctx, nil)
+	if err == nil {
+		_, _ = awaitWithTimeout(ctx, sessionAnswerTimeout, func() bool { return box.news.Len() > 0 })
+	}
+	r.drainNews(ctx, box)
+	if r.state.News == nil {
+		r.state.News = &activities.SessionNews{}
+	}
+}
+
+// awaitWork waits for a message, an answer to send or the next deadline of
+// a waiting call; with nobody waiting, for at most roomIdleTimeout. It
+// reports whether there is work.
+func (r *roomRun) awaitWork(ctx workflow.Context, box roomInbox) (bool, error) {
+	hasWork := func() bool { return box.pending() || len(r.state.Owed) > 0 }
+	if hasWork() {
+		return true, nil
+	}
+	wait := r.in.IdleTimeout
+	if wait <= 0 {
+		wait = roomIdleTimeout
+	}
+	if len(r.index) > 0 {
+		wait = max(r.pruneAt.Sub(workflow.Now(ctx)), time.Second)
+	}
+	return awaitWithTimeout(ctx, wait, hasWork)
+}
+
+// drain takes every message already delivered: the news first, so
+// registrations in the same batch are answered with it.
+func (r *roomRun) drain(ctx workflow.Context, box roomInbox) {
+	r.drainNews(ctx, box)
+	for {
+		var callID string
+		if !box.done.ReceiveAsync(&callID) {
+			break
+		}
+		r.received++
+		r.forget(callID)
+	}
+	for {
+		var reg Registration
+		if !box.register.ReceiveAsync(&reg) {
+			break
+		}
+		r.received++
+		r.register(ctx, reg)
+	}
+}
+
+func (r *roomRun) drainNews(ctx workflow.Context, box roomInbox) {
+	for {
+		var news activities.SessionNews
+		if !box.news.ReceiveAsync(&news) {
+			return
+		}
+		r.received++
+		r.takeNews(news)
+	}
+}
+
+// takeNews keeps the newest news and owes an answer to every waiting call
+// it changes: all of them at the end, those of a new or replaced sticky
+// decision's key otherwise. A revoked decision is simply gone: answers
+// not yet sent are worked out without it.
+func (r *roomRun) takeNews(news activities.SessionNews) {
+	old := r.state.News
+	if old != nil && news.Revision <= old.Revision {
+		return // an older copy, overtaken
+	}
+	r.state.News = &news
+	ended := news.End != nil && (old == nil || old.End == nil)
+	for _, w := range r.state.Calls {
+		if w.CallID == "" {
+			continue
+		}
+		key := r.state.Profiles[w.Profile].Key
+		if now := news.StickyFor(key); ended || (now != nil && (old.StickyFor(key) == nil || old.StickyFor(key).Since != now.Since)) {
+			r.owe(w.CallID)
+		}
+	}
+}
+
+// register takes a call that waits for a person and owes it an answer: the
+// news that covers it, or "ask a person". After the end it is only owed
+// its denial.
+func (r *roomRun) register(ctx workflow.Context, reg Registration) {
+	if _, known := r.index[reg.CallID]; known {
+		return // a retried registration
+	}
+	if r.state.News != nil && r.state.News.End != nil {
+		if !r.late[reg.CallID] {
+			r.late[reg.CallID] = true
+			r.state.Late = append(r.state.Late, reg.CallID)
+		}
+		r.owe(reg.CallID)
+		return
+	}
+	w := WaitingCall{CallID: reg.CallID, Profile: r.profileOf(reg), RequestedAt: unixMilliUp(reg.RequestedAt)}
+	r.index[reg.CallID] = len(r.state.Calls)
+	r.state.Calls = append(r.state.Calls, w)
+	if d := r.deadlineOf(w); d.Before(r.pruneAt) {
+		r.pruneAt = d
+	}
+	r.owe(reg.CallID)
+}
+
+func (r *roomRun) owe(callID string) {
+	if !r.owed[callID] {
+		r.owed[callID] = true
+		r.state.Owed = append(r.state.Owed, callID)
+	}
+}
+
+// profileOf returns the index of reg's profile, adding it when new.
+func (r *roomRun) profileOf(reg Registration) int {
+	p := CallProfile{Tool: reg.Tool, Key: reg.StickyKey, Requester: reg.Requester, Groups: reg.Groups,
+		EscalateTo: reg.EscalateTo, EscalateAfter: reg.EscalateAfter, Timeout: reg.Timeout}
+	if i := slices.IndexFunc(r.state.Profiles, func(q CallProfile) bool { return sameProfile(p, q) }); i >= 0 {
+		return i
+	}
+	r.state.Profiles = append(r.state.Profiles, p)
+	return len(r.state.Profiles) - 1
+}
+
+func sameProfile(a, b CallProfile) bool {
+	return a.Tool == b.Tool && a.Key == b.Key && a.Requester == b.Requester && slices.Equal(a.Groups, b.Groups) &&
+		slices.Equal(a.EscalateTo, b.EscalateTo) && a.EscalateAfter == b.EscalateAfter && a.Timeout == b.Timeout
+}
+
+// answer is one message a batch sends, and what becomes of the call once
+// it is sent.
+type answer struct {
+	callID  string
+	message SessionDecision
+	// settles: the call stops waiting here (it was handed a decision).
+	settles bool
+}
+
+// answerFor works out what callID is owed now, if anything.
+func (r *roomRun) answerFor(ctx workflow.Context, callID string) (answer, bool) {
+	news := r.state.News
+	i, waiting := r.index[callID]
+	switch {
+	case r.late[callID]:
+		return answer{callID: callID, message: SessionDecision{Decision: &sessionEndedDenial, AfterEnd: true}, settles: true}, true
+	case !waiting:
+		return answer{}, false // done meanwhile
+	case news.End != nil:
+		return answer{callID: callID, message: SessionDecision{Decision: news.End, Ended: true}, settles: true}, true
+	}
+	w := r.state.Calls[i]
+	p := r.state.Profiles[w.Profile]
+	if d := news.StickyFor(p.Key); d != nil && r.mayHand(ctx, d, w) {
+		return answer{callID: callID, message: SessionDecision{Decision: &d.Decision, Key: d.Key}, settles: true}, true
+	}
+	if w.Answered {
+		return answer{}, false
+	}
+	return answer{callID: callID}, true
+}
+
+// mayHand reports whether the sticky decision d may decide the waiting call
+// w: only if its author could have decided w directly, with w's groups at
+// this moment (escalation included) and w's requester.
+func (r *roomRun) mayHand(ctx workflow.Context, d *activities.KeyedDecision, w WaitingCall) bool {
+	return d.Decision.Approver().MayDecide(r.state.Profiles[w.Profile].Requester, r.groupsAt(w, workflow.Now(ctx))) == nil
+}
+
+// groupsAt are the groups that may decide w at now.
+func (r *roomRun) groupsAt(w WaitingCall, now time.Time) []string {
+	p := r.state.Profiles[w.Profile]
+	if p.EscalateAfter > 0 && !now.Before(time.UnixMilli(w.RequestedAt).Add(p.EscalateAfter)) {
+		return append(slices.Clone(p.Groups), p.EscalateTo...)
+	}
+	return p.Groups
+}
+
+// flush sends what is owed, in batches. Between batches it takes the
+// messages that arrived meanwhile, so a revoke stops a release before the
+// next batch, and it stops early when the run should continue as new.
+func (r *roomRun) flush(ctx workflow.Context, box roomInbox) {
+	for len(r.state.Owed) > 0 {
+		n := min(len(r.state.Owed), maxBatch)
+		var batch []answer
+		for _, id := range r.state.Owed[:n] {
+			delete(r.owed, id)
+			if a, ok := r.answerFor(ctx, id); ok {
+				batch = append(batch, a)
+			}
+		}
+		r.state.Owed = slices.Clone(r.state.Owed[n:])
+		gone := r.send(ctx, batch)
+		for _, a := range batch {
+			switch {
+			case gone[a.callID] || a.settles:
+				r.forget(a.callID)
+			default:
+				r.state.Calls[r.index[a.callID]].Answered = true
+			}
+		}
+		if len(r.index) < len(r.state.Calls)/2 {
+			r.reindex()
+		}
+		r.drain(ctx, box)
+		if r.continueAsNewNow(ctx) {
+			return
+		}
+	}
+}
+
+// send delivers a batch and returns the calls that no longer run. A small
+// batch goes from the workflow; a large one from SendSignals, retried
+// until it is sent.
+func (r *roomRun) send(ctx workflow.Context, batch []answer) map[string]bool {
+	gone := map[string]bool{}
+	if len(batch) <= maxInlineSignals {
+		sent := make([]workflow.Future, len(batch))
+		for i, a := range batch {
+			sent[i] = workflow.SignalExternalWorkflow(ctx, CallWorkflowID(a.callID), "", SignalSessionDecision, a.message)
+		}
+		for i, f := range sent {
+			if err := f.Get(ctx, nil); err != nil {
+				gone[batch[i].callID] = true // it ended meanwhile
+			}
+		}
+		return gone
+	}
+	signals := make([]outgoingSignal, len(batch))
+	for i, a := range batch {
+		signals[i] = outgoingSignal{WorkflowID: CallWorkflowID(a.callID), Name: SignalSessionDecision, Arg: a.message}
+	}
+	var ids []string
+	// By name: the input is activities.SignalsInput in the JSON it encodes to.
+	err := workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, signalsOptions), "SendSignals", outgoingSignals{Signals: signals}).Get(ctx, &ids)
+	if err != nil {
+		// Retries have no cap: only a cancelled room gets here.
+		workflow.GetLogger(ctx).Warn("Could not send a batch of answers", "session", r.in.Session, "room", r.in.Room, "error", err)
+		return gone
+	}
+	for _, id := range ids {
+		gone[strings.TrimPrefix(id, CallWorkflowID(""))] = true
+	}
+	return gone
+}
+
+// outgoingSignals is activities.SignalsInput as the workflow writes it:
+// each argument is encoded with the activity's input, where
+// activities.Signal holds it as raw JSON.
+type outgoingSignals struct {
+	Signals []outgoingSignal `json:"signals"`
+}
+
+type outgoingSignal struct {
+	WorkflowID string `json:"workflow_id"`
+	Name       string `json:"name"`
+	Arg        any    `json:"arg,omitempty"`
+}
+
+// signalsOptions retry a batch of answers until it is sent (the calls
+// take a repeated answer as one); SendSignals keeps its progress in its
+// heartbeat.
+var signalsOptions = workflow.ActivityOptions{
+	StartToCloseTimeout: 5 * time.Minute,
+	HeartbeatTimeout:    time.Minute,
+	RetryPolicy:         &temporal.RetryPolicy{MaximumInterval: 10 * time.Second},
+}
+
+// forget drops a call; the slot is reclaimed at the next reindex.
+func (r *roomRun) forget(callID string) {
+	if i, ok := r.index[callID]; ok {
+		r.state.Calls[i].CallID = ""
+		delete(r.index, callID)
+	}
+	if r.late[callID] {
+		delete(r.late, callID)
+		r.state.Late = slices.DeleteFunc(r.state.Late, func(id string) bool { return id == callID })
+	}
+}
+
+// prune forgets the calls past their deadline (and a grace period): they
+// ended without saying so, e.g. terminated.
+func (r *roomRun) prune(ctx workflow.Context) {
+	now := workflow.Now(ctx)
+	if now.Before(r.pruneAt) {
+		return
+	}
+	for _, w := range r.state.Calls {
+		if w.CallID != "" && !now.Before(r.deadlineOf(w)) {
+			r.forget(w.CallID)
+		}
+	}
+	r.pruneAt = r.nextPrune(ctx)
+}
+
+// deadlineOf is when w is dropped if it never says it is done.
+func (r *roomRun) deadlineOf(w WaitingCall) time.Time {
+	return time.UnixMilli(w.RequestedAt).Add(r.state.Profiles[w.Profile].Timeout + pruneGrace)
+}
+
+// nextPrune is the earliest deadline of a waiting call.
+func (r *roomRun) nextPrune(ctx workflow.Context) time.Time {
+	next := workflow.Now(ctx).Add(roomIdleTimeout)
+	for _, w := range r.state.Calls {
+		if w.CallID != "" {
+			if d := r.deadlineOf(w); d.Before(next) {
+				next = d
+			}
+		}
+	}
+	return next
+}
+
+// census answers QueryCensus: how many calls wait, and the groups that may
+// decide them at the given moment, each set once.
+func (r *roomRun) census(at time.Time) (activities.Census, error) {
+	c := activities.Census{Waiting: len(r.index)}
+	seen := map[string]bool{}
+	for _, w := range r.state.Calls {
+		if w.CallID == "" {
+			continue
+		}
+		groups := r.groupsAt(w, at)
+		if k := strings.Join(groups, "\x00"); !seen[k] {
+			seen[k] = true
+			c.Groups = append(c.Groups, groups)
+		}
+	}
+	return c, nil
+}
+
+func (r *roomRun) continueAsNewNow(ctx workflow.Context) bool {
+	if r.in.ContinueAsNewAfter > 0 && r.received >= r.in.ContinueAsNewAfter {
+		return true
+	}
+	return r.received >= maxMessagesPerRun || workflow.GetInfo(ctx).GetContinueAsNewSuggested()
+}
+
+// unixMilliUp is t in Unix milliseconds, rounded up.
+func unixMilliUp(t time.Time) int64 {
+	ms := t.UnixMilli()
+	if t.Sub(time.UnixMilli(ms)) > 0 {
+		ms++
+	}
+	return ms
+}
