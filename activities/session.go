@@ -169,6 +169,34 @@ func (a *Activities) SignalWithStart(ctx context.Context, in SignalWithStartInpu
 	return nil
 }
 
+// JoinInput is the argument of JoinWaitingRoom: the room's
+// signal-with-start, and the session to read once the room has the call.
+type JoinInput struct {
+	Room    SignalWithStartInput `json:"room"`
+	Session string               `json:"session"`
+	Key     string               `json:"key"`
+}
+
+// JoinWaitingRoom registers a call with its waiting room (starting the room
+// if it does not run), then reads what its session says to a call of the
+// key. The two together leave no gap: what the session decided before the
+// room had the call is in the memo read after; what it decides later
+// reaches the room after the call. A read that fails fails the attempt.
+func (a *Activities) JoinWaitingRoom(ctx context.Context, in JoinInput) (SessionWord, error) {
+	if err := a.SignalWithStart(ctx, in.Room); err != nil {
+		return SessionWord{}, err
+	}
+	desc, err := a.Client.DescribeWorkflowExecution(ctx, in.Session, "")
+	var nf *serviceerror.NotFound
+	switch {
+	case errors.As(err, &nf):
+		return SessionWord{}, nil
+	case err != nil:
+		return SessionWord{}, fmt.Errorf("read session %s: %w", in.Session, err)
+	}
+	return sessionWordOf(desc.GetWorkflowExecutionInfo(), in.Key)
+}
+
 // Census counts the calls waiting in a session's rooms, with the groups
 // that may decide them at a moment: who ends a session must be allowed to
 // act on all of them.

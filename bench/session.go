@@ -20,8 +20,12 @@ import (
 
 // BaselineSignalActivityWorkflow waits for one signal, then runs one
 // activity and returns: the fair floor for a decision, which wakes a call
-// that then runs its tool.
+// that then runs its tool. Its state query answers "waiting", as a call's
+// query answers its state.
 func BaselineSignalActivityWorkflow(ctx workflow.Context, args json.RawMessage) (json.RawMessage, error) {
+	if err := workflow.SetQueryHandler(ctx, baselineStateQuery, func() (string, error) { return "waiting", nil }); err != nil {
+		return nil, err
+	}
 	var v string
 	workflow.GetSignalChannel(ctx, signalName).Receive(ctx, &v)
 	actx := workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
@@ -69,12 +73,11 @@ func (b *runner) oneSession(ctx context.Context, r *Report) error {
 		ids[i] = fmt.Sprintf("%s-%d", session, i)
 	}
 	// Both sides are timed the same way: start N at Options.Concurrency,
-	// then check each in turn until it waits (a call: it heard its
-	// waiting room and asked a person, read from its state; a bare
-	// workflow: it ran its first task, read by a describe). One checker
-	// per side, so the checks do not load the server (or the worker, which
-	// answers a call's query) more on one side than the other. Nothing
-	// here reads visibility.
+	// then ask each in turn, by a query its worker answers, until it
+	// waits (a call: it heard its waiting room and asked a person; a bare
+	// workflow: it waits for its signal). One checker per side, and the
+	// same probe, so the checks load both sides alike. Nothing here reads
+	// visibility.
 	start := time.Now()
 	var next atomic.Int64
 	if _, err := b.concurrently(ctx, n, func(ctx context.Context) error {
@@ -100,7 +103,7 @@ func (b *runner) oneSession(ctx context.Context, r *Report) error {
 	for i, run := range base {
 		baseIDs[i] = run.GetID()
 	}
-	if err := b.forEach(ctx, baseIDs, b.waitFirstTask); err != nil {
+	if err := b.forEach(ctx, baseIDs, b.waitQueryable); err != nil {
 		return err
 	}
 	s.BasePerSec = float64(n) / time.Since(start).Seconds()
@@ -147,6 +150,24 @@ func (b *runner) forEach(ctx context.Context, ids []string, check func(context.C
 		}
 	}
 	return nil
+}
+
+// baselineStateQuery is BaselineSignalActivityWorkflow's query.
+const baselineStateQuery = "state"
+
+// waitQueryable waits until a bare workflow answers its query: it has run
+// its first task and waits for its signal.
+func (b *runner) waitQueryable(ctx context.Context, id string) error {
+	for {
+		v, err := b.tc.QueryWorkflow(ctx, id, "", baselineStateQuery)
+		var state string
+		if err == nil && v.Get(&state) == nil && state == "waiting" {
+			return nil
+		}
+		if err := sleep(ctx, waitPoll); err != nil {
+			return fmt.Errorf("workflow %s never waited: %w", id, err)
+		}
+	}
 }
 
 // waitPoll is how often the parking checks look again, on both sides.

@@ -37,6 +37,9 @@ type Client struct {
 	eagerStart bool
 	// firstPages remembers where Pending found first pages (pending.go).
 	firstPages *pageHints
+	// claims remembers the sessions found to belong to their caller
+	// (session.go).
+	claims *claims
 }
 
 // New wraps a connected Temporal client. taskQueue is where toolgate's
@@ -45,7 +48,7 @@ func New(tc client.Client, taskQueue string) *Client {
 	if taskQueue == "" {
 		taskQueue = workflows.TaskQueue
 	}
-	return &Client{tc: tc, taskQueue: taskQueue, namespace: "default", firstPages: &pageHints{}}
+	return &Client{tc: tc, taskQueue: taskQueue, namespace: "default", firstPages: &pageHints{}, claims: &claims{}}
 }
 
 // WithNamespace returns a client that names namespace where the Temporal

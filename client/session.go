@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
+	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
@@ -25,6 +27,18 @@ var ErrNotYourSession = errors.New("the session belongs to another agent")
 // with agent as its owner, before the call starts. Two processes of one
 // agent share a session by using the same token.
 func (c *Client) claimSession(ctx context.Context, session, agent string) error {
+	if c.claims.holds(session, agent) {
+		return nil
+	}
+	if err := c.openSession(ctx, session, agent); err != nil {
+		return err
+	}
+	c.claims.add(session, agent)
+	return nil
+}
+
+// openSession finds the session's owner, or opens the session for agent.
+func (c *Client) openSession(ctx context.Context, session, agent string) error {
 	id := workflows.SessionWorkflowID(session)
 	for range 2 { // a second look after losing the race to open it
 		desc, err := c.tc.DescribeWorkflowExecution(ctx, id, "")
@@ -65,3 +79,36 @@ func (c *Client) claimSession(ctx context.Context, session, agent string) error 
 	}
 	return fmt.Errorf("open session %s: it was opened and closed while this call tried to join it; try again", session)
 }
+
+// claimTTL is how long a session found to belong to an agent is taken as
+// still belonging to it without a look. A session's owner changes only
+// once its workflow closed without an end (idle for days), and a call's
+// workflow checks the owner again whenever the session matters to it (it
+// asks a person, or counts a quota).
+const claimTTL = 30 * time.Second
+
+// claims remembers recent claims, so an agent's calls in a busy session
+// cost no extra round trip to Temporal each.
+type claims struct {
+	mu   sync.Mutex
+	seen map[[2]string]time.Time
+}
+
+func (c *claims) holds(session, agent string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	at, ok := c.seen[[2]string{session, agent}]
+	return ok && time.Since(at) < claimTTL
+}
+
+func (c *claims) add(session, agent string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.seen == nil || len(c.seen) > maxClaims {
+		c.seen = map[[2]string]time.Time{} // forget them all rather than grow
+	}
+	c.seen[[2]string{session, agent}] = time.Now()
+}
+
+// maxClaims bounds the claims remembered.
+const maxClaims = 10_000

@@ -56,16 +56,15 @@ func ToolCallWorkflow(ctx workflow.Context, in CallInput) (Result, error) {
 	}
 	c.awaitTold(ctx)
 	c.handOverNotices(ctx)
+	c.leaveRoom(ctx)
 	return r, err
 }
 
-// cancelled ends a call that was cancelled before its tool ran: a denial,
-// and its room forgets it.
+// cancelled ends a call that was cancelled before its tool ran: a denial.
 func (c *callRun) cancelled(ctx workflow.Context, by string) Result {
 	if c.state.Decision == nil {
 		c.apply(ctx, policy.Decision{Kind: policy.DeniedWithReason, Reason: "cancelled by " + by, DecidedBy: by, Channel: ChannelCancel})
 	}
-	c.leaveRoom(ctx)
 	return c.finish(ctx, StatusDenied, denialReason(c.state.Decision), nil)
 }
 
@@ -78,10 +77,9 @@ type callRun struct {
 	// stickyKey is the key of the sticky decisions that may decide the
 	// call, once it asks.
 	stickyKey string
-	// joined: the call registered with its waiting room; heard: the room
-	// answered.
-	joined, heard bool
-	// told are the signals to the room and the session still in flight.
+	// joined: the call registered with its waiting room.
+	joined bool
+	// told are the sticky decisions on their way to the session.
 	told []workflow.Future
 	// notices carries messages to the call's NoticesWorkflow, once one is
 	// started; noticesBusy is set while they are being delivered.

@@ -53,8 +53,9 @@ func (c *callRun) registerHandlers(ctx workflow.Context) error {
 		for {
 			var sd SessionDecision
 			roomCh.Receive(ctx, &sd)
-			c.heard = true
-			c.takeSessionDecision(ctx, sd)
+			if c.takeSessionDecision(ctx, sd) {
+				c.joined = false // the room that handed it forgot the call
+			}
 		}
 	})
 	return nil

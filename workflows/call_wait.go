@@ -12,17 +12,10 @@ import (
 )
 
 // A call the policy asks a person about: covered by a sticky decision the
-// session already shows, it never waits. Otherwise it waits in its
-// session's waiting room (room.go), which answers at once with what the
-// session has decided (a sticky decision of the call's key, the end) or
-// "ask a person", and hands it any decision the session takes later. A
-// person is notified only after the room's answer, or after
-// sessionAnswerTimeout without one.
-
-// sessionAnswerTimeout bounds the wait for the room's answer (and a room's
-// wait for its session's news): a slow or broken room never keeps a person
-// from being asked.
-const sessionAnswerTimeout = time.Minute
+// session already shows, it never waits. Otherwise it joins its session's
+// waiting room (room.go) and reads the session's news in one step: what
+// the session decided before, the call applies itself; what it decides
+// later, the room hands it. Only then is a person notified.
 
 // askForDecision gets the call decided: by a sticky decision of the
 // session, by the coded handler, or by a person before the deadline. It
@@ -111,9 +104,8 @@ func (c *callRun) waitForPerson(ctx workflow.Context, req policy.ApprovalRequest
 	return nil
 }
 
-// joinRoom registers the call with its waiting room and waits for the
-// room's answer (at most sessionAnswerTimeout); a person who decides
-// meanwhile wins. It fails only when the call is cancelled.
+// joinRoom registers the call with its waiting room and applies what the
+// session decided so far. It fails only when the call is cancelled.
 func (c *callRun) joinRoom(ctx workflow.Context) error {
 	req := c.state.Request
 	reg := Registration{CallID: c.state.Call.ID, Tool: c.state.Call.Tool, StickyKey: c.stickyKey, Requester: c.state.Call.Requester,
@@ -122,64 +114,76 @@ func (c *callRun) joinRoom(ctx workflow.Context) error {
 		reg.EscalateTo, reg.EscalateAfter = req.EscalateTo, req.EscalateAfter
 	}
 	room := RoomInput{Session: c.state.Call.Session, Room: RoomOf(c.state.Call.ID)}
-	start := activities.SignalWithStartInput{
-		WorkflowID: RoomWorkflowID(room.Session, room.Room), WorkflowType: RoomWorkflowType,
-		SignalName: SignalRegister, Signal: reg, StartInput: room,
+	in := activities.JoinInput{
+		Room: activities.SignalWithStartInput{
+			WorkflowID: RoomWorkflowID(room.Session, room.Room), WorkflowType: RoomWorkflowType,
+			SignalName: SignalRegister, Signal: reg, StartInput: room,
+			TaskQueue: workflow.GetInfo(ctx).TaskQueueName,
+		},
+		Session: SessionWorkflowID(c.state.Call.Session),
+		Key:     c.stickyKey,
 	}
-	if err := c.signalOrStart(ctx, start); err != nil {
+	// A local activity, inside the call's workflow task: parking costs the
+	// call no workflow task of its own.
+	var word activities.SessionWord
+	lctx := workflow.WithLocalActivityOptions(ctx, signalOrStartOptions)
+	if err := workflow.ExecuteLocalActivity(lctx, a.JoinWaitingRoom, in).Get(ctx, &word); err != nil {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		// Only a worker without a Temporal client gets here (the start is
+		// Only a worker without a Temporal client gets here (the join is
 		// retried until it works): a person is asked all the same.
 		workflow.GetLogger(ctx).Error("Could not join the waiting room: the call waits for a person without hearing its session",
 			"callID", c.state.Call.ID, "error", err)
 		return nil
 	}
 	c.joined = true
-	_, err := awaitWithTimeout(ctx, sessionAnswerTimeout, func() bool { return c.heard || c.state.Decision != nil })
-	return err
+	switch {
+	case word.End != nil:
+		// The session had ended when the call began to wait.
+		c.apply(ctx, sessionEndedDenial)
+	case word.Sticky != nil:
+		c.takeSessionDecision(ctx, SessionDecision{Decision: word.Sticky, Key: c.stickyKey})
+	}
+	return nil
 }
 
-// takeSessionDecision applies what the room tells a waiting call: the end,
-// if whoever ended the session may act on the call's groups at this moment
-// (a call that began to wait while the session was being ended was not in
-// the ender's census); the "ended" of a call that began to wait after; or
-// a sticky decision of the call's key whose author could have decided the
-// call directly (groups at this moment, escalation included, and never the
-// call's requester). Anything else leaves it waiting for a person.
-func (c *callRun) takeSessionDecision(ctx workflow.Context, sd SessionDecision) {
+// takeSessionDecision applies what the session tells a waiting call: the
+// end, if whoever ended the session may act on the call's groups at this
+// moment (a call that began to wait while the session was being ended was
+// not in the ender's census), or a sticky decision of the call's key whose
+// author could have decided the call directly (groups at this moment,
+// escalation included, and never the call's requester). Anything else
+// leaves it waiting for a person. It reports whether it applied one.
+func (c *callRun) takeSessionDecision(ctx workflow.Context, sd SessionDecision) bool {
 	if sd.Decision == nil || c.state.Decision != nil || c.state.Status != StatusPending {
-		return
+		return false
 	}
 	var err error
 	switch {
-	case sd.AfterEnd:
 	case sd.Ended:
 		err = sd.Decision.Approver().MayAct(c.state.Request.Groups)
 	case sd.Key != c.stickyKey:
-		return // another tool's
+		return false // another tool's
 	default:
 		err = sd.Decision.Approver().MayDecide(c.state.Call.Requester, c.state.Request.Groups)
 	}
 	if err != nil {
 		workflow.GetLogger(ctx).Info("The session's decision does not cover the call; it waits for a person",
 			"callID", c.state.Call.ID, "by", sd.Decision.DecidedBy, "reason", err)
-		return
+		return false
 	}
 	c.apply(ctx, *sd.Decision)
+	return true
 }
 
-// tellSession reports how the call ended its wait: its room forgets it,
-// and a new sticky decision goes to the session, which hands it to every
-// other call it covers. Both travel while the tool runs.
+// tellSession tells the room the call no longer waits, and sends a new
+// sticky decision to the session, which hands it to every other call it
+// covers. Both travel while the tool runs.
 func (c *callRun) tellSession(ctx workflow.Context) {
-	d := c.state.Decision
-	if d != nil && d.Channel == "session" {
-		return // its room decided it, and already forgot it
-	}
 	c.leaveRoom(ctx)
-	if d == nil || !d.Kind.Sticky() {
+	d := c.state.Decision
+	if d == nil || !d.Kind.Sticky() || d.Channel == "session" {
 		return
 	}
 	sticky := StickyDecision{Key: c.stickyKey, Tool: c.state.Call.Tool, Decision: *d, FromCall: c.state.Call.ID, Groups: c.state.Request.Groups}
@@ -195,21 +199,23 @@ func (c *callRun) tellSession(ctx workflow.Context) {
 	c.told = append(c.told, told)
 }
 
-// leaveRoom tells the room the call no longer waits.
+// leaveRoom tells the room the call no longer waits, as soon as it no
+// longer does, so the room's census (who may end the session, how many
+// calls its end denies) leaves it out. The call does not wait for it; a
+// room that missed it forgets the call at its deadline.
 func (c *callRun) leaveRoom(ctx workflow.Context) {
 	if c.joined {
 		c.joined = false
 		room := RoomWorkflowID(c.state.Call.Session, RoomOf(c.state.Call.ID))
-		c.told = append(c.told, workflow.SignalExternalWorkflow(ctx, room, "", SignalDone, c.state.Call.ID))
+		workflow.SignalExternalWorkflow(ctx, room, "", SignalDone, c.state.Call.ID)
 	}
 }
 
-// awaitTold waits for the signals to the room and the session.
+// awaitTold waits until the session has the call's sticky decision.
 func (c *callRun) awaitTold(ctx workflow.Context) {
 	for _, f := range c.told {
 		if err := f.Get(ctx, nil); err != nil {
-			// The room ended meanwhile; the call's own outcome stands.
-			workflow.GetLogger(ctx).Info("Could not tell the session", "session", c.state.Call.Session, "callID", c.state.Call.ID, "error", err)
+			workflow.GetLogger(ctx).Error("Could not tell the session a sticky decision", "session", c.state.Call.Session, "callID", c.state.Call.ID, "error", err)
 		}
 	}
 	c.told = nil

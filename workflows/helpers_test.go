@@ -14,6 +14,7 @@ import (
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
 
@@ -353,7 +354,52 @@ func (f *fakeTemporal) install() {
 		func(ctx context.Context, _ activities.CensusInput) (activities.Census, error) {
 			return (<-f.answer(ctx)).(activities.Census), nil
 		})
+	f.env.OnActivity("JoinWaitingRoom", mock.Anything, mock.Anything).Return(
+		func(ctx context.Context, _ activities.JoinInput) (activities.SessionWord, error) {
+			switch v := (<-f.answer(ctx)).(type) {
+			case error:
+				return activities.SessionWord{}, v
+			default:
+				return v.(activities.SessionWord), nil
+			}
+		})
 	f.env.SetOnActivityStartedListener(f.onStart)
+	f.env.SetOnLocalActivityStartedListener(f.onLocalStart)
+}
+
+// onLocalStart runs in the environment's main loop. A join only signals
+// the room (the environment cannot start a workflow from an activity, and
+// the tests start the rooms they need), then reads the session's word from
+// its query; with no room to signal it fails as a worker without a client
+// would.
+func (f *fakeTemporal) onLocalStart(info *activity.Info, _ context.Context, args []any) {
+	if info.ActivityType.Name != "JoinWaitingRoom" {
+		return
+	}
+	var in activities.JoinInput
+	for _, arg := range args {
+		if v, ok := arg.(activities.JoinInput); ok {
+			in = v
+		}
+	}
+	reply := f.channel(info.WorkflowExecution.ID + "/" + info.ActivityID)
+	if err := f.env.SignalWorkflowByID(in.Room.WorkflowID, in.Room.SignalName, in.Room.Signal); err != nil {
+		reply <- temporal.NewNonRetryableApplicationError("no workflow "+in.Room.WorkflowID+" to signal: "+err.Error(), "Misconfigured", nil)
+		return
+	}
+	var word activities.SessionWord
+	if val, err := f.query(in.Session, QuerySession); err == nil {
+		var view SessionView
+		if val.Get(&view) == nil {
+			word.End = view.End
+			for _, d := range view.Sticky {
+				if d.Key == in.Key {
+					word.Sticky = fromSticky(d)
+				}
+			}
+		}
+	}
+	reply <- word
 }
 
 func (f *fakeTemporal) answer(ctx context.Context) chan any {

@@ -20,13 +20,15 @@ import (
 // Why rooms. A decision the session takes (approve or deny for the
 // session, a revoke, its end) must reach every call it covers that waits
 // now and every call that begins to wait later, whatever visibility does.
-// A room is the point where the two meet in order: it takes one message at
-// a time, so a call's registration and a decision are ordered and neither
-// misses the other. A registration that comes after a decision is answered
-// with it; a decision that comes after a registration is handed to the
-// call. The session sends every change of its news (SessionNews) to each
-// room; a room's fresh run asks the session for it (SignalHello) before it
-// answers anyone. Nothing here reads visibility.
+// A call joins its room (a signal, or signal-with-start when the room does
+// not run) and then reads the session's news from the session's memo (a
+// describe, strongly consistent), in one local activity. The session
+// writes each change of its news to its memo and then signals it to each
+// room. So whatever the session decided before the room had the call, the
+// call reads itself; whatever it decides after reaches the room after the
+// call's registration, and the room, which takes one message at a time,
+// hands it to the call. Neither side can miss the other, and nothing here
+// reads visibility.
 //
 // Why several. One workflow takes a bounded rate of messages and 10,000
 // signals per run; spreading the calls over Rooms rooms spreads both, and
@@ -34,22 +36,22 @@ import (
 // receives nothing when a call parks.
 //
 // Trade-offs. A waiting call costs two signals into its room (registration
-// and done) and one out (the room's answer, without which the call waits
-// at most sessionAnswerTimeout before a person is asked). A session change
-// costs Rooms signals, sent whether or not a room runs (a room that does not
-// run reads the news when it starts). Answers are computed when they are
-// sent, from the room's state at that moment: a revoke or replacement
-// stops a release before the next batch, so at most one batch (maxBatch
-// calls) per room still gets a decision after the revoke returned.
+// and done) and a describe of its session; the room sends it nothing unless
+// the session decides something for it. A session change costs Rooms
+// signals, sent whether or not a room runs (a room that does not run holds
+// no call). Answers are worked out when they are sent, from the room's
+// state at that moment: a revoke or replacement stops a release before the
+// next batch, so at most one batch (maxBatch calls) per room still gets a
+// decision after the revoke returned.
 //
 // Numbers for 10,000 calls waiting in one session, against a stock
 // server's limits:
 //   - per room 1,250 calls: 2,500 signals in (limit 10,000 per run;
-//     continue-as-new after maxMessagesPerRun), about 4,000 history events
+//     continue-as-new after maxMessagesPerRun), about 3,000 history events
 //     (limit 50,000);
-//   - answers go out 250 per SendSignals activity (32 in parallel, from a
-//     client), so no room has more than maxInlineSignals signals of its own
-//     pending (limit 2,000);
+//   - a release goes out 250 answers per SendSignals activity (32 in
+//     parallel, from a client), so no room has more than maxInlineSignals
+//     signals of its own pending (limit 2,000);
 //   - a waiting call is about 60 bytes of state; 1,250 are 75 KB across
 //     continue-as-new (limit 2 MiB);
 //   - no updates (limit 10 in flight); the end asks each room one query.
@@ -123,11 +125,9 @@ type RoomState struct {
 	// Calls wait for a person; what they share is in Profiles.
 	Calls    []WaitingCall `json:"calls,omitempty"`
 	Profiles []CallProfile `json:"profiles,omitempty"`
-	// Owed are the calls owed a message, oldest first; the message is
+	// Owed are the calls owed a decision, oldest first; the decision is
 	// worked out when it is sent.
 	Owed []string `json:"owed,omitempty"`
-	// Late are owed calls that registered after the session ended.
-	Late []string `json:"late,omitempty"`
 }
 
 // WaitingCall is one call waiting for a person: about 60 bytes of JSON.
@@ -138,8 +138,6 @@ type WaitingCall struct {
 	// RequestedAt is when the call was requested, in Unix milliseconds,
 	// rounded up (so escalation is never seen early).
 	RequestedAt int64 `json:"t"`
-	// Answered: the call was told it must ask a person.
-	Answered bool `json:"a,omitempty"`
 }
 
 // CallProfile is what many waiting calls have in common.
@@ -158,11 +156,9 @@ type roomRun struct {
 	state RoomState
 	// index maps a waiting call's ID to its place in state.Calls; a
 	// forgotten call leaves an empty CallID until the next reindex. owed
-	// and late mirror state.Owed and state.Late. Maps are only looked up,
-	// never ranged over.
+	// mirrors state.Owed. Maps are only looked up, never ranged over.
 	index map[string]int
 	owed  map[string]bool
-	late  map[string]bool
 	// received counts this run's messages, for continue-as-new.
 	received int
 	// pruneAt is the earliest deadline of a waiting call.
@@ -186,10 +182,6 @@ func (r *roomRun) reindex() {
 	for _, id := range r.state.Owed {
 		r.owed[id] = true
 	}
-	r.late = make(map[string]bool, len(r.state.Late))
-	for _, id := range r.state.Late {
-		r.late[id] = true
-	}
 }
 
 // roomInbox is a room's signal channels.
@@ -208,7 +200,7 @@ func (r *roomRun) run(ctx workflow.Context) error {
 		done:     workflow.GetSignalChannel(ctx, SignalDone),
 	}
 	if r.state.News == nil {
-		r.hearSession(ctx, box)
+		r.state.News = &activities.SessionNews{} // what came before, each call read itself
 	}
 	r.pruneAt = r.nextPrune(ctx)
 	for {
@@ -232,20 +224,6 @@ func (r *roomRun) run(ctx workflow.Context) error {
 	}
 }
 
-// hearSession asks the session for its news, which it sends as SignalNews,
-// and waits for it at most sessionAnswerTimeout. A session that does not
-// run has none; one that does not answer is heard later.
-func (r *roomRun) hearSession(ctx workflow.Context, box roomInbox) {
-	err := workflow.SignalExternalWorkflow(ctx, SessionWorkflowID(r.in.Session), "", SignalHello, r.in.Room).Get(ctx, nil)
-	if err == nil {
-		_, _ = awaitWithTimeout(ctx, sessionAnswerTimeout, func() bool { return box.news.Len() > 0 })
-	}
-	r.drainNews(ctx, box)
-	if r.state.News == nil {
-		r.state.News = &activities.SessionNews{}
-	}
-}
-
 // awaitWork waits for a message, an answer to send or the next deadline of
 // a waiting call; with nobody waiting, for at most roomIdleTimeout. It
 // reports whether there is work.
@@ -264,8 +242,7 @@ func (r *roomRun) awaitWork(ctx workflow.Context, box roomInbox) (bool, error) {
 	return awaitWithTimeout(ctx, wait, hasWork)
 }
 
-// drain takes every message already delivered: the news first, so
-// registrations in the same batch are answered with it.
+// drain takes every message already delivered.
 func (r *roomRun) drain(ctx workflow.Context, box roomInbox) {
 	r.drainNews(ctx, box)
 	for {
@@ -282,7 +259,7 @@ func (r *roomRun) drain(ctx workflow.Context, box roomInbox) {
 			break
 		}
 		r.received++
-		r.register(ctx, reg)
+		r.register(reg)
 	}
 }
 
@@ -319,20 +296,13 @@ func (r *roomRun) takeNews(news activities.SessionNews) {
 	}
 }
 
-// register takes a call that waits for a person and owes it an answer: the
-// news that covers it, or "ask a person". After the end it is only owed
-// its denial.
-func (r *roomRun) register(ctx workflow.Context, reg Registration) {
+// register takes a call that waits for a person. The news it came with
+// was in the call's own read, but a registration and a news that came in
+// the same batch are drained news first: a call the room's news covers is
+// owed it all the same (a call takes a repeated decision as one).
+func (r *roomRun) register(reg Registration) {
 	if _, known := r.index[reg.CallID]; known {
 		return // a retried registration
-	}
-	if r.state.News != nil && r.state.News.End != nil {
-		if !r.late[reg.CallID] {
-			r.late[reg.CallID] = true
-			r.state.Late = append(r.state.Late, reg.CallID)
-		}
-		r.owe(reg.CallID)
-		return
 	}
 	w := WaitingCall{CallID: reg.CallID, Profile: r.profileOf(reg), RequestedAt: unixMilliUp(reg.RequestedAt)}
 	r.index[reg.CallID] = len(r.state.Calls)
@@ -340,7 +310,9 @@ func (r *roomRun) register(ctx workflow.Context, reg Registration) {
 	if d := r.deadlineOf(w); d.Before(r.pruneAt) {
 		r.pruneAt = d
 	}
-	r.owe(reg.CallID)
+	if news := r.state.News; news.End != nil || news.StickyFor(reg.StickyKey) != nil {
+		r.owe(reg.CallID)
+	}
 }
 
 func (r *roomRun) owe(callID string) {
@@ -366,43 +338,33 @@ func sameProfile(a, b CallProfile) bool {
 		slices.Equal(a.EscalateTo, b.EscalateTo) && a.EscalateAfter == b.EscalateAfter && a.Timeout == b.Timeout
 }
 
-// answer is one message a batch sends, and what becomes of the call once
-// it is sent.
+// answer is one decision a batch hands a call.
 type answer struct {
 	callID  string
 	message SessionDecision
-	// settles: the call stops waiting here (it was handed a decision).
-	settles bool
 }
 
-// answerFor works out what callID is owed now, if anything.
+// answerFor works out what callID is owed now, if anything: the end, if
+// its ender may act on the call's groups at this moment; else a sticky
+// decision of its key whose author could have decided it directly (its
+// groups at this moment, escalation included, and never its requester).
+// The call checks the same again.
 func (r *roomRun) answerFor(ctx workflow.Context, callID string) (answer, bool) {
-	news := r.state.News
 	i, waiting := r.index[callID]
-	switch {
-	case r.late[callID]:
-		return answer{callID: callID, message: SessionDecision{Decision: &sessionEndedDenial, AfterEnd: true}, settles: true}, true
-	case !waiting:
+	if !waiting {
 		return answer{}, false // done meanwhile
-	case news.End != nil:
-		return answer{callID: callID, message: SessionDecision{Decision: news.End, Ended: true}, settles: true}, true
 	}
+	news := r.state.News
 	w := r.state.Calls[i]
 	p := r.state.Profiles[w.Profile]
-	if d := news.StickyFor(p.Key); d != nil && r.mayHand(ctx, d, w) {
-		return answer{callID: callID, message: SessionDecision{Decision: &d.Decision, Key: d.Key}, settles: true}, true
+	groups := r.groupsAt(w, workflow.Now(ctx))
+	switch d := news.StickyFor(p.Key); {
+	case news.End != nil && news.End.Approver().MayAct(groups) == nil:
+		return answer{callID: callID, message: SessionDecision{Decision: news.End, Ended: true}}, true
+	case news.End == nil && d != nil && d.Decision.Approver().MayDecide(p.Requester, groups) == nil:
+		return answer{callID: callID, message: SessionDecision{Decision: &d.Decision, Key: d.Key}}, true
 	}
-	if w.Answered {
-		return answer{}, false
-	}
-	return answer{callID: callID}, true
-}
-
-// mayHand reports whether the sticky decision d may decide the waiting call
-// w: only if its author could have decided w directly, with w's groups at
-// this moment (escalation included) and w's requester.
-func (r *roomRun) mayHand(ctx workflow.Context, d *activities.KeyedDecision, w WaitingCall) bool {
-	return d.Decision.Approver().MayDecide(r.state.Profiles[w.Profile].Requester, r.groupsAt(w, workflow.Now(ctx))) == nil
+	return answer{}, false
 }
 
 // groupsAt are the groups that may decide w at now.
@@ -428,14 +390,9 @@ func (r *roomRun) flush(ctx workflow.Context, box roomInbox) {
 			}
 		}
 		r.state.Owed = slices.Clone(r.state.Owed[n:])
-		gone := r.send(ctx, batch)
+		r.send(ctx, batch)
 		for _, a := range batch {
-			switch {
-			case gone[a.callID] || a.settles:
-				r.forget(a.callID)
-			default:
-				r.state.Calls[r.index[a.callID]].Answered = true
-			}
+			r.forget(a.callID) // decided, or gone
 		}
 		if len(r.index) < len(r.state.Calls)/2 {
 			r.reindex()
@@ -447,39 +404,28 @@ func (r *roomRun) flush(ctx workflow.Context, box roomInbox) {
 	}
 }
 
-// send delivers a batch and returns the calls that no longer run. A small
-// batch goes from the workflow; a large one from SendSignals, retried
-// until it is sent.
-func (r *roomRun) send(ctx workflow.Context, batch []answer) map[string]bool {
-	gone := map[string]bool{}
+// send delivers a batch: a small one from the workflow, a large one from
+// SendSignals, retried until it is sent. A call that no longer runs needs
+// nothing.
+func (r *roomRun) send(ctx workflow.Context, batch []answer) {
 	if len(batch) <= maxInlineSignals {
 		sent := make([]workflow.Future, len(batch))
 		for i, a := range batch {
 			sent[i] = workflow.SignalExternalWorkflow(ctx, CallWorkflowID(a.callID), "", SignalSessionDecision, a.message)
 		}
-		for i, f := range sent {
-			if err := f.Get(ctx, nil); err != nil {
-				gone[batch[i].callID] = true // it ended meanwhile
-			}
-		}
-		return gone
+		awaitAll(ctx, sent)
+		return
 	}
 	signals := make([]outgoingSignal, len(batch))
 	for i, a := range batch {
 		signals[i] = outgoingSignal{WorkflowID: CallWorkflowID(a.callID), Name: SignalSessionDecision, Arg: a.message}
 	}
-	var ids []string
 	// By name: the input is activities.SignalsInput in the JSON it encodes to.
-	err := workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, signalsOptions), "SendSignals", outgoingSignals{Signals: signals}).Get(ctx, &ids)
+	err := workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, signalsOptions), "SendSignals", outgoingSignals{Signals: signals}).Get(ctx, nil)
 	if err != nil {
 		// Retries have no cap: only a cancelled room gets here.
 		workflow.GetLogger(ctx).Warn("Could not send a batch of answers", "session", r.in.Session, "room", r.in.Room, "error", err)
-		return gone
 	}
-	for _, id := range ids {
-		gone[strings.TrimPrefix(id, CallWorkflowID(""))] = true
-	}
-	return gone
 }
 
 // outgoingSignals is activities.SignalsInput as the workflow writes it:
@@ -509,10 +455,6 @@ func (r *roomRun) forget(callID string) {
 	if i, ok := r.index[callID]; ok {
 		r.state.Calls[i].CallID = ""
 		delete(r.index, callID)
-	}
-	if r.late[callID] {
-		delete(r.late, callID)
-		r.state.Late = slices.DeleteFunc(r.state.Late, func(id string) bool { return id == callID })
 	}
 }
 

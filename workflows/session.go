@@ -22,8 +22,8 @@ import (
 // call's policy evaluation reads it with a describe.
 //
 // An ended session keeps running until it has been idle for its idle
-// timeout, answering "ended" to every call and room that asks; its closed
-// run's memo keeps the end after that. A session that idles out without
+// timeout, refusing what comes (a sticky decision, a quota count); its
+// closed run's memo keeps the end after that. A session that idles out without
 // an end forgets its sticky decisions.
 func ToolgateSession(ctx workflow.Context, in SessionInput) error {
 	s := &sessionRun{in: in, state: in.State}
@@ -64,18 +64,17 @@ func (s *sessionRun) registerHandlers(ctx workflow.Context) error {
 
 // sessionInbox is the session's signal channels.
 type sessionInbox struct {
-	sticky, quota, hello workflow.ReceiveChannel
+	sticky, quota workflow.ReceiveChannel
 }
 
 func (in sessionInbox) pending() bool {
-	return in.sticky.Len() > 0 || in.quota.Len() > 0 || in.hello.Len() > 0
+	return in.sticky.Len() > 0 || in.quota.Len() > 0
 }
 
 func (s *sessionRun) run(ctx workflow.Context) error {
 	box := sessionInbox{
 		sticky: workflow.GetSignalChannel(ctx, SignalSticky),
 		quota:  workflow.GetSignalChannel(ctx, SignalQuota),
-		hello:  workflow.GetSignalChannel(ctx, SignalHello),
 	}
 	idle := s.in.IdleTimeout
 	if idle <= 0 {
@@ -136,14 +135,6 @@ func (s *sessionRun) drain(ctx workflow.Context, box sessionInbox) {
 		s.publish(ctx)
 	}
 	for {
-		var room int
-		if !box.hello.ReceiveAsync(&room) {
-			break
-		}
-		s.received++
-		s.publishing = append(s.publishing, s.sendNews(ctx, room))
-	}
-	for {
 		var q QuotaRequest
 		if !box.quota.ReceiveAsync(&q) {
 			break
@@ -183,7 +174,7 @@ func (s *sessionRun) publish(ctx workflow.Context) []workflow.Future {
 	s.showNews(ctx)
 	sent := make([]workflow.Future, Rooms)
 	for room := range Rooms {
-		sent[room] = s.sendNews(ctx, room)
+		sent[room] = workflow.SignalExternalWorkflow(ctx, RoomWorkflowID(s.in.Session, room), "", SignalNews, s.news())
 	}
 	s.publishing = append(s.publishing, sent...)
 	return sent
@@ -201,10 +192,6 @@ func (s *sessionRun) showNews(ctx workflow.Context) {
 	if err := workflow.UpsertMemo(ctx, map[string]any{activities.MemoNews: s.news()}); err != nil {
 		workflow.GetLogger(ctx).Warn("Could not show the session's news", "session", s.in.Session, "error", err)
 	}
-}
-
-func (s *sessionRun) sendNews(ctx workflow.Context, room int) workflow.Future {
-	return workflow.SignalExternalWorkflow(ctx, RoomWorkflowID(s.in.Session, room), "", SignalNews, s.news())
 }
 
 // recordSticky stores a new sticky decision, and reports whether it did.
@@ -273,7 +260,7 @@ func (s *sessionRun) stickyIndex(key string) int {
 
 // view is the QuerySession answer; the client adds the waiting calls.
 func (s *sessionRun) view() SessionView {
-	v := SessionView{Session: s.in.Session, Owner: s.in.Owner, Quotas: s.state.Quotas, Ended: s.state.End != nil}
+	v := SessionView{Session: s.in.Session, Owner: s.in.Owner, Quotas: s.state.Quotas, Ended: s.state.End != nil, End: s.state.End}
 	if s.state.End == nil {
 		v.Sticky = s.state.Sticky
 	}

@@ -43,7 +43,8 @@ const (
 	QueryCall = "call"
 
 	// SignalRegister (call → waiting room) says the call waits for a
-	// person; the room answers with SignalSessionDecision.
+	// person; the room hands it the session's later decisions with
+	// SignalSessionDecision.
 	SignalRegister = "register"
 	// SignalSticky (call → session) records a sticky decision.
 	SignalSticky = "sticky"
@@ -53,14 +54,12 @@ const (
 	SignalQuota = "quota"
 	// SignalQuotaAnswer (session → call) answers SignalQuota.
 	SignalQuotaAnswer = "quota-answer"
-	// SignalSessionDecision (waiting room → call) answers a registration
-	// or hands down a sticky decision taken on another call, or the end.
+	// SignalSessionDecision (waiting room → call) hands a waiting call a
+	// sticky decision taken on another call, or the session's end.
 	SignalSessionDecision = "session-decision"
 	// SignalNews (session → waiting room) carries the session's
-	// activities.SessionNews; SignalHello (waiting room → session) asks for
-	// it, from a room's fresh run.
-	SignalNews  = "news"
-	SignalHello = "hello"
+	// activities.SessionNews.
+	SignalNews = "news"
 	// QueryCensus (of a waiting room) returns its activities.Census at the
 	// time given as the argument.
 	QueryCensus = "census"
@@ -332,18 +331,15 @@ type StickyDecision struct {
 	Since int64 `json:"since,omitempty"`
 }
 
-// SessionDecision is a waiting room's answer to a call: all empty when the
-// call was registered and must ask a person.
+// SessionDecision is what a waiting room hands a call: a sticky decision
+// of its key, or the session's end.
 type SessionDecision struct {
-	Decision *policy.Decision `json:"decision,omitempty"`
+	Decision *policy.Decision `json:"decision"`
 	// Key is the sticky decision's key: a call of another key ignores it.
 	Key string `json:"key,omitempty"`
 	// Ended: the decision is the session's end, which denies every call
 	// waiting in it that its ender may act on.
 	Ended bool `json:"ended,omitempty"`
-	// AfterEnd: the call began to wait after the session ended; it is
-	// denied.
-	AfterEnd bool `json:"after_end,omitempty"`
 }
 
 // QuotaRequest is a call's SignalQuota: may it run now under the quota?
@@ -401,9 +397,11 @@ type SessionState struct {
 // SessionView is the QuerySession answer. Waiting lists at most
 // MaxWaitingShown calls; WaitingCount counts them all.
 type SessionView struct {
-	Session      string           `json:"session"`
-	Owner        string           `json:"owner,omitempty"`
-	Sticky       []StickyDecision `json:"sticky,omitempty"`
+	Session string           `json:"session"`
+	Owner   string           `json:"owner,omitempty"`
+	Sticky  []StickyDecision `json:"sticky,omitempty"`
+	// End is the denial of the session's end, once it ended.
+	End          *policy.Decision `json:"end,omitempty"`
 	Waiting      []Registration   `json:"waiting,omitempty"`
 	WaitingCount int              `json:"waiting_count"`
 	Quotas       []QuotaUse       `json:"quotas,omitempty"`

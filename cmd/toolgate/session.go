@@ -29,6 +29,12 @@ func (a *app) sessionCommand() *cobra.Command {
 				return nil
 			}
 			fmt.Fprintf(a.stdout, "session %s\n", view.Session)
+			if view.Owner != "" {
+				fmt.Fprintf(a.stdout, "owner: %s\n", view.Owner)
+			}
+			if view.End != nil {
+				fmt.Fprintf(a.stdout, "ended by %s\n", view.End.DecidedBy)
+			}
 			if len(view.Sticky) == 0 {
 				fmt.Fprintln(a.stdout, "sticky decisions: none")
 			}
