@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -16,8 +17,9 @@ import (
 )
 
 // silentRoom takes every call's registration (its session has nothing to
-// say) and its done, and returns the names of the signals the room got.
-func (s *CallSuite) silentRoom() *[]string {
+// say) and its done, and returns what reads the names of the signals the
+// room got so far.
+func (s *CallSuite) silentRoom() func() []string {
 	var mu sync.Mutex // the environment calls mocks from its own goroutines
 	var got []string
 	add := func(name string) {
@@ -34,7 +36,11 @@ func (s *CallSuite) silentRoom() *[]string {
 			add(name)
 			return nil
 		})
-	return &got
+	return func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Clone(got)
+	}
 }
 
 func (s *CallSuite) TestAPersonIsAskedAsSoonAsTheCallJoinedItsRoom() {
@@ -46,7 +52,7 @@ func (s *CallSuite) TestAPersonIsAskedAsSoonAsTheCallJoinedItsRoom() {
 	s.Equal(StatusOK, r.Status)
 	s.Require().Len(r.Notices, 1)
 	s.Zero(r.Notices[0].At.Sub(r.RequestedAt), "the room has nothing to answer: a person is notified at once")
-	s.Equal([]string{SignalRegister, SignalDone}, *told, "the call joined its room, and left it when decided")
+	s.Equal([]string{SignalRegister, SignalDone}, told(), "the call joined its room, and left it when decided")
 }
 
 func (s *CallSuite) TestACancelledWaitingCallEndsDeniedAndLeavesItsRoom() {
@@ -65,7 +71,7 @@ func (s *CallSuite) TestACancelledWaitingCallEndsDeniedAndLeavesItsRoom() {
 	s.Zero(s.runs.total())
 	// Its done goes out beside the completion, which the test environment
 	// may finish first; the integration tests see rooms forget such calls.
-	s.Equal(SignalRegister, (*told)[0], "it waited in its room")
+	s.Equal(SignalRegister, told()[0], "it waited in its room")
 }
 
 func (s *CallSuite) TestTheRequesterOrAnApproverOfItsGroupsMayCancelAWaitingCall() {
