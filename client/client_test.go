@@ -35,6 +35,8 @@ type fakeTemporal struct {
 	// calls counts the calls started.
 	owners map[string]string
 	calls  int
+	// ended are sessions whose memo shows an end.
+	ended map[string]bool
 }
 
 func (f *fakeTemporal) ExecuteWorkflow(_ context.Context, o client.StartWorkflowOptions, _ any, _ ...any) (client.WorkflowRun, error) {
@@ -61,9 +63,17 @@ func (f *fakeTemporal) DescribeWorkflowExecution(_ context.Context, id, _ string
 	if err != nil {
 		return nil, err
 	}
+	fields := map[string]*commonpb.Payload{activities.MemoOwner: memo}
+	if f.ended[id] {
+		news, err := converter.GetDefaultDataConverter().ToPayload(activities.SessionNews{Revision: 1, End: &policy.Decision{Kind: policy.DeniedWithReason, DecidedBy: "root"}})
+		if err != nil {
+			return nil, err
+		}
+		fields[activities.MemoNews] = news
+	}
 	return &workflowservice.DescribeWorkflowExecutionResponse{WorkflowExecutionInfo: &workflowpb.WorkflowExecutionInfo{
 		Status: enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING,
-		Memo:   &commonpb.Memo{Fields: map[string]*commonpb.Payload{activities.MemoOwner: memo}},
+		Memo:   &commonpb.Memo{Fields: fields},
 	}}, nil
 }
 
@@ -166,6 +176,18 @@ func TestASessionBelongsToTheAgentThatOpenedIt(t *testing.T) {
 	require.ErrorIs(t, err, ErrNotYourSession)
 	assert.Equal(t, "the session belongs to another agent", err.Error(), "nothing about what the session holds")
 	assert.Equal(t, 2, fake.calls, "another agent's call never starts")
+}
+
+func TestACallIntoASessionEndedBeforeAnyoneOpenedItGoesOnToBeDenied(t *testing.T) {
+	id := workflows.SessionWorkflowID("x2")
+	fake := &fakeTemporal{owners: map[string]string{id: ""}, ended: map[string]bool{id: true}}
+	_, err := New(fake, "").Submit(context.Background(), CallRequest{Session: "x2", Tool: "shell", Requester: "agent-a"})
+	require.NoError(t, err, "an approver ended the session before any call: its workflow denies the call, as ended")
+	assert.Equal(t, 1, fake.calls)
+
+	fake.ended[id] = false
+	_, err = New(fake, "").Submit(context.Background(), CallRequest{Session: "x2", Tool: "shell", Requester: "agent-a"})
+	require.ErrorIs(t, err, ErrNotYourSession, "a running session without an owner is nobody's to join")
 }
 
 func TestSubmitSameCallIDAgain(t *testing.T) {

@@ -54,7 +54,9 @@ func (c *Client) openSession(ctx context.Context, session, agent string) error {
 				return fmt.Errorf("read session %s: %w", session, err)
 			}
 			if info.GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING || news.End != nil {
-				if owner != agent {
+				// A session an approver ended before any call opened it
+				// has no owner: the call goes on, to be denied as ended.
+				if owner != agent && (owner != "" || news.End == nil) {
 					return ErrNotYourSession
 				}
 				return nil
