@@ -36,12 +36,8 @@ type clusterEnv struct {
 	c *cluster.Cluster
 }
 
-// startCluster starts a cluster in mode for the test; the cluster tests
-// are skipped with -short (scripts/test and CI run them).
+// startCluster starts a cluster in mode for the test.
 func startCluster(t *testing.T, mode cluster.Mode) *clusterEnv {
-	if testing.Short() {
-		t.Skip("-short: the real-cluster tests start PostgreSQL and four Temporal processes and take minutes; scripts/test and CI run them without -short")
-	}
 	c, err := cluster.Start(context.Background(), cluster.Options{
 		Mode: mode, Toolgate: binary, Workers: 2, Serve: true, TokensFile: writeTokensFile(t, t.TempDir()), Logf: t.Logf,
 	})
