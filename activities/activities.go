@@ -34,6 +34,9 @@ const (
 	ErrTypeOutcomeUnknown = "ToolOutcomeUnknown"
 	// ErrTypeAgentReported: the agent reported that its tool failed.
 	ErrTypeAgentReported = "AgentReportedError"
+	// ErrTypeAgentUnsure: the agent ran its tool but cannot tell whether
+	// it succeeded; the error's details carry the output.
+	ErrTypeAgentUnsure = "AgentOutcomeUnknown"
 )
 
 // Metrics the activities emit; Prometheus adds _total or _bucket.

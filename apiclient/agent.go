@@ -133,10 +133,26 @@ func (c *Client) Report(ctx context.Context, callID, _ string, r tgclient.Report
 		return err
 	}
 	body := map[string]any{}
-	if r.Error != "" {
+	if r.Run != "" {
+		body["run"] = r.Run
+	}
+	if r.Unknown != "" {
+		body["unknown"] = r.Unknown
+	}
+	switch {
+	case r.Error != "":
 		body["error"] = r.Error
-	} else {
+	case len(r.Output) > 0:
 		body["output"] = r.Output
 	}
 	return c.do(ctx, http.MethodPost, "/v1/calls/"+url.PathEscape(callID)+"/report", body, nil)
+}
+
+// Claim takes an approved agent-executed call's approval for one run
+// (POST /v1/calls/{id}/claim); requester is ignored: the token names it.
+func (c *Client) Claim(ctx context.Context, callID, _ string, cl tgclient.Claim) error {
+	if err := cl.Validate(); err != nil {
+		return err
+	}
+	return c.do(ctx, http.MethodPost, "/v1/calls/"+url.PathEscape(callID)+"/claim", cl, nil)
 }

@@ -96,6 +96,10 @@ func (c *Client) send(ctx context.Context, method, path string, body any) (int, 
 	case "invalid_request": // the message is "<field> <problem>"
 		field, problem, _ := strings.Cut(e.Error.Message, " ")
 		return 0, nil, &tgclient.InputError{Field: field, Problem: problem}
+	case "already_claimed":
+		return 0, nil, &tgclient.RefusedError{Type: workflows.ErrTypeAlreadyClaimed, Message: e.Error.Message}
+	case "not_waiting":
+		return 0, nil, &tgclient.RefusedError{Type: workflows.ErrTypeNotWaiting, Message: e.Error.Message}
 	case "unauthorized":
 		return 0, nil, errors.New("toolgate API: " + e.Error.Message)
 	}

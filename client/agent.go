@@ -25,6 +25,10 @@ type Agent interface {
 	WaitDecided(ctx context.Context, callID string) (Status, error)
 	// Status returns where the call stands now.
 	Status(ctx context.Context, callID string) (Status, error)
+	// Claim takes an approved agent-executed call's approval for one run
+	// of its tool, once per call (see Client.Claim); requester must be the
+	// call's requester (the API takes it from the token).
+	Claim(ctx context.Context, callID, requester string, cl Claim) error
 	// Report completes an approved agent-executed call with what the tool
 	// did; requester must be the call's requester (the API takes it from
 	// the token).
@@ -35,10 +39,18 @@ type Agent interface {
 }
 
 // Report is an agent's account of an agent-executed call: the tool's
-// output, or the error it failed with. Exactly one is set.
+// output, or the error it failed with. Exactly one is set, unless Unknown
+// is: then Output may come with it.
 type Report struct {
 	Output json.RawMessage `json:"output,omitempty"`
 	Error  string          `json:"error,omitempty"`
+	// Unknown says the tool ran but the agent cannot tell whether it
+	// succeeded, and why (Codex reports a shell command's output without
+	// its exit status); the call ends unknown, its output kept.
+	Unknown string `json:"unknown,omitempty"`
+	// Run, when set, names the run that claimed the call: the report is
+	// refused unless that run took the approval.
+	Run string `json:"run,omitempty"`
 }
 
 var _ Agent = (*Client)(nil)

@@ -25,12 +25,18 @@ func (r *Report) Validate() error {
 	switch {
 	case len(r.Output) > 0 && r.Error != "":
 		return &InputError{Field: "output", Problem: `and "error" exclude each other: report what the tool returned, or why it failed`}
-	case len(r.Output) == 0 && r.Error == "":
+	case r.Unknown != "" && r.Error != "":
+		return &InputError{Field: "unknown", Problem: `and "error" exclude each other: a tool that failed did not end unknown`}
+	case len(r.Output) == 0 && r.Error == "" && r.Unknown == "":
 		return &InputError{Field: "output", Problem: `or "error" is required`}
+	case len(r.Unknown) > MaxReportErrorBytes:
+		return &InputError{Field: "unknown", Problem: fmt.Sprintf("is %d bytes, over the %d-byte limit", len(r.Unknown), MaxReportErrorBytes)}
 	case len(r.Output) > activities.DefaultMaxOutputBytes:
 		return &InputError{Field: "output", Problem: fmt.Sprintf("is %d bytes, over the %d-byte limit", len(r.Output), activities.DefaultMaxOutputBytes)}
 	case len(r.Output) > 0 && !json.Valid(r.Output):
 		return &InputError{Field: "output", Problem: "must be JSON"}
+	case len(r.Run) > workflows.MaxRunBytes:
+		return &InputError{Field: "run", Problem: fmt.Sprintf("is over %d bytes", workflows.MaxRunBytes)}
 	case len(r.Error) > MaxReportErrorBytes:
 		return &InputError{Field: "error", Problem: fmt.Sprintf("is %d bytes, over the %d-byte limit", len(r.Error), MaxReportErrorBytes)}
 	}
@@ -66,16 +72,18 @@ func (c *Client) Report(ctx context.Context, callID, requester string, r Report)
 		return &RefusedError{Type: workflows.ErrTypeNotWaiting, Message: "toolgate runs the tool of call " + callID + " itself: there is nothing to report"}
 	}
 	var toolErr error
-	if r.Error != "" {
-		toolErr = temporal.NewNonRetryableApplicationError(r.Error, activities.ErrTypeAgentReported, nil)
-	}
 	var output any
-	if len(r.Output) > 0 {
+	switch {
+	case r.Error != "":
+		toolErr = temporal.NewNonRetryableApplicationError(r.Error, activities.ErrTypeAgentReported, nil)
+	case r.Unknown != "":
+		toolErr = temporal.NewNonRetryableApplicationError(r.Unknown, activities.ErrTypeAgentUnsure, nil, r.Output)
+	case len(r.Output) > 0:
 		output = r.Output
 	}
 	deadline := time.Now().Add(reportStartWait)
 	for {
-		if err := c.reportable(ctx, callID); err != nil {
+		if err := c.reportable(ctx, callID, r.Run); err != nil {
 			return err
 		}
 		err := c.tc.CompleteActivityByID(ctx, c.namespace, workflows.CallWorkflowID(callID), "", workflows.ReportActivityID, output, toolErr)
@@ -95,8 +103,9 @@ func (c *Client) Report(ctx context.Context, callID, requester string, r Report)
 	}
 }
 
-// reportable refuses a report for a call that does not wait for one.
-func (c *Client) reportable(ctx context.Context, callID string) error {
+// reportable refuses a report for a call that does not wait for one, or,
+// when run is set, that another run (or none) claimed.
+func (c *Client) reportable(ctx context.Context, callID, run string) error {
 	st, err := c.Status(ctx, callID)
 	if err != nil {
 		return err
@@ -109,6 +118,8 @@ func (c *Client) reportable(ctx context.Context, callID string) error {
 		return &RefusedError{Type: workflows.ErrTypeNotWaiting, Message: fmt.Sprintf("call %s already ended (status %s): a call is reported once", callID, st.Result.Status)}
 	case st.State.Status != workflows.StatusApproved:
 		return &RefusedError{Type: workflows.ErrTypeNotWaiting, Message: fmt.Sprintf("call %s is not approved (status %s): run the tool only once the call is approved", callID, st.State.Status)}
+	case run != "" && (st.State.Claim == nil || st.State.Claim.Run != run):
+		return &RefusedError{Type: workflows.ErrTypeAlreadyClaimed, Message: fmt.Sprintf("run %s did not take the approval of call %s: only the run that claimed it reports it", run, callID)}
 	}
 	return nil
 }

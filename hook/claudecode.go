@@ -13,6 +13,8 @@ package hook
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -36,8 +38,8 @@ const (
 	ClaudeCode Dialect = iota + 1
 	// Codex: OpenAI Codex CLI, whose PreToolUse hooks may only deny (with
 	// a reason) or rewrite the input with "allow" + updatedInput; a plain
-	// "allow" or "ask" is an unsupported output there, so the hook prints
-	// nothing and Codex goes on with its own approval settings.
+	// "allow" is an unsupported output there, so for an allow the hook
+	// prints nothing and Codex goes on with its own approval settings.
 	Codex
 )
 
@@ -81,7 +83,8 @@ type Config struct {
 	StateDir string
 	// FailOpen: when toolgate cannot decide (unreachable, a malformed
 	// event, any error), ask the user through the agent's own permission
-	// prompt instead of denying.
+	// prompt instead of denying. Not for Codex, which has no such answer:
+	// there failures are denials.
 	FailOpen bool
 	// NoReport: submit calls that end at the decision, for setups with no
 	// PostToolUse hook. Otherwise each allowed call waits for the
@@ -132,7 +135,7 @@ func (c Config) Run(ctx context.Context, stdin io.Reader, stdout, stderr io.Writ
 	}
 	if err == nil {
 		switch ev.HookEventName {
-		case EventPostToolUse, EventPostToolUseFailure:
+		case EventPostToolUse, EventPostToolUseFailure, EventPermissionDenied:
 			c.post(ctx, ev)
 			return 0
 		case EventPreToolUse, "":
@@ -145,9 +148,31 @@ func (c Config) Run(ctx context.Context, stdin io.Reader, stdout, stderr io.Writ
 	if err != nil {
 		p = c.failure(err)
 	} else {
-		p = c.preSafely(ctx, ev)
+		p = c.preWithin(ctx, ev, c.Wait+answerSlack)
 	}
 	return c.write(stdout, stderr, p)
+}
+
+// answerSlack is how long past Wait the hook may take to answer: the last
+// look at a waiting call, and the writes of its state. It keeps the hook
+// below the agents' hook timeouts (600 s for Claude Code and Codex with
+// the README's settings, DefaultWait 540 s), so it always answers itself.
+const answerSlack = statusTimeout + 10*time.Second
+
+// preWithin is preSafely with a hard deadline: whatever hangs (a state
+// file lock another process holds, a connection that never answers), the
+// hook answers by limit, with a failure.
+func (c Config) preWithin(ctx context.Context, ev Event, limit time.Duration) permission {
+	answer := make(chan permission, 1)
+	go func() { answer <- c.preSafely(ctx, ev) }()
+	timer := time.NewTimer(limit)
+	defer timer.Stop()
+	select {
+	case p := <-answer:
+		return p
+	case <-timer.C:
+		return c.failure(fmt.Errorf("the hook got no answer within %s", limit.Round(100*time.Millisecond)))
+	}
 }
 
 func (c Config) withDefaults() Config {
@@ -177,9 +202,15 @@ func (c Config) preSafely(ctx context.Context, ev Event) (p permission) {
 	return c.pre(ctx, ev)
 }
 
+// maxGenerations bounds how many used calls of one attempt pre steps
+// over before it gives up (each is a call toolgate says was used).
+const maxGenerations = 64
+
 // pre submits the attempt as a call (or finds the call an earlier
 // identical attempt left waiting), waits for its decision, and turns it
-// into a permission.
+// into a permission. An approval is delivered only once the call's
+// workflow accepted this run's claim: the state file only helps find the
+// call, and whether its approval was already used is toolgate's to say.
 func (c Config) pre(ctx context.Context, ev Event) permission {
 	args, err := ev.checkPre()
 	if err != nil {
@@ -187,12 +218,11 @@ func (c Config) pre(ctx context.Context, ev Event) permission {
 	}
 	log := c.Logger.With(zap.String("session", ev.SessionID), zap.String("tool", ev.ToolName), zap.String("toolUseID", ev.ToolUseID))
 	store := stateStore{dir: c.StateDir}
-	var key, callID string
+	var key string
 	var gen int
 	err = store.update(ev.SessionID, func(st *sessionState) error {
 		key = attemptKey(st.Salt, ev.SessionID, ev.ToolName, args)
 		gen = st.Keys[key].Gen
-		callID = callIDFor(c.Dialect.callIDPrefix(), key, gen)
 		return nil
 	})
 	if err != nil {
@@ -207,71 +237,94 @@ func (c Config) pre(ctx context.Context, ev Event) permission {
 	}
 	defer closeFn()
 
-	req := client.CallRequest{
-		CallID: callID, Session: ev.SessionID, Tool: ev.ToolName, Args: args,
-		Requester: c.Requester, Execution: policy.ExecutionAgent, NoReport: c.NoReport,
-	}
-	for tries := 0; ; tries++ {
-		_, err = agent.Submit(wctx, req)
-		if !callIDTaken(err) || tries == 3 {
-			break
+	run := runName(ev)
+	for tries := 0; ; tries, gen = tries+1, gen+1 {
+		if tries == maxGenerations {
+			return c.failure(fmt.Errorf("the last %d calls of this attempt were all used; remove %s to start the session's attempts afresh", maxGenerations, store.path(ev.SessionID)))
 		}
-		// Another request holds this ID (another requester, say): the next
-		// generation is this attempt's.
-		gen++
-		req.CallID = callIDFor(c.Dialect.callIDPrefix(), key, gen)
-		if err := store.update(ev.SessionID, func(st *sessionState) error {
-			if st.Keys[key].Gen < gen {
-				st.Keys[key] = keyState{Gen: gen}
+		callID := callIDFor(c.Dialect.callIDPrefix(), key, gen)
+		clog := log.With(zap.String("callID", callID))
+		req := client.CallRequest{
+			CallID: callID, Session: ev.SessionID, Tool: ev.ToolName, Args: args,
+			Requester: c.Requester, Execution: policy.ExecutionAgent,
+		}
+		if _, err := agent.Submit(wctx, req); err != nil {
+			if callIDTaken(err) {
+				// Another request holds this ID (another requester, say).
+				continue
+			}
+			var inputErr *client.InputError
+			if errors.As(err, &inputErr) {
+				return c.failure(fmt.Errorf("toolgate refused the call: %w", err))
+			}
+			return c.failure(fmt.Errorf("submit the call to toolgate: %w", err))
+		}
+		st, err := agent.WaitDecided(wctx, callID)
+		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+			// The wait ran out: look once more, a decision may have just come.
+			sctx, scancel := context.WithTimeout(ctx, statusTimeout)
+			st, err = agent.Status(sctx, callID)
+			scancel()
+			if err == nil && !decided(st) {
+				if err := store.remember(ev.SessionID, key, gen); err != nil {
+					return c.failure(err)
+				}
+				clog.Info("call still waiting; denied for now, the retry will find it")
+				return permission{decision: "deny", reason: stillWaitingReason(callID, st)}
+			}
+		}
+		if err != nil {
+			return c.failure(fmt.Errorf("wait for toolgate call %s: %w", callID, err))
+		}
+		if used(st) {
+			clog.Info("the call's approval was already used; asking with the next call")
+			continue
+		}
+		p := decide(callID, args, st)
+		if p.decision == "allow" {
+			err := agent.Claim(wctx, callID, c.Requester, client.Claim{Run: run, NoReport: c.NoReport})
+			if client.IsApprovalUsed(err) {
+				clog.Info("another run took the call's approval; asking with the next call", zap.Error(err))
+				continue
+			}
+			if err != nil {
+				return c.failure(fmt.Errorf("take the approval of toolgate call %s: %w", callID, err))
+			}
+		}
+		// The decision is delivered: the next identical attempt starts at
+		// the next call (a sticky decision answers it at once), and the
+		// tool_use_id maps to this call for PostToolUse.
+		err = store.update(ev.SessionID, func(s *sessionState) error {
+			if s.Keys[key].Gen <= gen {
+				s.Keys[key] = keyState{Gen: gen + 1}
+			}
+			if p.decision == "allow" && !c.NoReport && ev.ToolUseID != "" {
+				s.Uses[ev.ToolUseID] = use{CallID: callID, At: time.Now().UTC()}
 			}
 			return nil
-		}); err != nil {
-			return c.failure(err)
+		})
+		if err != nil && p.decision == "allow" {
+			// Without the mapping PostToolUse cannot report; the claim
+			// already keeps the approval from a second run.
+			clog.Warn("the hook state was not updated; the call will end unknown", zap.Error(err))
 		}
-	}
-	callID = req.CallID
-	log = log.With(zap.String("callID", callID))
-	if err != nil {
-		var inputErr *client.InputError
-		if errors.As(err, &inputErr) {
-			return c.failure(fmt.Errorf("toolgate refused the call: %w", err))
+		clog.Info("decision delivered", zap.String("decision", p.decision))
+		if p.decision == "allow" && ev.PermissionMode == "auto" {
+			clog.Info("Claude Code's auto mode may still refuse this tool use; with the PermissionDenied hook the call records that it did not run, else it ends unknown after its report timeout")
 		}
-		return c.failure(fmt.Errorf("submit the call to toolgate: %w", err))
+		return p
 	}
+}
 
-	st, err := agent.WaitDecided(wctx, callID)
-	if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
-		// The wait ran out: look once more, a decision may have just come.
-		sctx, scancel := context.WithTimeout(ctx, statusTimeout)
-		st, err = agent.Status(sctx, callID)
-		scancel()
-		if err == nil && !decided(st) {
-			log.Info("call still waiting; denied for now, the retry will find it")
-			return permission{decision: "deny", reason: stillWaitingReason(callID, st)}
-		}
+// runName names this run of the tool in its claim: the agent's
+// tool_use_id, else a random name (no second hook run can claim with it).
+func runName(ev Event) string {
+	if ev.ToolUseID != "" && len(ev.ToolUseID) <= workflows.MaxRunBytes {
+		return ev.ToolUseID
 	}
-	if err != nil {
-		return c.failure(fmt.Errorf("wait for toolgate call %s: %w", callID, err))
-	}
-	p := decide(callID, args, st)
-	// The decision is delivered: the next identical attempt is a new call
-	// (a sticky decision answers it at once), and the tool_use_id maps to
-	// this call for PostToolUse.
-	err = store.update(ev.SessionID, func(s *sessionState) error {
-		if s.Keys[key].Gen <= gen {
-			s.Keys[key] = keyState{Gen: gen + 1}
-		}
-		if p.decision == "allow" && !c.NoReport && ev.ToolUseID != "" {
-			s.Uses[ev.ToolUseID] = use{CallID: callID, At: time.Now().UTC()}
-		}
-		return nil
-	})
-	if err != nil {
-		// Without the new generation a retry would use this decision again.
-		return c.failure(err)
-	}
-	log.Info("decision delivered", zap.String("decision", p.decision))
-	return p
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return "run-" + hex.EncodeToString(b[:])
 }
 
 // callIDTaken recognises the refusal of a call ID that names another call
@@ -290,6 +343,18 @@ func decided(st client.Status) bool {
 		return true
 	}
 	return st.State.Status == workflows.StatusApproved
+}
+
+// used reports whether a decided call's approval can no longer be
+// delivered: a run took it (the call ran, failed or may have run), or it
+// lapsed untaken (no report came in time). A denial is not used up: it is
+// delivered again.
+func used(st client.Status) bool {
+	r := st.Result
+	if r == nil && st.State != nil {
+		r = st.State.Result
+	}
+	return r != nil && (r.Claim != nil || r.Status == workflows.StatusOK || r.Status == workflows.StatusUnknown)
 }
 
 // decide turns a decided call into a permission.
@@ -390,7 +455,7 @@ func stillWaitingReason(callID string, st client.Status) string {
 // failure is the answer when toolgate could not decide: deny (fail
 // closed), or with FailOpen ask the user.
 func (c Config) failure(err error) permission {
-	if c.FailOpen {
+	if c.FailOpen && c.Dialect != Codex { // Codex cannot ask: no output would run the tool
 		c.Logger.Warn("toolgate could not decide; asking the user (--fail-open)", zap.Error(err))
 		return permission{decision: "ask", reason: "toolgate could not check this tool call (" + err.Error() + "); asking you instead"}
 	}
@@ -400,7 +465,7 @@ func (c Config) failure(err error) permission {
 
 // write prints the permission in the dialect's protocol.
 func (c Config) write(stdout, stderr io.Writer, p permission) int {
-	if c.Dialect == Codex && (p.decision == "ask" || (p.decision == "allow" && len(p.updatedInput) == 0)) {
+	if c.Dialect == Codex && p.decision == "allow" && len(p.updatedInput) == 0 {
 		// No output: Codex goes on with its own approval settings.
 		return 0
 	}

@@ -44,6 +44,9 @@ type fakeCall struct {
 	req     client.CallRequest
 	st      client.Status
 	decided chan struct{}
+	// claim is the run that took the approval, as the workflow keeps it.
+	claim  *workflows.Claim
+	claims []client.Claim
 }
 
 func newFakeAgent(verdict func(client.CallRequest) string) *fakeAgent {
@@ -151,6 +154,34 @@ func (f *fakeAgent) Status(_ context.Context, callID string) (client.Status, err
 	return c.st, nil
 }
 
+// Claim answers as the call's workflow does: one run per approval, the
+// same run again, nothing for a call that is not approved and waiting for
+// its run (NotWaiting, also once it ended).
+func (f *fakeAgent) Claim(_ context.Context, callID, requester string, cl client.Claim) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c, ok := f.calls[callID]
+	switch {
+	case !ok:
+		return client.ErrUnknownCall
+	case requester != c.req.Requester:
+		return &client.RefusedError{Type: workflows.ErrTypeNotAuthorized, Message: "only the agent that requested call " + callID + " may take its approval"}
+	case c.st.State == nil || c.st.State.Status != workflows.StatusApproved:
+		return &client.RefusedError{Type: workflows.ErrTypeNotWaiting, Message: "call " + callID + " is not approved and waiting for its run"}
+	case c.claim != nil && c.claim.Run != cl.Run:
+		return &client.RefusedError{Type: workflows.ErrTypeAlreadyClaimed, Message: "the approval of call " + callID + " was already taken by run " + c.claim.Run}
+	}
+	c.claims = append(c.claims, cl)
+	if c.claim == nil {
+		c.claim = &workflows.Claim{Run: cl.Run, At: time.Now()}
+		c.st.State.Claim = c.claim
+	}
+	if cl.NoReport {
+		c.st = client.Status{Result: &workflows.Result{CallID: callID, Status: workflows.StatusOK, Execution: policy.ExecutionAgent, Claim: c.claim}}
+	}
+	return nil
+}
+
 func (f *fakeAgent) Report(_ context.Context, callID, requester string, r client.Report) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -162,10 +193,23 @@ func (f *fakeAgent) Report(_ context.Context, callID, requester string, r client
 		return &client.RefusedError{Type: workflows.ErrTypeNotAuthorized, Message: "not your call"}
 	case c.st.State == nil || c.st.State.Status != workflows.StatusApproved:
 		return &client.RefusedError{Type: workflows.ErrTypeNotWaiting, Message: "not approved"}
+	case r.Run != "" && (c.claim == nil || c.claim.Run != r.Run):
+		return &client.RefusedError{Type: workflows.ErrTypeAlreadyClaimed, Message: "run " + r.Run + " did not take the approval of call " + callID}
 	}
 	f.reports[callID] = r
-	c.st = client.Status{Result: &workflows.Result{CallID: callID, Status: workflows.StatusOK, Output: r.Output}}
+	status := workflows.StatusOK
+	if r.Error != "" {
+		status = workflows.StatusError
+	}
+	c.st = client.Status{Result: &workflows.Result{CallID: callID, Status: status, Execution: policy.ExecutionAgent, Output: r.Output, Claim: c.claim}}
 	return nil
+}
+
+// claimsOf are the claims sent for a call.
+func (f *fakeAgent) claimsOf(callID string) []client.Claim {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]client.Claim(nil), f.calls[callID].claims...)
 }
 
 func (f *fakeAgent) Tools(context.Context) ([]tool.Descriptor, error) { return nil, nil }
@@ -484,15 +528,24 @@ func TestUnwritableStdoutExitsTwoWithTheReason(t *testing.T) {
 	assert.Contains(t, stderr.String(), "could not write")
 }
 
-func TestNoReportEndsCallsAtTheDecision(t *testing.T) {
+func TestNoReportEndsCallsAtTheClaim(t *testing.T) {
 	e := newHookEnv(t)
 	e.cfg.NoReport = true
 	assert.Equal(t, "allow", e.decision(pre("toolu_1", "Bash", `{"command":"ls"}`)).PermissionDecision)
-	assert.True(t, e.agent.submitted()[0].NoReport)
+	callID := e.agent.submitted()[0].CallID
+	assert.False(t, e.agent.submitted()[0].NoReport, "the call waits for its claim, so the approval is still used once")
+	assert.Equal(t, []client.Claim{{Run: "toolu_1", NoReport: true}}, e.agent.claimsOf(callID))
+	st, err := e.agent.Status(context.Background(), callID)
+	require.NoError(t, err)
+	require.NotNil(t, st.Result, "the claim ended the call")
 	r := e.run(post("toolu_1", "Bash", `{"command":"ls"}`, `{"stdout":""}`))
 	assert.Equal(t, 0, r.code)
-	_, reported := e.agent.report(e.agent.submitted()[0].CallID)
+	_, reported := e.agent.report(callID)
 	assert.False(t, reported)
+	again := e.decision(pre("toolu_2", "Bash", `{"command":"ls"}`))
+	assert.Equal(t, "allow", again.PermissionDecision, "the policy allows ls again, on a new call")
+	subs := e.agent.submitted()
+	assert.NotEqual(t, callID, subs[len(subs)-1].CallID)
 }
 
 func TestACallIDTakenByAnotherRequestMovesToTheNextGeneration(t *testing.T) {
@@ -543,9 +596,8 @@ func TestCodexGetsOnlyOutputsItSupports(t *testing.T) {
 
 	e.cfg.FailOpen = true
 	e.cfg.Connect = func(context.Context) (client.Agent, func(), error) { return nil, nil, errors.New("refused") }
-	r = e.run(codexPre("call_3", "ls"))
-	assert.Equal(t, 0, r.code)
-	assert.Empty(t, r.stdout, "fail-open in Codex: no output, its own approval settings apply")
+	d = e.decision(codexPre("call_3", "ls"))
+	assert.Equal(t, "deny", d.PermissionDecision, "Codex cannot ask the user: failing open would run the tool unseen")
 }
 
 func TestVSCodeSpellingsAreRead(t *testing.T) {
@@ -588,4 +640,130 @@ func TestDenialWithoutModelMessageSaysWhatHappened(t *testing.T) {
 	assert.Equal(t, "toolgate call cc-1-0 timed out: nobody decided it in time: nobody answered within 24h", denialReason("cc-1-0", r))
 	r = workflows.Result{CallID: "cc-1-0", Status: workflows.StatusDenied, DecidedBy: "bob", Reason: "not today"}
 	assert.Equal(t, "toolgate call cc-1-0 was denied by bob: not today", denialReason("cc-1-0", r))
+}
+
+// After an approval was used (allowed, run, reported), no edit of the
+// state file gets a second allow out of the identical PreToolUse without a
+// new decision: not a rolled-back generation, not an old copy of the file,
+// not a deleted file, not a symbolic link in its place.
+func TestAnEditedStateFileNeverReplaysAUsedApproval(t *testing.T) {
+	const input = `{"command":"make deploy"}`
+	// used runs the story up to a used approval by ops1 and returns the
+	// state file as it was before the use, and its path.
+	used := func(t *testing.T, e *hookEnv) (before []byte, path string) {
+		path = filepath.Join(e.cfg.StateDir, session+".json")
+		e.decision(pre("toolu_1", "Bash", input))
+		callID := e.agent.submitted()[0].CallID
+		before, err := os.ReadFile(path)
+		require.NoError(t, err)
+		e.agent.decide(callID, policy.Decision{Kind: policy.Approved, DecidedBy: "ops1", Channel: "cli"})
+		d := e.decision(pre("toolu_2", "Bash", input))
+		require.Equal(t, "allow", d.PermissionDecision)
+		require.Contains(t, d.PermissionDecisionReason, "approved by ops1")
+		e.run(post("toolu_2", "Bash", input, `{"stdout":"deployed"}`))
+		_, reported := e.agent.report(callID)
+		require.True(t, reported)
+		return before, path
+	}
+	edits := map[string]func(t *testing.T, before []byte, path string){
+		"generation set back to 0": func(t *testing.T, _ []byte, path string) {
+			b, err := os.ReadFile(path)
+			require.NoError(t, err)
+			var st sessionState
+			require.NoError(t, json.Unmarshal(b, &st))
+			for k := range st.Keys {
+				st.Keys[k] = keyState{Gen: 0}
+			}
+			b, err = json.Marshal(st)
+			require.NoError(t, err)
+			require.NoError(t, os.WriteFile(path, b, 0o600))
+		},
+		"rolled back to an old copy": func(t *testing.T, before []byte, path string) {
+			require.NoError(t, os.WriteFile(path, before, 0o600))
+		},
+		"deleted": func(t *testing.T, _ []byte, path string) {
+			require.NoError(t, os.Remove(path))
+		},
+		"a symbolic link to an old copy": func(t *testing.T, before []byte, path string) {
+			old := filepath.Join(t.TempDir(), "old.json")
+			require.NoError(t, os.WriteFile(old, before, 0o600))
+			require.NoError(t, os.Remove(path))
+			require.NoError(t, os.Symlink(old, path))
+		},
+	}
+	for name, edit := range edits {
+		t.Run(name, func(t *testing.T) {
+			e := newHookEnv(t)
+			before, path := used(t, e)
+			edit(t, before, path)
+			for i := range 3 {
+				d := e.decision(pre(fmt.Sprintf("toolu_again_%d", i), "Bash", input))
+				assert.Equal(t, "deny", d.PermissionDecision, "no second run without a new decision")
+				assert.NotContains(t, d.PermissionDecisionReason, "ops1")
+			}
+		})
+	}
+}
+
+func TestTwoIdenticalAttemptsAtOnceNeedTwoApprovals(t *testing.T) {
+	e := newHookEnv(t)
+	const input = `{"command":"make deploy"}`
+	e.decision(pre("toolu_1", "Bash", input))
+	callID := e.agent.submitted()[0].CallID
+	e.agent.decide(callID, policy.Decision{Kind: policy.Approved, DecidedBy: "ops1", Channel: "cli"})
+
+	// Both find the approved call; the workflow lets one run take it.
+	var wg sync.WaitGroup
+	answers := make([]preToolUseDecision, 2)
+	for i := range answers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			answers[i] = e.decision(pre(fmt.Sprintf("toolu_p%d", i), "Bash", input))
+		}()
+	}
+	wg.Wait()
+	var allows int
+	for _, a := range answers {
+		if a.PermissionDecision == "allow" {
+			allows++
+		} else {
+			assert.Contains(t, a.PermissionDecisionReason, "waiting for a person", "the other asks with a new call")
+		}
+	}
+	assert.Equal(t, 1, allows)
+}
+
+func TestAStateDirectoryOthersMayWriteIsRefused(t *testing.T) {
+	e := newHookEnv(t)
+	require.NoError(t, os.Chmod(e.cfg.StateDir, 0o777))
+	d := e.decision(pre("toolu_1", "Bash", `{"command":"ls"}`))
+	assert.Equal(t, "deny", d.PermissionDecision)
+	assert.Contains(t, d.PermissionDecisionReason, "may be written by others (mode -rwxrwxrwx)")
+	assert.Zero(t, e.connects.Load())
+}
+
+func TestALockFileLinkIsNotFollowed(t *testing.T) {
+	e := newHookEnv(t)
+	target := filepath.Join(t.TempDir(), "elsewhere")
+	require.NoError(t, os.Symlink(target, filepath.Join(e.cfg.StateDir, session+".json.lock")))
+	d := e.decision(pre("toolu_1", "Bash", `{"command":"ls"}`))
+	assert.Equal(t, "deny", d.PermissionDecision)
+	_, err := os.Lstat(target)
+	assert.ErrorIs(t, err, os.ErrNotExist, "nothing was created where the link points")
+}
+
+// Whatever hangs, the hook answers by its own deadline: here another
+// process holds the session's state lock forever.
+func TestAHungHookAnswersByItsDeadline(t *testing.T) {
+	e := newHookEnv(t)
+	require.NoError(t, os.MkdirAll(e.cfg.StateDir, 0o700))
+	unlock, err := lockFile(filepath.Join(e.cfg.StateDir, session+".json.lock"))
+	require.NoError(t, err)
+	defer unlock()
+	ev, err := ParseEvent([]byte(pre("toolu_1", "Bash", `{"command":"ls"}`)))
+	require.NoError(t, err)
+	p := e.cfg.withDefaults().preWithin(context.Background(), ev, 200*time.Millisecond)
+	assert.Equal(t, "deny", p.decision)
+	assert.Equal(t, "toolgate could not check this tool call, so it is blocked: the hook got no answer within 200ms", p.reason)
 }

@@ -17,6 +17,9 @@ const (
 	EventPreToolUse         = "PreToolUse"
 	EventPostToolUse        = "PostToolUse"
 	EventPostToolUseFailure = "PostToolUseFailure"
+	// EventPermissionDenied: Claude Code's auto mode refused a tool use
+	// after the hooks (toolgate's allow included); the tool did not run.
+	EventPermissionDenied = "PermissionDenied"
 )
 
 // maxEventBytes bounds what the hook reads from stdin. Arguments over
@@ -42,6 +45,10 @@ type Event struct {
 	ToolResponse json.RawMessage `json:"tool_response,omitempty"`
 	// Error is why the tool failed (PostToolUseFailure): usually a string.
 	Error json.RawMessage `json:"error,omitempty"`
+	// IsInterrupt: the user interrupted the tool (PostToolUseFailure).
+	IsInterrupt bool `json:"is_interrupt,omitempty"`
+	// Reason is why auto mode refused the tool (PermissionDenied).
+	Reason string `json:"reason,omitempty"`
 
 	// VS Code Copilot's spellings.
 	SessionIDCamel     string `json:"sessionId,omitempty"`

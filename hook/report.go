@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"regexp"
 	"strings"
 
 	"go.uber.org/zap"
@@ -12,7 +13,7 @@ import (
 	"github.com/toolgate/toolgate/client"
 )
 
-// post reports a tool's outcome (PostToolUse, PostToolUseFailure) as the
+// post reports a tool's outcome (PostToolUse, PostToolUseFailure, PermissionDenied) as the
 // output of the call that allowed its tool_use_id. It never blocks
 // anything: the tool already ran. What goes wrong is logged on stderr; a
 // call that gets no report ends unknown after its report timeout.
@@ -36,7 +37,10 @@ func (c Config) post(ctx context.Context, ev Event) {
 		return
 	}
 	log = log.With(zap.String("callID", callID))
-	rep := reportOf(ev)
+	rep := reportOf(c.Dialect, ev)
+	// Only the run that took the approval reports it: a tool_use_id the
+	// state file maps to another call is refused by toolgate.
+	rep.Run = runName(ev)
 	rctx, cancel := context.WithTimeout(ctx, reportTimeout)
 	defer cancel()
 	agent, closeFn, err := c.Connect(rctx)
@@ -59,8 +63,16 @@ func (c Config) post(ctx context.Context, ev Event) {
 }
 
 // reportOf is the Report of a tool's outcome: its error when the event
-// says it failed, else its response as the output.
-func reportOf(ev Event) client.Report {
+// says it failed, unknown when it cannot tell, else its response as the
+// output.
+func reportOf(d Dialect, ev Event) client.Report {
+	if ev.HookEventName == EventPermissionDenied {
+		msg := "it did not run: Claude Code's auto mode refused it after toolgate allowed it"
+		if ev.Reason != "" {
+			msg += " (" + abridge(ev.Reason, 2000) + ")"
+		}
+		return client.Report{Error: msg}
+	}
 	if ev.HookEventName == EventPostToolUseFailure {
 		msg := jsonText(ev.Error)
 		if msg == "" {
@@ -71,7 +83,43 @@ func reportOf(ev Event) client.Report {
 	if msg, failed := responseFailure(ev.ToolResponse); failed {
 		return client.Report{Error: msg}
 	}
-	out := ev.ToolResponse
+	rep := client.Report{Output: boundedOutput(ev.ToolResponse)}
+	if d == Codex {
+		return codexOutcome(ev.ToolName, ev.ToolResponse, rep)
+	}
+	return rep
+}
+
+// codexUnsure is why a Codex shell command ends unknown.
+const codexUnsure = "Codex reports a shell command's output without its exit status"
+
+// codexOutcome reads what Codex's PostToolUse says of a run. It sends
+// none for a tool that failed (a failed patch, an MCP error): those calls
+// end unknown at their report timeout. Bash's response is the command's
+// output alone, so whether it succeeded is unknown; apply_patch's is a
+// text that starts with its exit code.
+func codexOutcome(tool string, response json.RawMessage, rep client.Report) client.Report {
+	var text string
+	if json.Unmarshal(response, &text) != nil {
+		return rep // an object: an MCP result (an error would say isError)
+	}
+	switch tool {
+	case "Bash":
+		rep.Unknown = codexUnsure
+	case "apply_patch":
+		if m := codexExitCode.FindStringSubmatch(text); m != nil && m[1] != "0" {
+			return client.Report{Error: abridge(fmt.Sprintf("apply_patch failed with exit code %s: %s", m[1], text), 4000)}
+		}
+	}
+	return rep
+}
+
+// codexExitCode is the first line of a Codex exec or apply_patch output.
+var codexExitCode = regexp.MustCompile(`^Exit code: (-?\d+)\n`)
+
+// boundedOutput is a tool response as a report's output: null when empty,
+// a summary when over maxReportBytes.
+func boundedOutput(out json.RawMessage) json.RawMessage {
 	if len(bytes.TrimSpace(out)) == 0 {
 		out = json.RawMessage("null")
 	}
@@ -83,7 +131,7 @@ func reportOf(ev Event) client.Report {
 		})
 		out = cut
 	}
-	return client.Report{Output: out}
+	return out
 }
 
 // responseFailure reads the failure a tool response states of itself:

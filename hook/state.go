@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -17,11 +18,15 @@ import (
 const usesKept = 7 * 24 * time.Hour
 
 // sessionState is what the hook remembers about one agent session between
-// its runs: one file per session under the state directory.
+// its runs: one file per session under the state directory. It only helps
+// find calls: which call an identical attempt is waiting on, and which
+// call a tool_use_id belongs to. Whether an approval was used is never
+// read from it: each approval is claimed in its call's workflow, which
+// accepts one run. So a lost, stale or edited file can cost a question,
+// never a second run.
 type sessionState struct {
-	// Salt goes into every call ID of the session, so a state file lost or
-	// removed can never lead a new attempt to an old call and replay its
-	// decision: the next attempt gets a fresh salt and fresh call IDs.
+	// Salt goes into every call ID of the session: a state file lost or
+	// removed starts the session's attempts at fresh call IDs.
 	Salt string `json:"salt"`
 	// Keys holds, per attempt key (session, tool, arguments), the
 	// generation the next identical attempt uses.
@@ -50,14 +55,27 @@ type stateStore struct {
 	dir string
 }
 
+// path is the session's state file.
+func (s stateStore) path(session string) string { return filepath.Join(s.dir, session+".json") }
+
+// remember records that the attempt key's calls start at gen.
+func (s stateStore) remember(session, key string, gen int) error {
+	return s.update(session, func(st *sessionState) error {
+		if st.Keys[key].Gen < gen {
+			st.Keys[key] = keyState{Gen: gen}
+		}
+		return nil
+	})
+}
+
 // update locks the session's state, hands it to change, and writes it
 // back when change returns nil. The lock is held only for the change,
 // never while the hook waits for a decision.
 func (s stateStore) update(session string, change func(st *sessionState) error) error {
-	if err := os.MkdirAll(s.dir, 0o700); err != nil {
-		return fmt.Errorf("hook state directory: %w", err)
+	if err := s.checkDir(); err != nil {
+		return err
 	}
-	path := filepath.Join(s.dir, session+".json")
+	path := s.path(session)
 	unlock, err := lockFile(path + ".lock")
 	if err != nil {
 		return fmt.Errorf("lock hook state: %w", err)
@@ -78,9 +96,29 @@ func (s stateStore) update(session string, change func(st *sessionState) error) 
 	return writeState(path, st)
 }
 
+// checkDir makes the state directory if needed and refuses one that is a
+// symbolic link, not a directory, or not this user's own.
+func (s stateStore) checkDir() error {
+	if err := os.MkdirAll(s.dir, 0o700); err != nil {
+		return fmt.Errorf("hook state directory: %w", err)
+	}
+	fi, err := os.Lstat(s.dir)
+	switch {
+	case err != nil:
+		return fmt.Errorf("hook state directory: %w", err)
+	case fi.Mode()&fs.ModeSymlink != 0:
+		return fmt.Errorf("hook state directory %s is a symbolic link: give --state-dir the directory itself", s.dir)
+	case !fi.IsDir():
+		return fmt.Errorf("hook state directory %s is not a directory", s.dir)
+	}
+	return checkOwn("hook state directory", s.dir, fi)
+}
+
+// readState reads a session's state file, never through a symbolic link,
+// and only when this user owns it.
 func readState(path string) (*sessionState, error) {
 	st := &sessionState{}
-	b, err := os.ReadFile(path)
+	b, err := readOwnFile(path)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 	case err != nil:
@@ -103,6 +141,31 @@ func readState(path string) (*sessionState, error) {
 	}
 	return st, nil
 }
+
+func readOwnFile(path string) ([]byte, error) {
+	f, err := os.OpenFile(path, os.O_RDONLY|noFollow, 0)
+	if err != nil {
+		if fi, lerr := os.Lstat(path); lerr == nil && fi.Mode()&fs.ModeSymlink != 0 {
+			return nil, fmt.Errorf("%s is a symbolic link: remove it, the hook keeps its state in plain files", path)
+		}
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s is not a regular file", path)
+	}
+	if err := checkOwn("hook state file", path, fi); err != nil {
+		return nil, err
+	}
+	return io.ReadAll(io.LimitReader(f, maxStateBytes+1))
+}
+
+// maxStateBytes bounds a state file the hook reads.
+const maxStateBytes = 16 << 20
 
 func writeState(path string, st *sessionState) error {
 	b, err := json.Marshal(st)

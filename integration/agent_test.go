@@ -184,7 +184,7 @@ func TestAgentExecutedCalls(t *testing.T) {
 		assert.JSONEq(t, `{"migrated":3}`, string(res.Output))
 		var refused *tgclient.RefusedError
 		require.ErrorAs(t, c.Report(ctx, id, "", tgclient.Report{Output: json.RawMessage(`1`)}), &refused)
-		assert.Equal(t, "not_waiting", refused.Type)
+		assert.Equal(t, workflows.ErrTypeNotWaiting, refused.Type, "the same error type as over Temporal")
 	})
 
 	t.Run("the CLI runs the same flow", func(t *testing.T) {

@@ -60,6 +60,7 @@ func (a *api) table() []route {
 		{"GET", "/v1/pending", a.pending, approvers},
 		{"POST", "/v1/calls/{call_id}/decision", a.decideOne, approvers},
 		{"POST", "/v1/calls/{call_id}/cancel", a.cancelCall, everyone},
+		{"POST", "/v1/calls/{call_id}/claim", a.claim, agents},
 		{"POST", "/v1/calls/{call_id}/report", a.report, agents},
 		{"POST", "/v1/decisions", a.decideBulk, approvers},
 		{"GET", "/v1/sessions/{session}", a.session, approvers},
@@ -246,6 +247,25 @@ func (a *api) report(w http.ResponseWriter, r *http.Request, p Principal) {
 	}
 	a.logger.Info("Agent reported", zap.String("call_id", callID), zap.String("agent", p.Name), zap.Bool("error", rep.Error != ""))
 	a.respondResult(w, r, p, callID, reportWait)
+}
+
+// claim takes an approved agent-executed call's approval for one run of
+// its tool: 204 once per call (and again for the same run), 409
+// already_claimed for another run, 409 not_waiting when the call is not
+// approved and waiting for its run.
+func (a *api) claim(w http.ResponseWriter, r *http.Request, p Principal) {
+	var cl tgclient.Claim
+	if err := decodeBodyLimit(w, r, &cl, 4<<10); err != nil {
+		writeError(w, err)
+		return
+	}
+	callID := r.PathValue("call_id")
+	if err := a.calls.Claim(r.Context(), callID, p.Name, cl); err != nil {
+		writeError(w, a.mapError(err))
+		return
+	}
+	a.logger.Info("Agent claimed an approval", zap.String("call_id", callID), zap.String("agent", p.Name), zap.String("run", cl.Run), zap.Bool("no_report", cl.NoReport))
+	w.WriteHeader(http.StatusNoContent)
 }
 
 // maxReportBody leaves room around the largest output a report may carry.

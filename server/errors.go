@@ -61,6 +61,8 @@ func (a *api) mapError(err error) error {
 		switch refused.Type {
 		case workflows.ErrTypeAlreadyDecided, workflows.ErrTypeNotWaiting:
 			return &apiError{http.StatusConflict, "not_waiting", refused.Message}
+		case workflows.ErrTypeAlreadyClaimed:
+			return &apiError{http.StatusConflict, "already_claimed", refused.Message}
 		case workflows.ErrTypeSelfApproval:
 			return &apiError{http.StatusForbidden, "self_approval", refused.Message}
 		case workflows.ErrTypeNotAuthorized, workflows.ErrTypeNotYourSession:

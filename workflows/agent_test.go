@@ -229,3 +229,82 @@ func (s *CallSuite) TestAToolThatMayHaveRunEndsUnknown() {
 	s.Equal(StatusUnknown, r.Status)
 	s.Contains(r.Reason, "the tool may or may not have run: the upstream server died mid-call")
 }
+
+// claim is the hook's claim of call c1's approval for one run.
+func claim(run string, noReport bool) ClaimRequest {
+	return ClaimRequest{CallID: "c1", By: "agent-1", Run: run, NoReport: noReport}
+}
+
+func (s *CallSuite) TestAnApprovalIsClaimedByOneRunOnly() {
+	s.env.OnActivity(a.AwaitReport, mock.Anything, mock.Anything).After(time.Hour).Return(json.RawMessage(`{"ok":true}`), nil)
+	first := updateAt(s.env, time.Minute, "c1", UpdateClaim, claim("toolu_1", false))
+	again := updateAt(s.env, 2*time.Minute, "c1", UpdateClaim, claim("toolu_1", false))
+	replay := updateAt(s.env, 3*time.Minute, "c1", UpdateClaim, claim("toolu_2", false))
+	other := updateAt(s.env, 4*time.Minute, "c1", UpdateClaim, ClaimRequest{CallID: "c1", By: "agent-2", Run: "toolu_3"})
+	noRun := updateAt(s.env, 5*time.Minute, "c1", UpdateClaim, ClaimRequest{CallID: "c1", By: "agent-1"})
+	claimed := s.stateAt(10*time.Minute, "c1")
+
+	r := s.runOne(agentCall("c1", "Bash", `{"command":"ls"}`))
+
+	s.True(first.applied, "the first run takes the approval")
+	s.True(again.applied, "the same run claiming again is answered like the first claim")
+	s.Require().Error(replay.rejected, "another run may not use the same approval")
+	s.Contains(replay.rejected.Error(), "the approval of call c1 was already taken by run toolu_1: an approval runs the tool once")
+	s.Equal(ErrTypeAlreadyClaimed, errorType(replay.rejected))
+	s.Require().Error(other.rejected, "only the call's requester may take its approval")
+	s.Equal(ErrTypeNotAuthorized, errorType(other.rejected))
+	s.Require().Error(noRun.rejected)
+	s.Contains(noRun.rejected.Error(), "run must name the run")
+	s.Require().NotNil(claimed.Claim)
+	s.Equal("toolu_1", claimed.Claim.Run)
+	s.Equal(StatusOK, r.Status, "the report completes the claimed call as before")
+	s.JSONEq(`{"ok":true}`, string(r.Output))
+}
+
+func (s *CallSuite) TestAClaimThatSaysNoReportFollowsEndsTheCall() {
+	s.env.OnActivity(a.AwaitReport, mock.Anything, mock.Anything).After(time.Hour).Return(json.RawMessage(`{"late":true}`), nil)
+	c := updateAt(s.env, time.Minute, "c1", UpdateClaim, claim("toolu_1", true))
+
+	r := s.runOne(agentCall("c1", "Bash", `{"command":"ls"}`))
+
+	s.True(c.applied)
+	s.Equal(StatusOK, r.Status)
+	s.Empty(r.Output, "no report was waited for")
+	s.Equal("the agent runs the tool itself and does not report how it went", r.Note)
+	s.Equal(time.Minute, r.FinishedAt.Sub(r.RequestedAt).Round(time.Second), "the call ended at the claim, not at the report timeout")
+}
+
+func (s *CallSuite) TestACallIsClaimedOnlyOnceApproved() {
+	s.policy.ask["deploy"] = policy.ApprovalRequest{Message: "deploy?", Rule: "ask-deploy"}
+	s.env.OnActivity(a.AwaitReport, mock.Anything, mock.Anything).After(time.Minute).Return(json.RawMessage(`{}`), nil)
+	early := updateAt(s.env, time.Minute, "c1", UpdateClaim, claim("toolu_1", false))
+	decideAt(s.env, time.Hour, "c1", decision(policy.Denied, "alice"))
+
+	r := s.runAsked(agentCall("c1", "deploy", `{}`))
+
+	s.Require().Error(early.rejected, "a call waiting for a person has no approval to take")
+	s.Contains(early.rejected.Error(), "call c1 is not approved and waiting for its run (status pending)")
+	s.Equal(ErrTypeNotWaiting, errorType(early.rejected))
+	s.Equal(StatusDenied, r.Status)
+}
+
+// errorType is the type of the ApplicationError err carries, if any.
+func errorType(err error) string {
+	var appErr *temporal.ApplicationError
+	if errors.As(err, &appErr) {
+		return appErr.Type()
+	}
+	return ""
+}
+
+func (s *CallSuite) TestAReportThatCannotTellHowTheToolWentEndsUnknownWithTheOutput() {
+	s.env.OnActivity(a.AwaitReport, mock.Anything, mock.Anything).Return(nil,
+		temporal.NewNonRetryableApplicationError("Codex reports a command's output without its exit status", activities.ErrTypeAgentUnsure, nil,
+			json.RawMessage(`"deployed with token sk-live-123\n"`)))
+	r := s.runOne(agentCall("c1", "Bash", `{"command":"make deploy"}`))
+
+	s.Equal(StatusUnknown, r.Status)
+	s.Equal("the agent ran the tool but cannot tell whether it succeeded: Codex reports a command's output without its exit status", r.Reason)
+	s.JSONEq(`"deployed with token [REDACTED]\n"`, string(r.Output), "the output is kept, after redaction")
+	s.Equal("You ran Bash and toolgate recorded its output, allowed by the policy; the agent ran the tool but cannot tell whether it succeeded: Codex reports a command's output without its exit status.", r.ModelMessage)
+}

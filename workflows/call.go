@@ -95,6 +95,12 @@ type callRun struct {
 	editEval     *activities.Evaluation
 	// noReport: an agent-executed call that ends at its decision.
 	noReport bool
+	// awaitingReport is set while an agent-executed call waits for its
+	// run; stopAwaitingReport ends that wait, and endsAtClaim says a claim
+	// ended it (UpdateClaim with NoReport).
+	awaitingReport     bool
+	stopAwaitingReport workflow.CancelFunc
+	endsAtClaim        bool
 }
 
 // showIdentity sets the call's identifying search attributes when whoever
@@ -187,7 +193,7 @@ func (c *callRun) finish(ctx workflow.Context, status Status, reason string, out
 		CallID: call.ID, Session: call.Session, Tool: call.Tool, Requester: call.Requester,
 		Status: status, Execution: call.Execution, Output: output, Reason: reason, Note: c.note,
 		Args: call.Args, OriginalArgs: c.originalArgs, Notices: c.state.Notices,
-		Rule: c.eval.Rule, PolicyVersion: c.eval.PolicyVersion,
+		Rule: c.eval.Rule, PolicyVersion: c.eval.PolicyVersion, Claim: c.state.Claim,
 		RequestedAt: c.requestedAt, FinishedAt: workflow.Now(ctx),
 	}
 	if d := c.state.Decision; d != nil {

@@ -72,12 +72,24 @@ func (c *callRun) execute(ctx workflow.Context) (Result, error) {
 
 	var output json.RawMessage
 	var err error
+	var unsure string // the agent ran the tool but cannot tell how it went
 	if call.Execution == policy.ExecutionAgent {
 		if c.noReport {
 			c.note = joinNotes(c.note, "the agent runs the tool itself and does not report how it went")
 			return c.finish(ctx, StatusOK, "", nil), nil
 		}
 		err = c.awaitReport(ctx, &output)
+		if err != nil && c.endsAtClaim {
+			c.noReport = true
+			c.note = joinNotes(c.note, "the agent runs the tool itself and does not report how it went")
+			return c.finish(ctx, StatusOK, "", nil), nil
+		}
+		if why, ok := agentUnsure(err, &output); ok {
+			// It ran: the after-call checks and redaction still hold for
+			// what it printed.
+			unsure = why
+			err = nil
+		}
 	} else {
 		err = workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, toolActivityOptions(c.eval)), a.RunTool, call).Get(ctx, &output)
 	}
@@ -95,15 +107,34 @@ func (c *callRun) execute(ctx workflow.Context) (Result, error) {
 		r.Redactions = after.Redactions
 		return r, nil
 	}
-	r := c.finish(ctx, StatusOK, "", after.Output)
+	status, reason := StatusOK, ""
+	if unsure != "" {
+		status, reason = StatusUnknown, "the agent ran the tool but cannot tell whether it succeeded: "+unsure
+	}
+	r := c.finish(ctx, status, reason, after.Output)
 	r.Redactions = after.Redactions
 	return r, nil
+}
+
+// agentUnsure recognises the report of a tool that ran without the agent
+// knowing whether it succeeded; the report's output goes to output.
+func agentUnsure(err error, output *json.RawMessage) (string, bool) {
+	var appErr *temporal.ApplicationError
+	if !errors.As(err, &appErr) || appErr.Type() != activities.ErrTypeAgentUnsure {
+		return "", false
+	}
+	if appErr.HasDetails() {
+		_ = appErr.Details(output)
+	}
+	return appErr.Message(), true
 }
 
 // awaitReport is the tool step of an agent-executed call: the call shows
 // status approved, and an activity waits for the agent's report, which
 // completes it (asynchronous completion by workflow ID and
 // ReportActivityID). One attempt: Temporal cannot retry the agent's run.
+// Meanwhile the agent may claim the approval (UpdateClaim); a claim that
+// says no report follows stops the wait.
 func (c *callRun) awaitReport(ctx workflow.Context, output *json.RawMessage) error {
 	c.state.Status = StatusApproved
 	c.upsertStatus(ctx, StatusApproved)
@@ -112,7 +143,44 @@ func (c *callRun) awaitReport(ctx workflow.Context, output *json.RawMessage) err
 		StartToCloseTimeout: c.eval.ReportTimeout,
 		RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 1},
 	}
-	return workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, opts), a.AwaitReport, c.state.Call).Get(ctx, output)
+	actx, stop := workflow.WithCancel(workflow.WithActivityOptions(ctx, opts))
+	c.awaitingReport, c.stopAwaitingReport = true, stop
+	defer func() { c.awaitingReport = false }()
+	return workflow.ExecuteActivity(actx, a.AwaitReport, c.state.Call).Get(ctx, output)
+}
+
+// validateClaim lets the call's requester take an approved call's
+// approval once, while the call waits for its run; the same run may claim
+// again.
+func (c *callRun) validateClaim(req ClaimRequest) error {
+	id := c.state.Call.ID
+	switch {
+	case req.CallID != id:
+		return temporal.NewApplicationError(fmt.Sprintf("claim names call %q but this is call %q", req.CallID, id), ErrTypeInvalidDecision)
+	case req.Run == "" || len(req.Run) > MaxRunBytes:
+		return temporal.NewApplicationError(fmt.Sprintf("claim of call %s: run must name the run, in 1 to %d bytes", id, MaxRunBytes), ErrTypeInvalidDecision)
+	case req.By != c.state.Call.Requester:
+		return temporal.NewApplicationError("only the agent that requested call "+id+" may take its approval", ErrTypeNotAuthorized)
+	case c.state.Claim != nil && c.state.Claim.Run == req.Run:
+		return nil
+	case c.state.Claim != nil:
+		return temporal.NewApplicationError(fmt.Sprintf("the approval of call %s was already taken by run %s: an approval runs the tool once", id, c.state.Claim.Run), ErrTypeAlreadyClaimed)
+	case !c.awaitingReport:
+		return temporal.NewApplicationError(fmt.Sprintf("call %s is not approved and waiting for its run (status %s)", id, c.state.Status), ErrTypeNotWaiting)
+	}
+	return nil
+}
+
+func (c *callRun) claim(ctx workflow.Context, req ClaimRequest) error {
+	if c.state.Claim != nil {
+		return nil // the same run again
+	}
+	c.state.Claim = &Claim{Run: req.Run, At: workflow.Now(ctx)}
+	if req.NoReport {
+		c.endsAtClaim = true
+		c.stopAwaitingReport()
+	}
+	return nil
 }
 
 // toolFailed ends a call whose tool step failed: unknown when the tool may

@@ -248,16 +248,21 @@ var updateSeq int
 
 // decideAt sends the decide update to a call at a virtual time.
 func decideAt(env *testsuite.TestWorkflowEnvironment, after time.Duration, callID string, d policy.Decision) *updateOutcome {
+	return updateAt(env, after, callID, UpdateDecide, DecideRequest{CallID: callID, Decision: d})
+}
+
+// updateAt sends the call an update at a virtual time.
+func updateAt(env *testsuite.TestWorkflowEnvironment, after time.Duration, callID, update string, arg any) *updateOutcome {
 	o := &updateOutcome{}
 	updateSeq++
-	updateID := fmt.Sprintf("decide-%d", updateSeq)
+	updateID := fmt.Sprintf("%s-%d", update, updateSeq)
 	env.RegisterDelayedCallback(func() {
 		o.sent = true
-		err := env.UpdateWorkflowByID(CallWorkflowID(callID), UpdateDecide, updateID, &testsuite.TestUpdateCallback{
+		err := env.UpdateWorkflowByID(CallWorkflowID(callID), update, updateID, &testsuite.TestUpdateCallback{
 			OnAccept:   func() {},
 			OnReject:   func(err error) { o.rejected = err },
 			OnComplete: func(_ any, err error) { o.applied, o.failed = err == nil, err },
-		}, DecideRequest{CallID: callID, Decision: d})
+		}, arg)
 		if err != nil {
 			o.rejected = err
 		}

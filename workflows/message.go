@@ -35,6 +35,10 @@ func modelMessage(r Result, noReport, edited bool) string {
 			m = r.Tool + " failed (" + approvedBy(r) + "): " + reason
 		}
 	case StatusUnknown:
+		if r.Execution == policy.ExecutionAgent && r.Output != nil {
+			m = "You ran " + r.Tool + " and toolgate recorded its output, " + approvedBy(r) + "; " + reason
+			break
+		}
 		m = r.Tool + " may or may not have run: " + reason
 	default:
 		return ""

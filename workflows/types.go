@@ -63,6 +63,12 @@ const (
 	// QueryCensus (of a waiting room) returns its activities.Census at the
 	// time given as the argument.
 	QueryCensus = "census"
+	// UpdateClaim takes the approval of an agent-executed call for one run
+	// of its tool; argument: a ClaimRequest. It is accepted once per call
+	// (and again for the same run), so an agent's own memory of what it
+	// asked (a hook's state file, say) can never make one approval run the
+	// tool twice.
+	UpdateClaim = "claim"
 	// UpdateCancel cancels a call that waits for a person; argument: a
 	// CancelRequest. The call ends denied, "cancelled by <who>".
 	UpdateCancel = "cancel"
@@ -78,8 +84,10 @@ const (
 
 // Error types carried by refused updates (temporal.ApplicationError.Type()).
 const (
-	ErrTypeAlreadyDecided  = "AlreadyDecided"
-	ErrTypeNotWaiting      = "NotWaiting"
+	ErrTypeAlreadyDecided = "AlreadyDecided"
+	ErrTypeNotWaiting     = "NotWaiting"
+	// ErrTypeAlreadyClaimed: the approval was taken by another run.
+	ErrTypeAlreadyClaimed  = "AlreadyClaimed"
 	ErrTypeInvalidDecision = "InvalidDecision"
 	ErrTypeSelfApproval    = "SelfApproval"
 	ErrTypeNoSticky        = "NoStickyDecision"
@@ -184,6 +192,29 @@ type CancelRequest struct {
 	Groups []string `json:"groups,omitempty"`
 }
 
+// ClaimRequest is the argument of UpdateClaim: the agent that requested
+// the call takes its approval for one run of the tool.
+type ClaimRequest struct {
+	CallID string `json:"call_id"`
+	// By must be the call's requester.
+	By string `json:"by"`
+	// Run names the run (a hook's tool_use_id); claiming again with the
+	// same Run is answered like the first claim.
+	Run string `json:"run"`
+	// NoReport: the agent will not report how the run went; the call ends
+	// at the claim (status ok).
+	NoReport bool `json:"no_report,omitempty"`
+}
+
+// MaxRunBytes caps ClaimRequest.Run.
+const MaxRunBytes = 256
+
+// Claim records which run took a call's approval, and when.
+type Claim struct {
+	Run string    `json:"run"`
+	At  time.Time `json:"at"`
+}
+
 // ChannelCancel is the channel of the denial a cancellation records.
 const ChannelCancel = "cancel"
 
@@ -233,7 +264,8 @@ type Result struct {
 	// ModelMessage is one plain sentence for the model: what ran or why
 	// not, who decided, what was changed.
 	ModelMessage string `json:"model_message,omitempty"`
-	// Output is the tool's output after middleware (status ok only).
+	// Output is the tool's output after middleware: status ok, or unknown
+	// when the agent ran the tool but could not tell how it went.
 	Output json.RawMessage `json:"output,omitempty"`
 	// Reason says why the call did not succeed, for the model.
 	Reason string `json:"reason,omitempty"`
@@ -250,6 +282,8 @@ type Result struct {
 	Channel   string    `json:"channel,omitempty"`
 	DecidedAt time.Time `json:"decided_at,omitzero"`
 	Comment   string    `json:"comment,omitempty"`
+	// Claim says which run of an agent-executed call took its approval.
+	Claim *Claim `json:"claim,omitempty"`
 	// Args are the arguments the tool ran with; OriginalArgs are the
 	// agent's when an approver edited them.
 	Args         json.RawMessage `json:"args,omitempty"`
@@ -278,6 +312,8 @@ type CallState struct {
 	WaitingSince time.Time        `json:"waiting_since,omitzero"`
 	Deadline     time.Time        `json:"deadline,omitzero"`
 	Decision     *policy.Decision `json:"decision,omitempty"`
+	// Claim is set once the agent took the approval (UpdateClaim).
+	Claim *Claim `json:"claim,omitempty"`
 	// Notices are the notices (waiting, reminders, escalation) sent.
 	Notices []NoticeRecord `json:"notices,omitempty"`
 	// Result is set once the call is final.

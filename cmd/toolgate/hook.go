@@ -16,6 +16,22 @@ func (a *app) hookCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "hook claude-code|codex",
 		Short: "Gate a coding agent's tool calls through toolgate (command hook)",
+		// A hook line that names no agent, or one toolgate does not know,
+		// must block, not print help: an agent reads exit 0 as "no
+		// decision" and runs the tool.
+		Args:               cobra.ArbitraryArgs,
+		FParseErrWhitelist: cobra.FParseErrWhitelist{UnknownFlags: true},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			problem := "no agent named"
+			if len(args) > 0 {
+				problem = fmt.Sprintf("unknown agent %q", args[0])
+			}
+			problem += ": the hook command is 'toolgate hook claude-code' or 'toolgate hook codex', so this tool use is blocked"
+			if !isTerminal(os.Stdin) {
+				hook.Refuse(os.Stdin, a.stdout, "toolgate hook: "+problem)
+			}
+			return usageError("hook: %s", problem)
+		},
 		Long: `Command hooks for coding agents: configure 'toolgate hook claude-code' for
 Claude Code's PreToolUse and PostToolUse events (VS Code Copilot reads the
 same output), 'toolgate hook codex' for Codex's. The hook reads the event on
@@ -33,6 +49,7 @@ outcome to the call that allowed it. See the README, "Coding agents".`,
 func (a *app) hookAgentCommand(name string, dialect hook.Dialect, defaultRequester string) *cobra.Command {
 	cfg := hook.Config{Dialect: dialect}
 	var api apiFlags
+	var printSettings bool
 	cmd := &cobra.Command{
 		Use:   name,
 		Short: "Command hook for " + name + "'s PreToolUse and PostToolUse events",
@@ -49,6 +66,14 @@ PostToolUse / PostToolUseFailure: reports tool_response (or the error) as
 the outcome of the call that allowed that tool_use_id; always exit 0.`,
 		Args: exactArgs(),
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if printSettings {
+				return a.printHookSettings(name)
+			}
+			if cfg.FailOpen && dialect == hook.Codex {
+				// Codex has no "ask" for a hook: failing open would run
+				// the tool unseen.
+				return usageError("hook codex: --fail-open is not available for Codex, whose hooks cannot hand a call to the user: the tool would run unseen, so it is blocked")
+			}
 			cfg.Logger = a.logger.Named("hook")
 			cfg.Connect = a.hookConnect(api)
 			code := cfg.Run(cmd.Context(), os.Stdin, a.stdout, a.stderr)
@@ -59,6 +84,7 @@ the outcome of the call that allowed that tool_use_id; always exit 0.`,
 		},
 	}
 	f := cmd.Flags()
+	f.BoolVar(&printSettings, "print-settings", false, "print the agent's hook settings for this command (fail closed) and exit")
 	f.DurationVar(&cfg.Wait, "wait", hook.DefaultWait, "how long PreToolUse waits for a decision; keep it below the hook's timeout (Claude Code: 600s)")
 	f.StringVar(&cfg.Requester, "requester", defaultRequester, "who asks, over Temporal (over --api the token's name)")
 	f.StringVar(&cfg.StateDir, "state-dir", hook.DefaultStateDir(), "where the hook keeps its per-session state")
@@ -85,4 +111,22 @@ func (a *app) hookConnect(api apiFlags) func(context.Context) (tgclient.Agent, f
 		}
 		return c, closeFn, nil
 	}
+}
+
+// printHookSettings prints the settings that run this hook for the agent,
+// set to block the tool whenever the hook cannot answer.
+func (a *app) printHookSettings(agent string) error {
+	command := "toolgate hook " + agent
+	if agent == "codex" {
+		_, err := fmt.Fprint(a.stdout, hook.CodexConfig(command))
+		return err
+	}
+	_, err := a.stdout.Write(hook.ClaudeCodeSettings(command))
+	return err
+}
+
+// isTerminal reports whether f is a terminal (a person typed the command).
+func isTerminal(f *os.File) bool {
+	fi, err := f.Stat()
+	return err == nil && fi.Mode()&os.ModeCharDevice != 0
 }

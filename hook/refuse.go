@@ -1,0 +1,40 @@
+package hook
+
+import (
+	"encoding/json"
+	"io"
+	"time"
+)
+
+// refuseReadLimit bounds how long Refuse reads stdin: an agent closes it
+// after the event, but a person may have typed the command in a terminal.
+const refuseReadLimit = 2 * time.Second
+
+// Refuse answers a hook event for a hook command that cannot run (no or an
+// unknown agent name): for a PreToolUse event on stdin it prints the deny
+// both Claude Code and Codex read, with reason. The caller then exits 2
+// with the reason on stderr, which blocks the tool in both agents even
+// where stdout is not read.
+func Refuse(stdin io.Reader, stdout io.Writer, reason string) {
+	read := make(chan []byte, 1)
+	go func() {
+		b, _ := io.ReadAll(io.LimitReader(stdin, maxEventBytes+1))
+		read <- b
+	}()
+	var raw []byte
+	select {
+	case raw = <-read:
+	case <-time.After(refuseReadLimit):
+		return
+	}
+	ev, err := ParseEvent(raw)
+	if err != nil || ev.HookEventName != EventPreToolUse {
+		return
+	}
+	b, err := json.Marshal(preToolUseOutput{HookSpecificOutput: preToolUseDecision{
+		HookEventName: EventPreToolUse, PermissionDecision: "deny", PermissionDecisionReason: reason,
+	}})
+	if err == nil {
+		_, _ = stdout.Write(append(b, '\n'))
+	}
+}

@@ -1,0 +1,68 @@
+package hook
+
+import (
+	"encoding/json"
+	"fmt"
+)
+
+// PreToolUseTimeout is the hook timeout, in seconds, that the printed
+// settings give the PreToolUse hook: above DefaultWait plus answerSlack,
+// so toolgate always answers before the agent gives up on it.
+const PreToolUseTimeout = 600
+
+// ClaudeCodeSettings is the hooks block of Claude Code's settings.json for
+// command, the hook command line. The PreToolUse hook has "onFailure":
+// "block": a hook that could not run (not on PATH, killed, timed out,
+// unreadable output) blocks the tool instead of leaving it to Claude
+// Code's own permissions. The other events report what already happened,
+// so their failures block nothing.
+func ClaudeCodeSettings(command string) []byte {
+	type handler struct {
+		Type      string `json:"type"`
+		Command   string `json:"command"`
+		Timeout   int    `json:"timeout"`
+		OnFailure string `json:"onFailure,omitempty"`
+	}
+	type matcher struct {
+		Matcher string    `json:"matcher"`
+		Hooks   []handler `json:"hooks"`
+	}
+	report := []matcher{{Matcher: "*", Hooks: []handler{{Type: "command", Command: command, Timeout: 60}}}}
+	settings := map[string]map[string][]matcher{"hooks": {
+		EventPreToolUse:         {{Matcher: "*", Hooks: []handler{{Type: "command", Command: command, Timeout: PreToolUseTimeout, OnFailure: "block"}}}},
+		EventPostToolUse:        report,
+		EventPostToolUseFailure: report,
+		EventPermissionDenied:   report,
+	}}
+	b, err := json.MarshalIndent(settings, "", "  ")
+	if err != nil {
+		panic(fmt.Sprintf("hook settings: %v", err)) // static shape: cannot fail
+	}
+	return append(b, '\n')
+}
+
+// CodexConfig is the hooks part of Codex's config.toml for command. Codex
+// blocks a tool on a hook's deny, or on exit 2 with a reason on stderr;
+// every other failure of a hook lets the tool run. So the PreToolUse line
+// turns any failure of toolgate (not found, killed, an exit other than 0)
+// into exit 2 with a reason.
+func CodexConfig(command string) string {
+	return fmt.Sprintf(`[[hooks.PreToolUse]]
+[[hooks.PreToolUse.hooks]]
+type = "command"
+command = '%s'
+timeout = %d
+
+[[hooks.PostToolUse]]
+[[hooks.PostToolUse.hooks]]
+type = "command"
+command = '%s'
+timeout = 60
+`, CodexFailClosed(command), PreToolUseTimeout, command)
+}
+
+// CodexFailClosed wraps a hook command line so that Codex blocks the tool
+// whenever the command fails.
+func CodexFailClosed(command string) string {
+	return command + ` || { s=$?; echo "toolgate hook failed (exit status $s), so the tool is blocked" >&2; exit 2; }`
+}
