@@ -108,7 +108,9 @@ func TestCodexEventsAndAnswersFollowCodexSchemas(t *testing.T) {
 	// An approver's edit is the one allow Codex takes.
 	done := make(chan hookRun, 1)
 	e.cfg.Wait = 5 * time.Second
-	go func() { done <- e.run(codexEvent("PreToolUse", "Bash", "call_push", `{"command":"git push origin main"}`, "")) }()
+	go func() {
+		done <- e.run(codexEvent("PreToolUse", "Bash", "call_push", `{"command":"git push origin main"}`, ""))
+	}()
 	require.Eventually(t, func() bool { return len(e.agent.submitted()) == 4 }, 5*time.Second, time.Millisecond)
 	e.agent.decide(e.agent.submitted()[3].CallID, policy.Decision{Kind: policy.ApprovedWithEdits, EditedArgs: json.RawMessage(`{"command":"git push --dry-run origin main"}`), DecidedBy: "alice", Channel: "inbox"})
 	assert.Equal(t, "allow", checkCodexPreOutput(t, preOut, (<-done).stdout))

@@ -125,6 +125,11 @@ func (f *fakeAgent) Report(context.Context, string, string, tgclient.Report) err
 	return errors.New("not used")
 }
 
+// Claim: the gateway's calls are run by toolgate, never claimed.
+func (f *fakeAgent) Claim(context.Context, string, string, tgclient.Claim) error {
+	return errors.New("not used")
+}
+
 func (f *fakeAgent) Tools(context.Context) ([]tool.Descriptor, error) { return f.tools, nil }
 
 func (f *fakeAgent) lastSubmitted() tgclient.CallRequest {

@@ -33,11 +33,16 @@ func (a *app) hookCommand() *cobra.Command {
 			return usageError("hook: %s", problem)
 		},
 		Long: `Command hooks for coding agents: configure 'toolgate hook claude-code' for
-Claude Code's PreToolUse and PostToolUse events (VS Code Copilot reads the
-same output), 'toolgate hook codex' for Codex's. The hook reads the event on
-stdin; for PreToolUse it submits the tool call to toolgate, waits up to
---wait for the decision and prints it; for PostToolUse it reports the tool's
-outcome to the call that allowed it. See the README, "Coding agents".`,
+Claude Code's PreToolUse, PostToolUse, PostToolUseFailure and
+PermissionDenied events (VS Code Copilot reads the same output), and
+'toolgate hook codex' for Codex's PreToolUse and PostToolUse. The hook reads
+the event on stdin; for PreToolUse it submits the tool call to toolgate,
+waits up to --wait for the decision and prints it; the other events report
+the tool's outcome to the call that allowed it.
+'toolgate hook AGENT --print-settings' prints the agent's settings, set to
+block the tool whenever the hook cannot answer. A hook line that names no
+agent, or one toolgate does not know, blocks (exit 2). See the README,
+"Coding agents".`,
 	}
 	cmd.AddCommand(
 		a.hookAgentCommand("claude-code", hook.ClaudeCode, "claude-code"),
@@ -52,18 +57,22 @@ func (a *app) hookAgentCommand(name string, dialect hook.Dialect, defaultRequest
 	var printSettings bool
 	cmd := &cobra.Command{
 		Use:   name,
-		Short: "Command hook for " + name + "'s PreToolUse and PostToolUse events",
+		Short: "Command hook for " + name + "'s tool events",
 		Long: `Reads one hook event on stdin.
 PreToolUse: submits the tool call to toolgate (session = session_id, tool =
 tool_name, arguments = tool_input), waits up to --wait and prints the
-permission decision. A call still waiting for a person is denied with a
-reason telling the model to try again later; the identical retry finds the
-same call. When toolgate cannot decide (unreachable, a malformed event) the
-call is denied, or with --fail-open handed to the agent's own permission
-prompt. Exit status 0 with the decision on stdout; 2 (blocks the tool) only
-when stdout cannot be written.
-PostToolUse / PostToolUseFailure: reports tool_response (or the error) as
-the outcome of the call that allowed that tool_use_id; always exit 0.`,
+permission decision. An approval is claimed in the call's workflow for this
+run (tool_use_id) before it is printed, so each approval runs the tool once.
+A call still waiting for a person is denied with a reason telling the model
+to try again later; the identical retry finds the same call. When toolgate
+cannot decide (unreachable, a malformed event, no answer by --wait + 20s)
+the call is denied, or for Claude Code with --fail-open handed to its own
+permission prompt. Exit status 0 with the decision on stdout; 2 (blocks
+the tool) when stdout cannot be written or the flags are wrong.
+PostToolUse, PostToolUseFailure, PermissionDenied: report the tool's
+outcome (its response, its error, or that it did not run) to the call that
+allowed that tool_use_id; always exit 0.
+--print-settings: print the hook settings for the agent and exit.`,
 		Args: exactArgs(),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if printSettings {

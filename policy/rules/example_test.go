@@ -151,6 +151,26 @@ func TestCodingAgentPolicy(t *testing.T) {
 		{"a registered read-only MCP tool runs", hinted("mcp__github__get_issue", map[string]any{"readOnlyHint": true}), ActionAllow, "mcp-reads"},
 		{"a registered MCP tool that writes asks", hinted("mcp__github__create_issue", map[string]any{"readOnlyHint": false}), ActionAsk, "mcp-writes"},
 		{"an unknown tool asks", agentCall("WebFetch", `{"url":"https://x"}`), ActionAsk, RuleDefault},
+
+		// Claude Code's other tools, in the shapes its hooks send.
+		{"PowerShell's forced recursive delete is denied", agentCall("PowerShell", `{"command":"Remove-Item -Recurse -Force C:\\src\\build","description":"Clean"}`), ActionDeny, "no-destructive-shell"},
+		{"PowerShell's force push is denied", agentCall("PowerShell", `{"command":"git push -f origin main"}`), ActionDeny, "no-destructive-shell"},
+		{"other PowerShell commands ask", agentCall("PowerShell", `{"command":"Get-ChildItem"}`), ActionAsk, "shell"},
+		{"NotebookEdit in the repo runs", agentCall("NotebookEdit", `{"notebook_path":"`+in("nb/a.ipynb")+`","new_source":"print(1)","cell_type":"code","edit_mode":"replace"}`), ActionAllow, "edits-in-repo"},
+		{"NotebookEdit outside the repo asks", agentCall("NotebookEdit", `{"notebook_path":"/tmp/x.ipynb","new_source":""}`), ActionAsk, "notebook-outside-repo"},
+
+		// Codex 0.171.0: every shell command is Bash, every edit apply_patch.
+		{"Codex's rm -rf is denied", agentCall("Bash", `{"command":"rm -rf build"}`), ActionDeny, "no-destructive-shell"},
+		{"Codex's patch in the repo runs", agentCall("apply_patch", `{"command":"*** Begin Patch\n*** Update File: src/main.go\n@@\n-a\n+b\n*** End Patch\n"}`), ActionAllow, "edits-in-repo"},
+		{"Codex's patch climbing out asks", agentCall("apply_patch", `{"command":"*** Begin Patch\n*** Add File: b.txt\n+x\n*** Delete File: ../../etc/passwd\n*** End Patch\n"}`), ActionAsk, "patch-outside-repo"},
+		{"Codex's patch of a git hook asks", agentCall("apply_patch", `{"command":"*** Begin Patch\n*** Add File: .git/hooks/pre-push\n+curl x | sh\n*** End Patch\n"}`), ActionAsk, "sensitive-patches"},
+		{"Codex's MCP tools ask", agentCall("mcp__github__create_issue", `{"title":"x"}`), ActionAsk, "mcp-writes"},
+
+		// VS Code's agent hooks name their own tools.
+		{"VS Code's rm -rf is denied", agentCall("run_in_terminal", `{"command":"rm -rf dist"}`), ActionDeny, "no-destructive-shell"},
+		{"VS Code's terminal asks", agentCall("run_in_terminal", `{"command":"npm test"}`), ActionAsk, "shell"},
+		{"VS Code's edits in the repo run", agentCall("editFiles", `{"files":["`+in("src/main.ts")+`"]}`), ActionAllow, "edits-in-repo"},
+		{"VS Code's edits outside ask", agentCall("editFiles", `{"files":["`+in("src/main.ts")+`","/etc/hosts"]}`), ActionAsk, "vscode-edits-outside-repo"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
