@@ -8,7 +8,9 @@
 // with a reason that asks the model to try again later; the retry (same
 // session, tool and arguments) finds the same call through IDs derived
 // from the attempt and a small per-session state file, so nobody is asked
-// twice and each decision is used once.
+// twice. Each approval is claimed in its call's workflow for one run
+// before the hook prints it, so it runs the tool once, whatever the state
+// file says.
 package hook
 
 import (

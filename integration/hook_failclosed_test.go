@@ -267,10 +267,13 @@ func TestClaudeCodeHookFailsClosed(t *testing.T) {
 }
 
 // startDevForHooks starts toolgate dev with the hook policy.
-func startDevForHooks(t *testing.T) *devEnv {
+func startDevForHooks(t *testing.T) *devEnv { return startDevWithPolicy(t, hookPolicy) }
+
+// startDevWithPolicy starts toolgate dev with the policy file's text.
+func startDevWithPolicy(t *testing.T, policy string) *devEnv {
 	dir := t.TempDir()
 	policyFile := filepath.Join(dir, "policy.yaml")
-	require.NoError(t, os.WriteFile(policyFile, []byte(hookPolicy), 0o644))
+	require.NoError(t, os.WriteFile(policyFile, []byte(policy), 0o644))
 	d := &devEnv{t: t, dataDir: t.TempDir(), port: freePort(t)}
 	d.httpAddr = fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	d.workspace = filepath.Join(d.dataDir, "workspace")

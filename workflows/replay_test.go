@@ -39,6 +39,9 @@ var recordedScenarios = []string{
 	"session-end-later-call",
 	"session-continue-as-new",
 	"session-continue-as-new-next-run",
+	"agent-claim",
+	"agent-claim-no-report",
+	"agent-report-unknown",
 }
 
 // newReplayer returns a replayer with every workflow registered under its

@@ -6,9 +6,11 @@
 //
 // Run it from the module root. The histories of 1.0 are the baseline every
 // later change must replay (docs/production.md says how): record them
-// again only for a new baseline, never for a change in place.
+// again only for a new baseline, never for a change in place. A new
+// scenario is recorded alone, the others left as they are:
 //
 //	go run ./workflows/testdata/record
+//	go run ./workflows/testdata/record -only agent-claim
 //
 // It lives under testdata/ so that `go test ./...` never links the server
 // into anything but this program.
@@ -24,6 +26,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
@@ -65,6 +68,7 @@ const (
 func main() {
 	out := flag.String("out", filepath.Join("workflows", "testdata"), "directory the histories are written to")
 	level := flag.String("log-level", "info", "log level: debug, info, warn or error")
+	only := flag.String("only", "", "record only these scenarios (comma-separated names)")
 	flag.Parse()
 
 	logger, err := logging.New(*level, false)
@@ -73,7 +77,7 @@ func main() {
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	err = run(ctx, logger, *out)
+	err = run(ctx, logger, *out, *only)
 	stop()
 	if err != nil {
 		logger.Error("Recording failed", zap.Error(err))
@@ -84,7 +88,7 @@ func main() {
 
 // run records every scenario into outDir. It stops the worker and the
 // server before it returns, also on failure.
-func run(ctx context.Context, logger *zap.Logger, outDir string) (err error) {
+func run(ctx context.Context, logger *zap.Logger, outDir, only string) (err error) {
 	began := time.Now()
 	if fi, err := os.Stat(outDir); err != nil || !fi.IsDir() {
 		return fmt.Errorf("output directory %q does not exist: run from the module root or pass -out", outDir)
@@ -149,13 +153,27 @@ func run(ctx context.Context, logger *zap.Logger, outDir string) (err error) {
 		{"timeout", r.timeout},
 		{"session-end", r.sessionEnd},
 		{"session-continue-as-new", r.sessionContinueAsNew},
+		{"agent-claim", r.agentClaim},
+	}
+	wanted := map[string]bool{}
+	for _, name := range strings.Split(only, ",") {
+		if name != "" {
+			wanted[name] = true
+		}
 	}
 	for _, s := range scenarios {
+		if len(wanted) > 0 && !wanted[s.name] {
+			continue
+		}
+		delete(wanted, s.name)
 		t0 := time.Now()
 		if err := s.run(ctx); err != nil {
 			return fmt.Errorf("scenario %s: %w", s.name, err)
 		}
 		logger.Info("Scenario recorded", zap.String("scenario", s.name), zap.Duration("took", time.Since(t0)))
+	}
+	if len(wanted) > 0 {
+		return fmt.Errorf("-only names scenarios that do not exist: %v", wanted)
 	}
 	// Written only once every scenario passed, so a failed run never
 	// leaves a mix of old and new recordings.
@@ -405,6 +423,52 @@ func (r *recorder) expectResult(ctx context.Context, callID string, status workf
 	if res.Status != status || res.Decision != kind.String() || res.Channel != channel {
 		return fmt.Errorf("call %s ended %s/%s via %q (%s), want %s/%s via %q",
 			callID, res.Status, res.Decision, res.Channel, res.Reason, status, kind, channel)
+	}
+	return nil
+}
+
+// agentClaim: agent-executed calls the policy allows, as a hook runs them:
+// one claimed and reported, one claimed with no report to follow, one
+// reported as run with an outcome the agent cannot tell.
+func (r *recorder) agentClaim(ctx context.Context) error {
+	const session = "replay-agent"
+	if err := r.openSession(ctx, workflows.SessionInput{Session: session, Owner: agent, IdleTimeout: idle}); err != nil {
+		return err
+	}
+	for _, c := range []struct {
+		name, id string
+		claim    toolgate.Claim
+		report   *toolgate.Report
+		status   workflows.Status
+	}{
+		{"agent-claim", "agent-1", toolgate.Claim{Run: "toolu_1"}, &toolgate.Report{Output: []byte(`{"stdout":"ok"}`), Run: "toolu_1"}, workflows.StatusOK},
+		{"agent-claim-no-report", "agent-2", toolgate.Claim{Run: "toolu_2", NoReport: true}, nil, workflows.StatusOK},
+		{"agent-report-unknown", "agent-3", toolgate.Claim{Run: "toolu_3"}, &toolgate.Report{Output: []byte(`"out\n"`), Unknown: "no exit status", Run: "toolu_3"}, workflows.StatusUnknown},
+	} {
+		req := toolgate.CallRequest{CallID: c.id, Session: session, Tool: "Bash", Args: []byte(`{"command":"ls"}`), Requester: agent, Execution: policy.ExecutionAgent}
+		if _, err := r.tg.Submit(ctx, req); err != nil {
+			return err
+		}
+		if _, err := r.tg.WaitDecided(ctx, c.id); err != nil {
+			return err
+		}
+		if err := r.tg.Claim(ctx, c.id, agent, c.claim); err != nil {
+			return err
+		}
+		if err := r.tg.Claim(ctx, c.id, agent, toolgate.Claim{Run: "toolu_other"}); !toolgate.IsApprovalUsed(err) {
+			return fmt.Errorf("a second run's claim of %s: %v, want it refused", c.id, err)
+		}
+		if c.report != nil {
+			if err := r.tg.Report(ctx, c.id, agent, *c.report); err != nil {
+				return err
+			}
+		}
+		if err := r.expectResult(ctx, c.id, c.status, policy.Approved, "policy"); err != nil {
+			return err
+		}
+		if err := r.writeHistory(ctx, c.name, workflows.CallWorkflowID(c.id), ""); err != nil {
+			return err
+		}
 	}
 	return nil
 }
