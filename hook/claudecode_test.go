@@ -160,14 +160,10 @@ func (f *fakeAgent) Status(_ context.Context, callID string) (client.Status, err
 func (f *fakeAgent) Claim(_ context.Context, callID, requester string, cl client.Claim) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	c, ok := f.calls[callID]
+	c, err := f.approvedLocked(callID, requester)
 	switch {
-	case !ok:
-		return client.ErrUnknownCall
-	case requester != c.req.Requester:
-		return &client.RefusedError{Type: workflows.ErrTypeNotAuthorized, Message: "only the agent that requested call " + callID + " may take its approval"}
-	case c.st.State == nil || c.st.State.Status != workflows.StatusApproved:
-		return &client.RefusedError{Type: workflows.ErrTypeNotWaiting, Message: "call " + callID + " is not approved and waiting for its run"}
+	case err != nil:
+		return err
 	case c.claim != nil && c.claim.Run != cl.Run:
 		return &client.RefusedError{Type: workflows.ErrTypeAlreadyClaimed, Message: "the approval of call " + callID + " was already taken by run " + c.claim.Run}
 	}
@@ -185,14 +181,10 @@ func (f *fakeAgent) Claim(_ context.Context, callID, requester string, cl client
 func (f *fakeAgent) Report(_ context.Context, callID, requester string, r client.Report) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	c, ok := f.calls[callID]
+	c, err := f.approvedLocked(callID, requester)
 	switch {
-	case !ok:
-		return client.ErrUnknownCall
-	case requester != c.req.Requester:
-		return &client.RefusedError{Type: workflows.ErrTypeNotAuthorized, Message: "not your call"}
-	case c.st.State == nil || c.st.State.Status != workflows.StatusApproved:
-		return &client.RefusedError{Type: workflows.ErrTypeNotWaiting, Message: "not approved"}
+	case err != nil:
+		return err
 	case r.Run != "" && (c.claim == nil || c.claim.Run != r.Run):
 		return &client.RefusedError{Type: workflows.ErrTypeAlreadyClaimed, Message: "run " + r.Run + " did not take the approval of call " + callID}
 	}
@@ -203,6 +195,21 @@ func (f *fakeAgent) Report(_ context.Context, callID, requester string, r client
 	}
 	c.st = client.Status{Result: &workflows.Result{CallID: callID, Status: status, Execution: policy.ExecutionAgent, Output: r.Output, Claim: c.claim}}
 	return nil
+}
+
+// approvedLocked is the call, if requester's and approved and waiting for
+// its run; else the error the workflow gives.
+func (f *fakeAgent) approvedLocked(callID, requester string) (*fakeCall, error) {
+	c, ok := f.calls[callID]
+	switch {
+	case !ok:
+		return nil, client.ErrUnknownCall
+	case requester != c.req.Requester:
+		return nil, &client.RefusedError{Type: workflows.ErrTypeNotAuthorized, Message: "only the agent that requested call " + callID + " may take its approval or report it"}
+	case c.st.State == nil || c.st.State.Status != workflows.StatusApproved:
+		return nil, &client.RefusedError{Type: workflows.ErrTypeNotWaiting, Message: "call " + callID + " is not approved and waiting for its run"}
+	}
+	return c, nil
 }
 
 // claimsOf are the claims sent for a call.
