@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/auth"
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"go.uber.org/zap"
 
@@ -81,8 +82,9 @@ type Options struct {
 // tools/call becomes a toolgate call, decided by policy or a person, run by
 // a worker, its Result turned back into an MCP tool result.
 type Gateway struct {
-	agent tgclient.Agent
-	opts  Options
+	agent   tgclient.Agent
+	opts    Options
+	catalog *catalog
 }
 
 // NewGateway returns a gateway that submits calls through agent: a
@@ -103,7 +105,7 @@ func NewGateway(agent tgclient.Agent, opts Options) *Gateway {
 	if opts.Logger == nil {
 		opts.Logger = zap.NewNop()
 	}
-	return &Gateway{agent: agent, opts: opts}
+	return &Gateway{agent: agent, opts: opts, catalog: &catalog{list: agent.Tools}}
 }
 
 // Conn is who one MCP connection acts for.
@@ -243,7 +245,7 @@ func (h *handler) middleware(next mcp.MethodHandler) mcp.MethodHandler {
 			if p, ok := req.GetParams().(*mcp.ListToolsParams); ok && p != nil && p.Cursor != "" {
 				return res, nil // the first page lists toolgate's tools
 			}
-			ds, err := h.g.agent.Tools(ctx)
+			ds, err := h.g.catalog.tools(ctx)
 			if err != nil {
 				h.g.opts.Logger.Warn("List tools", zap.Error(err))
 				return nil, fmt.Errorf("toolgate could not list its tools: %w", err)
@@ -260,7 +262,11 @@ func (h *handler) middleware(next mcp.MethodHandler) mcp.MethodHandler {
 		case "tools/call":
 			cr, ok := req.(*mcp.CallToolRequest)
 			if ok && cr.Params != nil && cr.Params.Name != WaitTool && cr.Params.Name != StatusTool {
-				return h.call(ctx, cr)
+				res, err := h.call(ctx, cr)
+				if err == nil && speaksResultType(cr) {
+					res = completed(res)
+				}
+				return res, err
 			}
 		}
 		return next(ctx, method, req)
@@ -288,6 +294,16 @@ func mcpTool(d tool.Descriptor) *mcp.Tool {
 // call submits a tools/call as a toolgate call and answers with its
 // result, or "still waiting" after Options.Wait.
 func (h *handler) call(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+	// A tool this server does not list is the JSON-RPC error the spec
+	// gives, and no toolgate call.
+	known, err := h.g.catalog.has(ctx, req.Params.Name)
+	if err != nil {
+		h.g.opts.Logger.Warn("List tools", zap.Error(err))
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "toolgate could not list its tools: " + err.Error()}
+	}
+	if !known {
+		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: fmt.Sprintf("unknown tool %q", req.Params.Name)}
+	}
 	args := req.Params.Arguments
 	if len(args) == 0 || string(args) == "null" {
 		args = json.RawMessage("{}")

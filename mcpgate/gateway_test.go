@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/modelcontextprotocol/go-sdk/jsonrpc"
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -43,8 +44,9 @@ type fakeCall struct {
 
 var _ tgclient.Agent = (*fakeAgent)(nil)
 
+// newFake is toolgate with the tools echo and github__create_issue.
 func newFake(decide func(tgclient.CallRequest) *workflows.Result) *fakeAgent {
-	return &fakeAgent{decide: decide, calls: map[string]*fakeCall{}}
+	return &fakeAgent{decide: decide, calls: map[string]*fakeCall{}, tools: []tool.Descriptor{echo, gh}}
 }
 
 func (f *fakeAgent) Submit(_ context.Context, req tgclient.CallRequest) (string, error) {
@@ -512,4 +514,26 @@ func httpClient(t *testing.T, url, token string) (*mcp.ClientSession, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	return mcp.NewClient(&mcp.Implementation{Name: "test-agent", Version: "1"}, nil).Connect(ctx, tr, nil)
+}
+
+func TestAnUnknownToolIsTheSpecsErrorAndNoCall(t *testing.T) {
+	f := newFake(nil)
+	cs := connect(t, mcpgate.NewGateway(f, mcpgate.Options{}), mcpgate.Conn{Requester: "agent-1", Session: "s1"}, nil)
+	_, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "nope", Arguments: map[string]any{}})
+	var rpcErr *jsonrpc.Error
+	require.ErrorAs(t, err, &rpcErr)
+	assert.Equal(t, int64(jsonrpc.CodeInvalidParams), rpcErr.Code)
+	assert.Equal(t, `unknown tool "nope"`, rpcErr.Message, "no list of every tool in the text")
+	assert.Empty(t, f.submitted, "no call ID minted, nothing submitted")
+
+	// A tool that appears later (an upstream came up) is called once the
+	// client lists again, as it does on notifications/tools/list_changed.
+	f.mu.Lock()
+	f.tools = append(f.tools, tool.Descriptor{Name: "late"})
+	f.mu.Unlock()
+	_, err = cs.ListTools(context.Background(), nil)
+	require.NoError(t, err)
+	f.decide = func(tgclient.CallRequest) *workflows.Result { return &workflows.Result{Status: workflows.StatusOK, Output: json.RawMessage(`{}`)} }
+	callTool(t, cs, "late", map[string]any{})
+	assert.Len(t, f.submitted, 1)
 }

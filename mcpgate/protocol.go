@@ -1,0 +1,53 @@
+package mcpgate
+
+import (
+	"encoding/json"
+
+	"github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+// protocol20260728 is the first MCP revision whose results carry
+// resultType ("complete", or "input_required" for a multi-round-trip
+// call).
+const protocol20260728 = "2026-07-28"
+
+// speaksResultType reports whether the client of req negotiated 2026-07-28
+// or later, per request (the revision's _meta) or at initialize, as the
+// SDK decides for the tools it serves itself.
+func speaksResultType(req *mcp.CallToolRequest) bool {
+	if req.Params != nil {
+		if v, ok := req.Params.GetMeta()[mcp.MetaKeyProtocolVersion].(string); ok {
+			return v >= protocol20260728
+		}
+	}
+	if req.Session != nil {
+		if p := req.Session.InitializeParams(); p != nil {
+			return p.ProtocolVersion >= protocol20260728
+		}
+	}
+	return true
+}
+
+// completed marks res as a complete result ("resultType": "complete").
+// The SDK sets it only on the results of tools registered with it; the
+// gateway answers tools/call itself, and the SDK keeps the field
+// unexported, so it is set the one public way: decoding it.
+func completed(res *mcp.CallToolResult) *mcp.CallToolResult {
+	b, err := json.Marshal(res)
+	if err != nil {
+		return res
+	}
+	var fields map[string]json.RawMessage
+	if json.Unmarshal(b, &fields) != nil {
+		return res
+	}
+	fields["resultType"] = json.RawMessage(`"complete"`)
+	if b, err = json.Marshal(fields); err != nil {
+		return res
+	}
+	out := &mcp.CallToolResult{}
+	if json.Unmarshal(b, out) != nil {
+		return res
+	}
+	return out
+}
