@@ -533,7 +533,9 @@ func TestAnUnknownToolIsTheSpecsErrorAndNoCall(t *testing.T) {
 	f.mu.Unlock()
 	_, err = cs.ListTools(context.Background(), nil)
 	require.NoError(t, err)
-	f.decide = func(tgclient.CallRequest) *workflows.Result { return &workflows.Result{Status: workflows.StatusOK, Output: json.RawMessage(`{}`)} }
+	f.decide = func(tgclient.CallRequest) *workflows.Result {
+		return &workflows.Result{Status: workflows.StatusOK, Output: json.RawMessage(`{}`)}
+	}
 	callTool(t, cs, "late", map[string]any{})
 	assert.Len(t, f.submitted, 1)
 }
