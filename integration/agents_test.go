@@ -21,32 +21,43 @@ import (
 	"github.com/toolgate/toolgate/workflows"
 )
 
-// The real Claude Code and Codex, from npm (testdata/agents/package.json
+// The real Claude Code and Codex, from npm (testdata/npm/package.json
 // pins them; scripts/test installs them), each talking to a local stand-in
 // for its model API that asks for one shell command. Only the hook stands
 // between the model and the command: Claude Code runs in
 // bypassPermissions, Codex with approval_policy "never" and no sandbox.
 
-// agentsDir is where scripts/test installs the agents.
-func agentsDir() string {
-	if d := os.Getenv("TOOLGATE_AGENTS_DIR"); d != "" {
-		return d
+// npmModules is where scripts/test installs the npm software the tests
+// run: TOOLGATE_NPM_DIR, else ~/.cache/toolgate/npm, and node_modules in
+// it.
+func npmModules() string {
+	d := os.Getenv("TOOLGATE_NPM_DIR")
+	if d == "" {
+		cache, err := os.UserCacheDir()
+		if err != nil {
+			cache = os.TempDir()
+		}
+		d = filepath.Join(cache, "toolgate", "npm")
 	}
-	cache, err := os.UserCacheDir()
-	if err != nil {
-		cache = os.TempDir()
+	return filepath.Join(d, "node_modules")
+}
+
+// npmFile finds a file of the installed npm software, or fails the test
+// saying how to install it.
+func npmFile(t *testing.T, pattern string) string {
+	t.Helper()
+	matches, _ := filepath.Glob(filepath.Join(npmModules(), pattern))
+	if len(matches) == 0 {
+		t.Fatalf("this test needs %s from npm under %s: run scripts/test, or npm install --prefix %s with integration/testdata/npm/package.json", pattern, npmModules(), filepath.Dir(npmModules()))
 	}
-	return filepath.Join(cache, "toolgate", "agents")
+	return matches[0]
 }
 
 // agentBinary finds an installed agent's native binary and checks that it
 // is the pinned version.
 func agentBinary(t *testing.T, pattern, version string) string {
 	t.Helper()
-	matches, _ := filepath.Glob(filepath.Join(agentsDir(), "node_modules", pattern))
-	if len(matches) == 0 {
-		t.Fatalf("the real-agent tests need %s from npm under %s: run scripts/test, or npm install --prefix %s with integration/testdata/agents/package.json", pattern, agentsDir(), agentsDir())
-	}
+	matches := []string{npmFile(t, pattern)}
 	out, err := exec.Command(matches[0], "--version").CombinedOutput()
 	require.NoError(t, err, "%s --version: %s", matches[0], out)
 	require.Contains(t, string(out), version, "%s is not the pinned version", matches[0])

@@ -153,8 +153,13 @@ func (g *Gateway) ServeStdio(ctx context.Context) error {
 
 // Server returns an MCP server for one connection (or, over HTTP, for
 // every MCP session of one token).
-func (g *Gateway) Server(c Conn) *mcp.Server {
+func (g *Gateway) Server(c Conn) *mcp.Server { return g.server(c, nil) }
+
+// server is Server offering the protocol versions given (nil: every one
+// the SDK speaks).
+func (g *Gateway) server(c Conn, versions []string) *mcp.Server {
 	s := mcp.NewServer(&mcp.Implementation{Name: "toolgate", Title: "toolgate approval gateway", Version: g.opts.Version}, &mcp.ServerOptions{
+		SupportedProtocolVersions: versions,
 		Instructions: "Every tool call goes through toolgate: a policy allows it, denies it, or asks a person, who may take a while. " +
 			"A call still waiting for a person answers with its call ID; get its result later with " + WaitTool + ` {"call_id": "..."}, ` +
 			"or check it without waiting with " + StatusTool + ". A denial comes back as an error result with the reason.",
@@ -207,7 +212,7 @@ func (g *Gateway) HTTPHandler(authenticate AgentAuth) http.Handler {
 		if session != "" && tgclient.ValidateID("session", session) != nil {
 			return nil
 		}
-		return g.Server(Conn{Requester: ti.UserID, Session: session})
+		return g.server(Conn{Requester: ti.UserID, Session: session}, httpProtocolVersions())
 	}, nil)
 	return auth.RequireBearerToken(verify, &auth.RequireBearerTokenOptions{AllowMissingExpiration: true})(mcpHandler)
 }

@@ -11,6 +11,21 @@ import (
 // call).
 const protocol20260728 = "2026-07-28"
 
+// httpProtocolVersions are the versions /mcp offers. Over HTTP the gateway
+// keeps MCP sessions (each names a toolgate session and is bound to the
+// token that opened it), and the SDK speaks 2026-07-28 and later only
+// without sessions: so HTTP offers the versions before it, and a client
+// that asks for 2026-07-28 is told exactly those.
+func httpProtocolVersions() []string {
+	var vs []string
+	for _, v := range mcp.SupportedProtocolVersions() {
+		if v < protocol20260728 {
+			vs = append(vs, v)
+		}
+	}
+	return vs
+}
+
 // speaksResultType reports whether the client of req negotiated 2026-07-28
 // or later, per request (the revision's _meta) or at initialize, as the
 // SDK decides for the tools it serves itself.

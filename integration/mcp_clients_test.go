@@ -1,0 +1,144 @@
+package integration
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// Real MCP clients from npm against toolgate's gateway: the official
+// TypeScript client (@modelcontextprotocol/client, each protocol version
+// it speaks, stdio and HTTP) and the OpenAI Agents SDK's MCPServerStdio.
+// The scripts are in testdata/mcp-clients; node finds the packages in the
+// npm cache scripts/test fills (NODE_PATH).
+
+// clientStep is one line a client script printed.
+type clientStep struct {
+	Op       string `json:"op"`
+	Name     string `json:"name"`
+	Protocol string `json:"protocol"`
+	Tools    []string
+	Result   *struct {
+		Meta    map[string]any `json:"_meta"`
+		IsError bool           `json:"isError"`
+		Content []struct {
+			Type, Text string
+		} `json:"content"`
+	} `json:"result"`
+	Error *struct {
+		Code    any    `json:"code"`
+		Message string `json:"message"`
+	} `json:"error"`
+}
+
+// runClient runs a client script with a plan and returns its steps.
+func runClient(t *testing.T, script string, plan map[string]any) []clientStep {
+	t.Helper()
+	node, err := exec.LookPath("node")
+	require.NoError(t, err, "the MCP client tests need node (scripts/test installs it)")
+	npmFile(t, "@modelcontextprotocol/client/package.json")
+	b, err := json.Marshal(plan)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, node, filepath.Join("testdata", "mcp-clients", script), string(b))
+	cmd.Env = append(os.Environ(), "NODE_PATH="+npmModules(), "TOOLGATE_API=", "TOOLGATE_TOKEN=")
+	out, err := cmd.Output()
+	var stderr string
+	if ee, ok := err.(*exec.ExitError); ok {
+		stderr = string(ee.Stderr)
+	}
+	require.NoError(t, err, "%s: %s\n%s", script, out, stderr)
+	var steps []clientStep
+	sc := bufio.NewScanner(strings.NewReader(string(out)))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		var s clientStep
+		require.NoError(t, json.Unmarshal(sc.Bytes(), &s), "%s printed %q", script, sc.Text())
+		steps = append(steps, s)
+	}
+	return steps
+}
+
+func TestRealMCPClients(t *testing.T) {
+	d := startDevWithPolicy(t, `
+default: ask
+rules:
+  - {name: echo, tool: echo, action: allow}
+  - {name: no-shell, tool: shell, action: deny, reason: no shell over MCP}
+`)
+	stdio := map[string]any{"transport": "stdio", "command": binary, "args": []string{"mcp", "--temporal-address", d.address(), "--wait", "2s"}}
+	httpTransport := map[string]any{"transport": "http", "url": "http://" + d.httpAddr + "/mcp", "token": "token-agent-1"}
+	steps := []map[string]any{
+		{"op": "list"},
+		{"op": "call", "name": "echo", "args": map[string]any{"text": "hi"}},
+		{"op": "call", "name": "shell", "args": map[string]any{"command": "ls"}},
+		{"op": "call", "name": "no_such_tool", "args": map[string]any{}},
+	}
+	for _, tc := range []struct {
+		transport map[string]any
+		name      string
+		versions  []string
+		auto      bool
+		want      string // the protocol version the client ends up with
+	}{
+		{stdio, "stdio 2025-06-18", []string{"2025-06-18"}, false, "2025-06-18"},
+		{stdio, "stdio 2025-11-25", []string{"2025-11-25"}, false, "2025-11-25"},
+		{stdio, "stdio auto: 2026-07-28", nil, true, "2026-07-28"},
+		{httpTransport, "HTTP 2025-06-18", []string{"2025-06-18"}, false, "2025-06-18"},
+		{httpTransport, "HTTP 2025-11-25", []string{"2025-11-25"}, false, "2025-11-25"},
+		{httpTransport, "HTTP auto: 2025-11-25, all /mcp offers", nil, true, "2025-11-25"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			plan := map[string]any{"steps": steps}
+			for k, v := range tc.transport {
+				plan[k] = v
+			}
+			if tc.versions != nil {
+				plan["versions"] = tc.versions
+			}
+			if tc.auto {
+				plan["negotiation"] = "auto"
+			}
+			got := runClient(t, "client.cjs", plan)
+			require.Len(t, got, 5, "%+v", got)
+			assert.Equal(t, tc.want, got[0].Protocol)
+			assert.Contains(t, got[1].Tools, "echo")
+			assert.Contains(t, got[1].Tools, "toolgate_wait")
+			assert.NotContains(t, got[1].Tools, "shell", "a tool the policy denies outright is not listed")
+
+			echo := got[2]
+			require.Nil(t, echo.Error, "echo: %+v", echo.Error)
+			require.NotNil(t, echo.Result)
+			assert.False(t, echo.Result.IsError)
+			assert.Equal(t, "ok", echo.Result.Meta["toolgate/status"])
+			assert.Contains(t, echo.Result.Content[0].Text, "hi")
+
+			for _, refused := range got[3:] {
+				require.NotNil(t, refused.Error, "%s: a tool the server does not list is a JSON-RPC error: %+v", refused.Name, refused.Result)
+				assert.Equal(t, float64(-32602), refused.Error.Code)
+				assert.Contains(t, refused.Error.Message, fmt.Sprintf("unknown tool %q", refused.Name))
+			}
+		})
+	}
+
+	t.Run("OpenAI Agents SDK over stdio", func(t *testing.T) {
+		got := runClient(t, "agents.cjs", map[string]any{"command": binary, "args": stdio["args"],
+			"call": map[string]any{"name": "echo", "args": map[string]any{"text": "from the agents SDK"}}})
+		require.Len(t, got, 2, "%+v", got)
+		assert.Contains(t, got[0].Tools, "echo")
+		require.Nil(t, got[1].Error, "the Agents SDK negotiates 2026-07-28 and needs resultType: %+v", got[1].Error)
+		require.NotNil(t, got[1].Result)
+		assert.Contains(t, got[1].Result.Content[0].Text, "from the agents SDK")
+	})
+}

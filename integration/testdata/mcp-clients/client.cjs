@@ -1,0 +1,39 @@
+// Drives toolgate's MCP gateway with the official TypeScript client
+// (@modelcontextprotocol/client): argv[2] is a JSON plan, each step's
+// outcome is one JSON line on stdout.
+//   {"transport": "stdio", "command": "...", "args": [...]}
+//   {"transport": "http", "url": "...", "token": "..."}
+//   "versions": ["2025-06-18"] (the versions the client supports) or
+//   "negotiation": "auto" (2026-07-28 first, as the OpenAI Agents SDK does)
+//   "steps": [{"op": "list"}, {"op": "call", "name": "...", "args": {...}}]
+const { Client, StreamableHTTPClientTransport } = require('@modelcontextprotocol/client');
+const { StdioClientTransport } = require('@modelcontextprotocol/client/stdio');
+
+const plan = JSON.parse(process.argv[2]);
+const say = (o) => process.stdout.write(JSON.stringify(o) + '\n');
+
+(async () => {
+  const transport = plan.transport === 'http'
+    ? new StreamableHTTPClientTransport(new URL(plan.url), { requestInit: { headers: { Authorization: 'Bearer ' + plan.token } } })
+    : new StdioClientTransport({ command: plan.command, args: plan.args, stderr: 'ignore' });
+  const options = {};
+  if (plan.versions) options.supportedProtocolVersions = plan.versions;
+  if (plan.negotiation) options.versionNegotiation = { mode: plan.negotiation };
+  const client = new Client({ name: 'toolgate-test', version: '1.0.0' }, options);
+  await client.connect(transport);
+  say({ op: 'connect', protocol: client.getNegotiatedProtocolVersion ? client.getNegotiatedProtocolVersion() : transport.protocolVersion });
+  for (const step of plan.steps) {
+    try {
+      if (step.op === 'list') {
+        const r = await client.listTools();
+        say({ op: 'list', tools: r.tools.map((t) => t.name) });
+      } else if (step.op === 'call') {
+        const r = await client.callTool({ name: step.name, arguments: step.args || {} });
+        say({ op: 'call', name: step.name, result: r });
+      }
+    } catch (e) {
+      say({ op: step.op, name: step.name, error: { code: e.code, message: e.message } });
+    }
+  }
+  await client.close();
+})().catch((e) => { say({ op: 'fatal', error: { code: e.code, message: e.message } }); process.exit(1); });
