@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 
+	"github.com/toolgate/toolgate/policy"
 	"github.com/toolgate/toolgate/tool"
 	"github.com/toolgate/toolgate/workflows"
 )
@@ -25,6 +26,10 @@ type Agent interface {
 	WaitDecided(ctx context.Context, callID string) (Status, error)
 	// Status returns where the call stands now.
 	Status(ctx context.Context, callID string) (Status, error)
+	// Cancel withdraws a call that waits for a person (denied, "cancelled
+	// by" by.Name, who must be its requester or may act on its groups; the
+	// API takes them from the token). A decided call is refused.
+	Cancel(ctx context.Context, callID string, by policy.Approver) (policy.Decision, error)
 	// Claim takes an approved agent-executed call's approval for one run
 	// of its tool, once per call (see Client.Claim); requester must be the
 	// call's requester (the API takes it from the token).

@@ -154,6 +154,11 @@ func (f *fakeAgent) Status(_ context.Context, callID string) (client.Status, err
 	return c.st, nil
 }
 
+// Cancel is not used by the hook: a waiting call stays for the retry.
+func (f *fakeAgent) Cancel(context.Context, string, policy.Approver) (policy.Decision, error) {
+	return policy.Decision{}, errors.New("not used by the hook")
+}
+
 // Claim answers as the call's workflow does: one run per approval, the
 // same run again, nothing for a call that is not approved and waiting for
 // its run (NotWaiting, also once it ended).

@@ -12,6 +12,8 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/modelcontextprotocol/go-sdk/auth"
@@ -20,6 +22,7 @@ import (
 	"go.uber.org/zap"
 
 	tgclient "github.com/toolgate/toolgate/client"
+	"github.com/toolgate/toolgate/policy"
 	"github.com/toolgate/toolgate/tool"
 	"github.com/toolgate/toolgate/workflows"
 )
@@ -85,6 +88,17 @@ type Gateway struct {
 	agent   tgclient.Agent
 	opts    Options
 	catalog *catalog
+	waiting waitingCalls
+	// stdio is the context ServeStdio serves in: once it is done, the
+	// gateway is stopping, and the requests it ends were not cancelled
+	// by their client.
+	stdio atomic.Pointer[context.Context]
+}
+
+// stopping reports whether ServeStdio is shutting down.
+func (g *Gateway) stopping() bool {
+	ctx := g.stdio.Load()
+	return ctx != nil && (*ctx).Err() != nil
 }
 
 // NewGateway returns a gateway that submits calls through agent: a
@@ -143,6 +157,7 @@ func (g *Gateway) StdioConn() Conn {
 // closes it or ctx ends. Nothing else may write to stdout.
 func (g *Gateway) ServeStdio(ctx context.Context) error {
 	c := g.StdioConn()
+	g.stdio.Store(&ctx)
 	g.opts.Logger.Info("MCP gateway serving on stdio", zap.String("session", c.Session), zap.String("requester", c.Requester))
 	err := g.Server(c).Run(ctx, &mcp.StdioTransport{})
 	if ctx.Err() != nil {
@@ -315,17 +330,59 @@ func (h *handler) call(ctx context.Context, req *mcp.CallToolRequest) (*mcp.Call
 	}
 	call := tgclient.CallRequest{CallID: tgclient.NewCallID(), Session: h.session(req.Session), Tool: req.Params.Name, Args: args, Requester: h.conn.Requester}
 	log := h.g.opts.Logger.With(zap.String("callID", call.CallID), zap.String("session", call.Session), zap.String("tool", call.Tool), zap.String("requester", call.Requester))
-	id, err := h.g.agent.Submit(ctx, call)
+	key := requestKey(call.Requester, call.Session, call.Tool, call.Args)
+	if joined := h.g.waiting.join(key, call.CallID); joined != "" {
+		// The client asks again what it asked before (it timed out, or
+		// retries): the same call, its decision, at most one run.
+		log.Info("MCP call joins the identical call still waiting", zap.String("joined", joined))
+		return h.awaitAsWaiter(ctx, req, key, joined), nil
+	}
+	_, err = h.g.agent.Submit(ctx, call)
 	var input *tgclient.InputError
 	switch {
 	case errors.As(err, &input), errors.Is(err, tgclient.ErrNotYourSession):
+		h.g.waiting.forget(key, call.CallID)
 		return errorResult(fmt.Sprintf("toolgate refused the call to %s: %v", call.Tool, err)), nil
 	case err != nil:
+		h.g.waiting.forget(key, call.CallID)
 		log.Warn("Submit MCP call", zap.Error(err))
 		return errorResult(fmt.Sprintf("toolgate could not take the call to %s: %v", call.Tool, err)), nil
 	}
 	log.Info("MCP call submitted")
-	return h.await(ctx, req, id, true), nil
+	return h.awaitAsWaiter(ctx, req, key, call.CallID), nil
+}
+
+// awaitAsWaiter is await for a tools/call counted among the waiters of
+// its call. A request its client cancelled (notifications/cancelled, as
+// clients send at their timeout) cancels the call too, unless another
+// request waits on it or it was decided already.
+func (h *handler) awaitAsWaiter(ctx context.Context, req *mcp.CallToolRequest, key, callID string) *mcp.CallToolResult {
+	res, ended := h.await(ctx, req, callID)
+	if !ended && h.cancelledByClient(ctx) && h.g.waiting.alone(key, callID) {
+		ended = h.cancel(ctx, callID)
+	}
+	h.g.waiting.leave(key, callID, ended)
+	return res
+}
+
+// cancelledByClient reports whether the client cancelled the request, as
+// opposed to the gateway shutting down or the connection closing.
+func (h *handler) cancelledByClient(ctx context.Context) bool {
+	return ctx.Err() != nil && errors.Is(context.Cause(ctx), context.Canceled) && !h.g.stopping()
+}
+
+// cancel withdraws a call whose client gave up on it; it reports whether
+// the call was cancelled (false: it was decided meanwhile, and goes on).
+func (h *handler) cancel(ctx context.Context, callID string) bool {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	log := h.g.opts.Logger.With(zap.String("callID", callID))
+	if _, err := h.g.agent.Cancel(cctx, callID, policy.Approver{Name: h.conn.Requester}); err != nil {
+		log.Info("The client cancelled its request; the call was decided already and goes on", zap.Error(err))
+		return false
+	}
+	log.Info("The client cancelled its request; its call is cancelled")
+	return true
 }
 
 // callIDArgs are the arguments of the gateway's own tools.
@@ -361,11 +418,16 @@ func (h *handler) lookup(ctx context.Context, req *mcp.CallToolRequest, block bo
 	}
 	if r := final(st); r != nil || !block {
 		if r != nil {
+			h.g.waiting.ended(a.CallID)
 			return resultFor(*r), nil
 		}
 		return h.waitingResult(a.CallID, st.State), nil
 	}
-	return h.await(ctx, req, a.CallID, false), nil
+	res, ended := h.await(ctx, req, a.CallID)
+	if ended {
+		h.g.waiting.ended(a.CallID)
+	}
+	return res, nil
 }
 
 func (h *handler) lookupError(callID string, err error) *mcp.CallToolResult {
@@ -377,6 +439,12 @@ func (h *handler) lookupError(callID string, err error) *mcp.CallToolResult {
 	}
 	h.g.opts.Logger.Warn("Look up MCP call", zap.String("callID", callID), zap.Error(err))
 	return errorResult(fmt.Sprintf("toolgate could not look up call %s: %v", callID, err))
+}
+
+// gone reports whether err says the call no longer exists for toolgate:
+// unknown, or stopped without a Result.
+func gone(err error) bool {
+	return errors.Is(err, tgclient.ErrUnknownCall) || errors.Is(err, tgclient.ErrNoResult)
 }
 
 func unknownCall(callID string) *mcp.CallToolResult {
@@ -396,9 +464,9 @@ func requester(st tgclient.Status) string {
 
 // await waits up to Options.Wait for the call's Result, sending progress
 // notifications if the request asked for them, and answers with the
-// Result or with "still waiting". submitted says the call was just
-// submitted by this request.
-func (h *handler) await(ctx context.Context, req *mcp.CallToolRequest, callID string, submitted bool) *mcp.CallToolResult {
+// Result or with "still waiting"; ended says the answer is final (a
+// Result, or a call that is gone).
+func (h *handler) await(ctx context.Context, req *mcp.CallToolRequest, callID string) (res *mcp.CallToolResult, ended bool) {
 	wctx, cancel := context.WithTimeout(ctx, h.g.opts.Wait)
 	defer cancel()
 	if token := req.Params.GetProgressToken(); token != nil && req.Session != nil {
@@ -407,23 +475,23 @@ func (h *handler) await(ctx context.Context, req *mcp.CallToolRequest, callID st
 	}
 	r, err := h.g.agent.Wait(wctx, callID)
 	if err == nil {
-		return resultFor(r)
+		return resultFor(r), true
 	}
-	if ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) {
-		if ctx.Err() != nil {
-			return errorResult(fmt.Sprintf("the wait for call %s ended; the call goes on: call %s with {\"call_id\": %q}", callID, WaitTool, callID))
-		}
-		return h.lookupError(callID, err)
+	if ctx.Err() != nil {
+		return errorResult(fmt.Sprintf("the wait for call %s ended; the call goes on: call %s with {\"call_id\": %q}", callID, WaitTool, callID)), false
+	}
+	if !errors.Is(err, context.DeadlineExceeded) {
+		return h.lookupError(callID, err), gone(err)
 	}
 	st, err := h.g.agent.Status(ctx, callID)
 	if err != nil {
-		return h.lookupError(callID, err)
+		return h.lookupError(callID, err), gone(err)
 	}
 	if r := final(st); r != nil {
-		return resultFor(*r)
+		return resultFor(*r), true
 	}
-	h.g.opts.Logger.Info("MCP call still waiting", zap.String("callID", callID), zap.Bool("submitted", submitted))
-	return h.waitingResult(callID, st.State)
+	h.g.opts.Logger.Info("MCP call still waiting", zap.String("callID", callID))
+	return h.waitingResult(callID, st.State), false
 }
 
 // final is the call's Result, if it has one.
@@ -437,8 +505,10 @@ func final(st tgclient.Status) *workflows.Result {
 	return nil
 }
 
-// progress sends a progress notification every ProgressInterval until ctx
-// ends or stop is called.
+// progress sends a progress notification at once, naming the call (so a
+// client that gives up can still pick it up), then every
+// ProgressInterval until ctx ends or stop is called, saying what the call
+// is doing.
 func (h *handler) progress(ctx context.Context, ss *mcp.ServerSession, token any, callID string) (stop func()) {
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
@@ -448,20 +518,20 @@ func (h *handler) progress(ctx context.Context, ss *mcp.ServerSession, token any
 		t := time.NewTicker(h.g.opts.ProgressInterval)
 		defer t.Stop()
 		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-			}
 			elapsed := time.Since(start)
 			err := ss.NotifyProgress(ctx, &mcp.ProgressNotificationParams{
 				ProgressToken: token,
 				Progress:      elapsed.Seconds(),
 				Total:         h.g.opts.Wait.Seconds(),
-				Message:       fmt.Sprintf("toolgate call %s is waiting for a decision (%s so far)", callID, elapsed.Round(time.Second)),
+				Message:       fmt.Sprintf("toolgate call %s %s (%s so far)", callID, h.doing(ctx, callID), elapsed.Round(time.Second)),
 			})
 			if err != nil && ctx.Err() == nil {
 				h.g.opts.Logger.Debug("Progress notification", zap.String("callID", callID), zap.Error(err))
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
 			}
 		}
 	}()
@@ -469,4 +539,24 @@ func (h *handler) progress(ctx context.Context, ss *mcp.ServerSession, token any
 		cancel()
 		<-done
 	}
+}
+
+// doing says what a call is doing, for a progress notification.
+func (h *handler) doing(ctx context.Context, callID string) string {
+	st, err := h.g.agent.Status(ctx, callID)
+	if err != nil || st.State == nil {
+		return "is being decided"
+	}
+	switch st.State.Status {
+	case workflows.StatusPending:
+		if st.State.Request != nil && len(st.State.Request.Groups) > 0 {
+			return "is waiting for an approver of " + strings.Join(st.State.Request.Groups, ", ")
+		}
+		return "is waiting for a person to decide it"
+	case workflows.StatusRunning, workflows.StatusApproved:
+		return "is approved and running"
+	case workflows.StatusEvaluating:
+		return "is being checked by the policy"
+	}
+	return "is " + string(st.State.Status)
 }

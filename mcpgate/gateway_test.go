@@ -34,6 +34,7 @@ type fakeAgent struct {
 	mu        sync.Mutex
 	calls     map[string]*fakeCall
 	submitted []tgclient.CallRequest
+	cancelled []string
 }
 
 type fakeCall struct {
@@ -127,12 +128,37 @@ func (f *fakeAgent) Report(context.Context, string, string, tgclient.Report) err
 	return errors.New("not used")
 }
 
+// Cancel denies a waiting call, as the workflow does; a decided one is
+// refused as already decided.
+func (f *fakeAgent) Cancel(_ context.Context, id string, by policy.Approver) (policy.Decision, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c, ok := f.calls[id]
+	switch {
+	case !ok:
+		return policy.Decision{}, fmt.Errorf("call %s: %w", id, tgclient.ErrUnknownCall)
+	case c.result != nil:
+		return policy.Decision{}, &tgclient.AlreadyDecidedError{CallID: id, Message: "call " + id + " was already decided"}
+	}
+	f.cancelled = append(f.cancelled, id)
+	d := policy.Decision{Kind: policy.DeniedWithReason, Reason: "cancelled by " + by.Name, DecidedBy: by.Name, Channel: workflows.ChannelCancel}
+	f.finish(c, workflows.Result{Status: workflows.StatusDenied, Reason: d.Reason, Decision: d.Kind.String(), DecidedBy: by.Name, Channel: d.Channel})
+	return d, nil
+}
+
 // Claim: the gateway's calls are run by toolgate, never claimed.
 func (f *fakeAgent) Claim(context.Context, string, string, tgclient.Claim) error {
 	return errors.New("not used")
 }
 
 func (f *fakeAgent) Tools(context.Context) ([]tool.Descriptor, error) { return f.tools, nil }
+
+// submissions are the calls submitted so far.
+func (f *fakeAgent) submissions() []tgclient.CallRequest {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]tgclient.CallRequest(nil), f.submitted...)
+}
 
 func (f *fakeAgent) lastSubmitted() tgclient.CallRequest {
 	f.mu.Lock()
@@ -412,9 +438,10 @@ func TestProgressWhileWaiting(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	require.GreaterOrEqual(t, len(progress), 3, "a notification every 50ms over 400ms")
+	assert.Less(t, progress[0].Progress, 0.05, "the first goes out at once, naming the call")
 	for i, p := range progress {
 		assert.Equal(t, "tok-1", p.ProgressToken)
-		assert.Contains(t, p.Message, callID)
+		assert.Contains(t, p.Message, "toolgate call "+callID+" is waiting for an approver of ops", "says what the call is doing")
 		if i > 0 {
 			assert.Greater(t, p.Progress, progress[i-1].Progress, "progress increases")
 		}
@@ -538,4 +565,81 @@ func TestAnUnknownToolIsTheSpecsErrorAndNoCall(t *testing.T) {
 	}
 	callTool(t, cs, "late", map[string]any{})
 	assert.Len(t, f.submitted, 1)
+}
+
+// A client that gave up (its timeout) and asks again, or asks twice at
+// once, gets the one call: nobody is asked twice, the tool runs once.
+func TestAnIdenticalCallJoinsTheOneWaiting(t *testing.T) {
+	f := newFake(func(tgclient.CallRequest) *workflows.Result { return nil })
+	g := mcpgate.NewGateway(f, mcpgate.Options{Wait: 100 * time.Millisecond})
+	cs := connect(t, g, mcpgate.Conn{Requester: "agent-1", Session: "s1"}, nil)
+
+	first := callTool(t, cs, "github__create_issue", map[string]any{"title": "bug", "body": "x"})
+	require.Len(t, f.submissions(), 1)
+	callID := f.submissions()[0].CallID
+	assert.Contains(t, text(t, first), callID, "still waiting, naming the call")
+
+	retry := callTool(t, cs, "github__create_issue", map[string]any{"body": "x", "title": "bug"})
+	assert.Contains(t, text(t, retry), callID, "the retry is the same call")
+	assert.Len(t, f.submissions(), 1, "nothing new submitted")
+
+	var wg sync.WaitGroup
+	results := make([]*mcp.CallToolResult, 2)
+	for i := range results {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res, err := cs.CallTool(context.Background(), &mcp.CallToolParams{Name: "github__create_issue", Arguments: map[string]any{"title": "bug", "body": "x"}})
+			assert.NoError(t, err)
+			results[i] = res
+		}()
+	}
+	time.Sleep(30 * time.Millisecond)
+	f.resolve(callID, workflows.Result{Status: workflows.StatusOK, Output: json.RawMessage(upstreamOutput)})
+	wg.Wait()
+	for _, res := range results {
+		assert.Equal(t, "issue #7 created", text(t, res), "both get the one run's result")
+	}
+	assert.Len(t, f.submissions(), 1)
+
+	// Seen to its end: the next identical call is a new call.
+	callTool(t, cs, "github__create_issue", map[string]any{"title": "bug", "body": "x"})
+	assert.Len(t, f.submissions(), 2)
+	// Other arguments are another call.
+	callTool(t, cs, "github__create_issue", map[string]any{"title": "other"})
+	assert.Len(t, f.submissions(), 3)
+}
+
+// A request the client cancels (notifications/cancelled, as clients do at
+// their timeout) cancels its waiting call, so an approval cannot run it
+// behind the agent's back; a decided call goes on.
+func TestACancelledRequestCancelsItsCall(t *testing.T) {
+	f := newFake(func(tgclient.CallRequest) *workflows.Result { return nil })
+	g := mcpgate.NewGateway(f, mcpgate.Options{Wait: 10 * time.Second})
+	cs := connect(t, g, mcpgate.Conn{Requester: "agent-1", Session: "s1"}, nil)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	_, err := cs.CallTool(ctx, &mcp.CallToolParams{Name: "github__create_issue", Arguments: map[string]any{"title": "bug"}})
+	require.Error(t, err, "the client gave up")
+	require.Len(t, f.submissions(), 1)
+	callID := f.submissions()[0].CallID
+	require.Eventually(t, func() bool {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		return len(f.cancelled) == 1
+	}, 5*time.Second, 10*time.Millisecond, "the call is cancelled")
+	st, err := f.Status(context.Background(), callID)
+	require.NoError(t, err)
+	require.NotNil(t, st.Result)
+	assert.Equal(t, workflows.StatusDenied, st.Result.Status)
+	assert.Equal(t, "cancelled by agent-1", st.Result.Reason)
+
+	// The retry is a new call, asked afresh.
+	f.mu.Lock()
+	f.decide = func(tgclient.CallRequest) *workflows.Result { return &workflows.Result{Status: workflows.StatusOK, Output: json.RawMessage(upstreamOutput)} }
+	f.mu.Unlock()
+	res := callTool(t, cs, "github__create_issue", map[string]any{"title": "bug"})
+	assert.Equal(t, "issue #7 created", text(t, res))
+	assert.Len(t, f.submissions(), 2)
 }
