@@ -637,7 +637,9 @@ func TestACancelledRequestCancelsItsCall(t *testing.T) {
 
 	// The retry is a new call, asked afresh.
 	f.mu.Lock()
-	f.decide = func(tgclient.CallRequest) *workflows.Result { return &workflows.Result{Status: workflows.StatusOK, Output: json.RawMessage(upstreamOutput)} }
+	f.decide = func(tgclient.CallRequest) *workflows.Result {
+		return &workflows.Result{Status: workflows.StatusOK, Output: json.RawMessage(upstreamOutput)}
+	}
 	f.mu.Unlock()
 	res := callTool(t, cs, "github__create_issue", map[string]any{"title": "bug"})
 	assert.Equal(t, "issue #7 created", text(t, res))
