@@ -14,6 +14,9 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	tgclient "github.com/toolgate/toolgate/client"
+	"github.com/toolgate/toolgate/workflows"
 )
 
 // Real MCP clients from npm against toolgate's gateway: the official
@@ -44,6 +47,13 @@ type clientStep struct {
 // runClient runs a client script with a plan and returns its steps.
 func runClient(t *testing.T, script string, plan map[string]any) []clientStep {
 	t.Helper()
+	return runClientWatching(t, script, plan, nil)
+}
+
+// runClientWatching is runClient calling seen with each step as the
+// script prints it.
+func runClientWatching(t *testing.T, script string, plan map[string]any, seen func(clientStep)) []clientStep {
+	t.Helper()
 	node, err := exec.LookPath("node")
 	require.NoError(t, err, "the MCP client tests need node (scripts/test installs it)")
 	npmFile(t, "@modelcontextprotocol/client/package.json")
@@ -53,20 +63,23 @@ func runClient(t *testing.T, script string, plan map[string]any) []clientStep {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, node, filepath.Join("testdata", "mcp-clients", script), string(b))
 	cmd.Env = append(os.Environ(), "NODE_PATH="+npmModules(), "TOOLGATE_API=", "TOOLGATE_TOKEN=")
-	out, err := cmd.Output()
-	var stderr string
-	if ee, ok := err.(*exec.ExitError); ok {
-		stderr = string(ee.Stderr)
-	}
-	require.NoError(t, err, "%s: %s\n%s", script, out, stderr)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
 	var steps []clientStep
-	sc := bufio.NewScanner(strings.NewReader(string(out)))
+	sc := bufio.NewScanner(stdout)
 	sc.Buffer(make([]byte, 1<<20), 1<<20)
 	for sc.Scan() {
 		var s clientStep
 		require.NoError(t, json.Unmarshal(sc.Bytes(), &s), "%s printed %q", script, sc.Text())
 		steps = append(steps, s)
+		if seen != nil {
+			seen(s)
+		}
 	}
+	require.NoError(t, cmd.Wait(), "%s: %+v\n%s", script, steps, stderr.String())
 	return steps
 }
 
@@ -131,6 +144,76 @@ rules:
 			}
 		})
 	}
+
+	// The issue that found it: a callTool with a client timeout, retried,
+	// left two waiting calls, and approving both wrote twice.
+	t.Run("a client timeout, then the retry: one call runs, once", func(t *testing.T) {
+		d := d.in(t)
+		args := map[string]any{"path": "once.txt", "content": "written once"}
+		plan := map[string]any{"transport": "stdio", "command": binary, "args": []string{"mcp", "--temporal-address", d.address(), "--wait", "60s", "--requester", "retrier"},
+			"steps": []map[string]any{{"op": "call", "name": "write_file", "args": args, "timeoutMs": 1500}, {"op": "call", "name": "write_file", "args": args}}}
+		// Once the client gave up on the first request, approve what waits:
+		// the retry's call, if the first one was cancelled.
+		gaveUp := make(chan struct{})
+		done := make(chan []clientStep, 1)
+		go func() {
+			done <- runClientWatching(t, "client.cjs", plan, func(s clientStep) {
+				if s.Op == "call" && s.Error != nil {
+					close(gaveUp)
+				}
+			})
+		}()
+		select {
+		case <-gaveUp:
+		case <-time.After(time.Minute):
+			t.Fatal("the client never gave up on its first request")
+		}
+		c := d.client()
+		require.Eventually(t, func() bool {
+			pending, err := c.Pending(context.Background(), tgclient.ListFilter{Tool: "write_file", Requester: "retrier"}, tgclient.PageRequest{})
+			if err != nil {
+				return false
+			}
+			for _, p := range pending.Calls {
+				if r := d.cli("approve", p.CallID, "--by", "alice"); r.code == 0 {
+					return true
+				}
+			}
+			return false
+		}, time.Minute, 300*time.Millisecond, "the retry's call waits for a person")
+		got := <-done
+		require.Len(t, got, 3, "%+v", got)
+		require.NotNil(t, got[1].Error, "the client gave up on the first request")
+		assert.Equal(t, "REQUEST_TIMEOUT", got[1].Error.Code)
+		require.Nil(t, got[2].Error, "%+v", got[2].Error)
+		assert.False(t, got[2].Result.IsError, "%+v", got[2].Result)
+
+		b, err := os.ReadFile(filepath.Join(d.workspace, "once.txt"))
+		require.NoError(t, err)
+		assert.Equal(t, "written once", string(b))
+		// The retry either joined the first call (it came before the
+		// cancel) or, the first one cancelled, made the one that ran.
+		ran := 0
+		require.Eventually(t, func() bool {
+			calls, err := c.List(context.Background(), tgclient.ListFilter{Tool: "write_file", Requester: "retrier", Status: "decided"})
+			if err != nil {
+				return false
+			}
+			ran = 0
+			for _, call := range calls {
+				r, err := c.Wait(context.Background(), call.CallID)
+				require.NoError(t, err)
+				if r.Status == workflows.StatusOK {
+					ran++
+					continue
+				}
+				assert.Equal(t, workflows.StatusDenied, r.Status)
+				assert.Equal(t, "cancelled by retrier", r.Reason, "a call that did not run was withdrawn by the client's cancel")
+			}
+			return ran > 0
+		}, 30*time.Second, 200*time.Millisecond, "the retry's call is listed")
+		assert.Equal(t, 1, ran, "write_file ran once")
+	})
 
 	t.Run("OpenAI Agents SDK over stdio", func(t *testing.T) {
 		got := runClient(t, "agents.cjs", map[string]any{"command": binary, "args": stdio["args"],

@@ -358,8 +358,9 @@ func (h *handler) call(ctx context.Context, req *mcp.CallToolRequest) (*mcp.Call
 // request waits on it or it was decided already.
 func (h *handler) awaitAsWaiter(ctx context.Context, req *mcp.CallToolRequest, key, callID string) *mcp.CallToolResult {
 	res, ended := h.await(ctx, req, callID)
-	if !ended && h.cancelledByClient(ctx) && h.g.waiting.alone(key, callID) {
-		ended = h.cancel(ctx, callID)
+	if !ended && h.cancelledByClient(ctx) && h.g.waiting.leaveAlone(key, callID) {
+		h.cancel(ctx, callID)
+		return res
 	}
 	h.g.waiting.leave(key, callID, ended)
 	return res
@@ -371,18 +372,17 @@ func (h *handler) cancelledByClient(ctx context.Context) bool {
 	return ctx.Err() != nil && errors.Is(context.Cause(ctx), context.Canceled) && !h.g.stopping()
 }
 
-// cancel withdraws a call whose client gave up on it; it reports whether
-// the call was cancelled (false: it was decided meanwhile, and goes on).
-func (h *handler) cancel(ctx context.Context, callID string) bool {
+// cancel withdraws a call whose client gave up on it; a call decided
+// meanwhile goes on (toolgate_wait fetches its result).
+func (h *handler) cancel(ctx context.Context, callID string) {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	log := h.g.opts.Logger.With(zap.String("callID", callID))
 	if _, err := h.g.agent.Cancel(cctx, callID, policy.Approver{Name: h.conn.Requester}); err != nil {
 		log.Info("The client cancelled its request; the call was decided already and goes on", zap.Error(err))
-		return false
+		return
 	}
 	log.Info("The client cancelled its request; its call is cancelled")
-	return true
 }
 
 // callIDArgs are the arguments of the gateway's own tools.

@@ -67,12 +67,18 @@ func (w *waitingCalls) leave(key, callID string, ended bool) {
 	}
 }
 
-// alone reports whether this request is the only one waiting on callID.
-func (w *waitingCalls) alone(key, callID string) bool {
+// leaveAlone forgets callID if this request is the only one waiting on it,
+// so that a request that comes later asks anew rather than joining a call
+// about to be cancelled; it reports whether it did.
+func (w *waitingCalls) leaveAlone(key, callID string) bool {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	c, ok := w.calls[key]
-	return ok && c.callID == callID && c.waiters == 1
+	if !ok || c.callID != callID || c.waiters != 1 {
+		return false
+	}
+	delete(w.calls, key)
+	return true
 }
 
 // ended forgets callID, whose Result a request saw (toolgate_wait).

@@ -5,7 +5,8 @@
 //   {"transport": "http", "url": "...", "token": "..."}
 //   "versions": ["2025-06-18"] (the versions the client supports) or
 //   "negotiation": "auto" (2026-07-28 first, as the OpenAI Agents SDK does)
-//   "steps": [{"op": "list"}, {"op": "call", "name": "...", "args": {...}}]
+//   "steps": [{"op": "list"}, {"op": "call", "name": "...", "args": {...},
+//             "timeoutMs": 1500 (the client gives up then, and says so)}]
 const { Client, StreamableHTTPClientTransport } = require('@modelcontextprotocol/client');
 const { StdioClientTransport } = require('@modelcontextprotocol/client/stdio');
 
@@ -28,7 +29,7 @@ const say = (o) => process.stdout.write(JSON.stringify(o) + '\n');
         const r = await client.listTools();
         say({ op: 'list', tools: r.tools.map((t) => t.name) });
       } else if (step.op === 'call') {
-        const r = await client.callTool({ name: step.name, arguments: step.args || {} });
+        const r = await client.callTool({ name: step.name, arguments: step.args || {} }, step.timeoutMs ? { timeout: step.timeoutMs } : undefined);
         say({ op: 'call', name: step.name, result: r });
       }
     } catch (e) {
