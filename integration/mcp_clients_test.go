@@ -215,6 +215,16 @@ rules:
 		assert.Equal(t, 1, ran, "write_file ran once")
 	})
 
+	t.Run("a gateway whose token cannot submit calls does not start", func(t *testing.T) {
+		for _, token := range []string{"token-nobody", "token-alice"} {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			out, err := exec.CommandContext(ctx, binary, "mcp", "--api", "http://"+d.httpAddr, "--token", token).CombinedOutput()
+			cancel()
+			require.Error(t, err, "%s", out)
+			assert.Contains(t, string(out), "refused this agent's token (it must be an agent token)")
+		}
+	})
+
 	t.Run("OpenAI Agents SDK over stdio", func(t *testing.T) {
 		got := runClient(t, "agents.cjs", map[string]any{"command": binary, "args": stdio["args"],
 			"call": map[string]any{"name": "echo", "args": map[string]any{"text": "from the agents SDK"}}})

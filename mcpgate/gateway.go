@@ -201,10 +201,6 @@ var callIDSchema = json.RawMessage(`{"type":"object","properties":{"call_id":{"t
 
 func ptr[T any](v T) *T { return &v }
 
-// AgentAuth names the agent a bearer token belongs to. ok is false for an
-// unknown token, and for one that may not submit calls.
-type AgentAuth func(token string) (requester string, ok bool)
-
 // HTTPHandler serves MCP over streamable HTTP (mount it at /mcp). Every
 // request needs a bearer token that authenticate accepts; the token's name
 // is the requester of the calls, and an MCP session is bound to the token
@@ -212,8 +208,8 @@ type AgentAuth func(token string) (requester string, ok bool)
 // session; without it each MCP session gets its own.
 func (g *Gateway) HTTPHandler(authenticate AgentAuth) http.Handler {
 	verify := func(_ context.Context, token string, _ *http.Request) (*auth.TokenInfo, error) {
-		name, ok := authenticate(token)
-		if !ok {
+		name, known, agent := authenticate(token)
+		if !known || !agent {
 			return nil, fmt.Errorf("%w: not an agent token", auth.ErrInvalidToken)
 		}
 		return &auth.TokenInfo{UserID: name}, nil
@@ -229,7 +225,7 @@ func (g *Gateway) HTTPHandler(authenticate AgentAuth) http.Handler {
 		}
 		return g.server(Conn{Requester: ti.UserID, Session: session}, httpProtocolVersions())
 	}, nil)
-	return auth.RequireBearerToken(verify, &auth.RequireBearerTokenOptions{AllowMissingExpiration: true})(mcpHandler)
+	return guard(authenticate, auth.RequireBearerToken(verify, &auth.RequireBearerTokenOptions{AllowMissingExpiration: true})(mcpHandler))
 }
 
 // handler answers one connection's requests.
@@ -268,7 +264,7 @@ func (h *handler) middleware(next mcp.MethodHandler) mcp.MethodHandler {
 			ds, err := h.g.catalog.tools(ctx)
 			if err != nil {
 				h.g.opts.Logger.Warn("List tools", zap.Error(err))
-				return nil, fmt.Errorf("toolgate could not list its tools: %w", err)
+				return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "toolgate could not list its tools: " + err.Error()}
 			}
 			tools := make([]*mcp.Tool, 0, len(ds)+len(lr.Tools))
 			for _, d := range ds {

@@ -476,20 +476,50 @@ func TestHTTPNeedsAnAgentToken(t *testing.T) {
 	})
 	f.tools = []tool.Descriptor{echo}
 	g := mcpgate.NewGateway(f, mcpgate.Options{})
-	srv := httptest.NewServer(g.HTTPHandler(func(token string) (string, bool) {
-		if token == "agent-token" {
-			return "ci-bot", true
+	srv := httptest.NewServer(g.HTTPHandler(func(token string) (string, bool, bool) {
+		switch token {
+		case "agent-token":
+			return "ci-bot", true, true
+		case "approver-token":
+			return "alice", true, false
 		}
-		return "", false
+		return "", false, false
 	}))
 	defer srv.Close()
 
-	resp, err := http.Post(srv.URL, "application/json", strings.NewReader(`{}`))
-	require.NoError(t, err)
-	resp.Body.Close()
+	post := func(token, origin, sessionID, body string) *http.Response {
+		t.Helper()
+		req, err := http.NewRequest(http.MethodPost, srv.URL, strings.NewReader(body))
+		require.NoError(t, err)
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		if token != "" {
+			req.Header.Set("Authorization", "Bearer "+token)
+		}
+		if origin != "" {
+			req.Header.Set("Origin", origin)
+		}
+		if sessionID != "" {
+			req.Header.Set("Mcp-Session-Id", sessionID)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		return resp
+	}
+	const list = `{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{}}`
+	resp := post("", "", "", list)
 	assert.Equal(t, http.StatusUnauthorized, resp.StatusCode)
+	assert.Equal(t, `Bearer realm="toolgate"`, resp.Header.Get("WWW-Authenticate"))
+	resp = post("wrong", "", "", list)
+	assert.Equal(t, http.StatusUnauthorized, resp.StatusCode)
+	assert.Contains(t, resp.Header.Get("WWW-Authenticate"), `error="invalid_token"`)
+	assert.Equal(t, http.StatusForbidden, post("approver-token", "", "", list).StatusCode, "a valid token of the wrong role")
+	assert.Equal(t, http.StatusForbidden, post("agent-token", "https://evil.example", "", list).StatusCode, "another site's page (DNS rebinding)")
+	assert.Equal(t, http.StatusBadRequest, post("agent-token", "", "", list).StatusCode, "no session and not an initialize")
+	assert.NotEqual(t, http.StatusForbidden, post("agent-token", "http://localhost:3000", "", list).StatusCode, "a local page passes the Origin check")
 
-	_, err = httpClient(t, srv.URL, "wrong")
+	_, err := httpClient(t, srv.URL, "wrong")
 	require.Error(t, err)
 
 	cs, err := httpClient(t, srv.URL+"?session=pinned-1", "agent-token")

@@ -40,14 +40,15 @@ type Config struct {
 	Ready func(context.Context) error
 }
 
-// Agent names the agent a bearer token belongs to: ok only for a token
-// with role agent or admin, the roles that may submit calls.
-func (t *Tokens) Agent(token string) (name string, ok bool) {
+// Agent names the holder of a bearer token (mcpgate.AgentAuth): known
+// says toolgate knows the token, agent that its role (agent or admin) may
+// submit calls.
+func (t *Tokens) Agent(token string) (name string, known, agent bool) {
 	p, known := t.Lookup(token)
-	if !known || (p.Role != RoleAgent && p.Role != RoleAdmin) {
-		return "", false
+	if !known {
+		return "", false, false
 	}
-	return p.Name, true
+	return p.Name, true, p.Role == RoleAgent || p.Role == RoleAdmin
 }
 
 // New returns the HTTP handler.

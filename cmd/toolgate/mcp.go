@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+	"fmt"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -54,6 +56,14 @@ stderr; stdout carries only MCP.`,
 					return usageError("--api needs --token (or TOOLGATE_TOKEN)")
 				}
 				agent, opts.AgentNamesRequester = apiclient.New(a.api.url, a.api.token), true
+				// A client that connects to a gateway whose token cannot
+				// list tools sees no tools and no reason: refuse to start.
+				ctx, cancel := context.WithTimeout(cmd.Context(), 30*time.Second)
+				_, err := agent.Tools(ctx)
+				cancel()
+				if err != nil {
+					return fmt.Errorf("mcp: toolgate at %s refused this agent's token (it must be an agent token): %w", a.api.url, err)
+				}
 			} else {
 				c, closeFn, err := a.client()
 				if err != nil {

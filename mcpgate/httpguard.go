@@ -1,0 +1,97 @@
+package mcpgate
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+)
+
+// AgentAuth names the agent a bearer token belongs to. known is false for
+// a token toolgate does not know; agent is false for a known token whose
+// role may not submit calls (an approver's).
+type AgentAuth func(token string) (requester string, known, agent bool)
+
+// maxPeekBytes bounds how much of a POST body the guard reads to tell an
+// initialize from other requests.
+const maxPeekBytes = 4 << 20
+
+// guard puts /mcp behind what the streamable HTTP transport asks of a
+// server, before the SDK sees a request: an Origin that is not this host
+// is refused (403, against DNS rebinding); a missing or unknown bearer
+// token is 401 with WWW-Authenticate, a token of another role 403; a POST
+// without Mcp-Session-Id that is not an initialize is 400. next (the
+// SDK's bearer check, which binds each MCP session to its token) then
+// sees only requests that pass.
+func guard(authenticate AgentAuth, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !sameOrigin(r) {
+			http.Error(w, "Forbidden: the Origin "+r.Header.Get("Origin")+" may not use this server", http.StatusForbidden)
+			return
+		}
+		token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if !ok || strings.TrimSpace(token) == "" {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="toolgate"`)
+			http.Error(w, "Unauthorized: send Authorization: Bearer <agent token>", http.StatusUnauthorized)
+			return
+		}
+		_, known, agent := authenticate(strings.TrimSpace(token))
+		switch {
+		case !known:
+			w.Header().Set("WWW-Authenticate", `Bearer realm="toolgate", error="invalid_token"`)
+			http.Error(w, "Unauthorized: toolgate knows no such token", http.StatusUnauthorized)
+			return
+		case !agent:
+			http.Error(w, "Forbidden: the token's role may not submit calls: use an agent token", http.StatusForbidden)
+			return
+		}
+		if r.Method == http.MethodPost && r.Header.Get("Mcp-Session-Id") == "" {
+			body, err := io.ReadAll(io.LimitReader(r.Body, maxPeekBytes))
+			if err != nil {
+				http.Error(w, "Bad Request: "+err.Error(), http.StatusBadRequest)
+				return
+			}
+			if !isInitialize(body) {
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(http.StatusBadRequest)
+				_, _ = w.Write([]byte(`{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"Bad Request: no Mcp-Session-Id header; start a session with initialize"}}`))
+				return
+			}
+			r.Body = io.NopCloser(bytes.NewReader(body))
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// sameOrigin accepts a request without Origin (not a browser), and one
+// whose Origin is this server's host or a loopback address.
+func sameOrigin(r *http.Request) bool {
+	origin := r.Header.Get("Origin")
+	if origin == "" {
+		return true
+	}
+	u, err := url.Parse(origin)
+	if err != nil || u.Host == "" {
+		return false
+	}
+	if strings.EqualFold(u.Host, r.Host) {
+		return true
+	}
+	host := u.Hostname()
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// isInitialize reports whether a JSON-RPC body is an initialize request.
+func isInitialize(body []byte) bool {
+	var msg struct {
+		Method string `json:"method"`
+	}
+	return json.Unmarshal(body, &msg) == nil && msg.Method == "initialize"
+}
