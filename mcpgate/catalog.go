@@ -23,23 +23,23 @@ type catalog struct {
 	list func(context.Context) ([]tool.Descriptor, error)
 
 	mu    sync.Mutex
-	names map[string]bool
+	tools map[string]tool.Descriptor
 	at    time.Time
 }
 
 // remember records a listing.
 func (c *catalog) remember(ds []tool.Descriptor) {
-	names := make(map[string]bool, len(ds))
+	tools := make(map[string]tool.Descriptor, len(ds))
 	for _, d := range ds {
-		names[d.Name] = true
+		tools[d.Name] = d
 	}
 	c.mu.Lock()
-	c.names, c.at = names, time.Now()
+	c.tools, c.at = tools, time.Now()
 	c.mu.Unlock()
 }
 
-// tools lists toolgate's tools and remembers them.
-func (c *catalog) tools(ctx context.Context) ([]tool.Descriptor, error) {
+// listed lists toolgate's tools and remembers them.
+func (c *catalog) listed(ctx context.Context) ([]tool.Descriptor, error) {
 	ds, err := c.list(ctx)
 	if err == nil {
 		c.remember(ds)
@@ -47,24 +47,25 @@ func (c *catalog) tools(ctx context.Context) ([]tool.Descriptor, error) {
 	return ds, err
 }
 
-// has reports whether toolgate lists a tool of that name: from the last
-// listing while it is fresh, else (or when it lacks the tool and is older
-// than catalogRetry) from a new one.
-func (c *catalog) has(ctx context.Context, name string) (bool, error) {
+// lookup finds the tool toolgate lists under name: in the last listing
+// while it is fresh, else (or when it lacks the tool and is older than
+// catalogRetry) in a new one.
+func (c *catalog) lookup(ctx context.Context, name string) (tool.Descriptor, bool, error) {
 	c.mu.Lock()
-	known, age := c.names[name], time.Since(c.at)
+	d, known := c.tools[name]
+	listed, age := c.tools != nil, time.Since(c.at)
 	c.mu.Unlock()
-	if c.names != nil && (known && age < catalogFresh || !known && age < catalogRetry) {
-		return known, nil
+	if listed && (known && age < catalogFresh || !known && age < catalogRetry) {
+		return d, known, nil
 	}
-	ds, err := c.tools(ctx)
+	ds, err := c.listed(ctx)
 	if err != nil {
-		return false, err
+		return tool.Descriptor{}, false, err
 	}
 	for _, d := range ds {
 		if d.Name == name {
-			return true, nil
+			return d, true, nil
 		}
 	}
-	return false, nil
+	return tool.Descriptor{}, false, nil
 }

@@ -261,7 +261,7 @@ func (h *handler) middleware(next mcp.MethodHandler) mcp.MethodHandler {
 			if p, ok := req.GetParams().(*mcp.ListToolsParams); ok && p != nil && p.Cursor != "" {
 				return res, nil // the first page lists toolgate's tools
 			}
-			ds, err := h.g.catalog.tools(ctx)
+			ds, err := h.g.catalog.listed(ctx)
 			if err != nil {
 				h.g.opts.Logger.Warn("List tools", zap.Error(err))
 				return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "toolgate could not list its tools: " + err.Error()}
@@ -292,19 +292,30 @@ func (h *handler) middleware(next mcp.MethodHandler) mcp.MethodHandler {
 // mcpTool describes a toolgate tool to MCP clients: its name, description,
 // input schema and annotations as toolgate knows them.
 func mcpTool(d tool.Descriptor) *mcp.Tool {
-	t := &mcp.Tool{Name: d.Name, Description: d.Description, InputSchema: json.RawMessage(`{"type":"object"}`)}
-	var schema map[string]any
-	if json.Unmarshal(d.Schema, &schema) == nil && schema["type"] == "object" {
+	t := &mcp.Tool{Name: d.Name, Title: d.Title, Description: d.Description, InputSchema: json.RawMessage(`{"type":"object"}`)}
+	if objectSchema(d.Schema) {
 		t.InputSchema = d.Schema
+	}
+	if objectSchema(d.OutputSchema) {
+		t.OutputSchema = d.OutputSchema
 	}
 	if len(d.Annotations) > 0 {
 		var a mcp.ToolAnnotations
 		if b, err := json.Marshal(d.Annotations); err == nil && json.Unmarshal(b, &a) == nil {
 			t.Annotations = &a
-			t.Title = a.Title
+			if t.Title == "" {
+				t.Title = a.Title
+			}
 		}
 	}
 	return t
+}
+
+// objectSchema reports whether schema is a JSON Schema of an object, the
+// only kind MCP takes for a tool's input and output.
+func objectSchema(schema json.RawMessage) bool {
+	var s map[string]any
+	return json.Unmarshal(schema, &s) == nil && s["type"] == "object"
 }
 
 // call submits a tools/call as a toolgate call and answers with its
@@ -312,7 +323,7 @@ func mcpTool(d tool.Descriptor) *mcp.Tool {
 func (h *handler) call(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 	// A tool this server does not list is the JSON-RPC error the spec
 	// gives, and no toolgate call.
-	known, err := h.g.catalog.has(ctx, req.Params.Name)
+	desc, known, err := h.g.catalog.lookup(ctx, req.Params.Name)
 	if err != nil {
 		h.g.opts.Logger.Warn("List tools", zap.Error(err))
 		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInternalError, Message: "toolgate could not list its tools: " + err.Error()}
@@ -331,7 +342,7 @@ func (h *handler) call(ctx context.Context, req *mcp.CallToolRequest) (*mcp.Call
 		// The client asks again what it asked before (it timed out, or
 		// retries): the same call, its decision, at most one run.
 		log.Info("MCP call joins the identical call still waiting", zap.String("joined", joined))
-		return h.awaitAsWaiter(ctx, req, key, joined), nil
+		return h.awaitAsWaiter(ctx, req, desc, key, joined), nil
 	}
 	_, err = h.g.agent.Submit(ctx, call)
 	var input *tgclient.InputError
@@ -345,15 +356,20 @@ func (h *handler) call(ctx context.Context, req *mcp.CallToolRequest) (*mcp.Call
 		return errorResult(fmt.Sprintf("toolgate could not take the call to %s: %v", call.Tool, err)), nil
 	}
 	log.Info("MCP call submitted")
-	return h.awaitAsWaiter(ctx, req, key, call.CallID), nil
+	return h.awaitAsWaiter(ctx, req, desc, key, call.CallID), nil
 }
 
 // awaitAsWaiter is await for a tools/call counted among the waiters of
 // its call. A request its client cancelled (notifications/cancelled, as
 // clients send at their timeout) cancels the call too, unless another
 // request waits on it or it was decided already.
-func (h *handler) awaitAsWaiter(ctx context.Context, req *mcp.CallToolRequest, key, callID string) *mcp.CallToolResult {
+func (h *handler) awaitAsWaiter(ctx context.Context, req *mcp.CallToolRequest, desc tool.Descriptor, key, callID string) *mcp.CallToolResult {
 	res, ended := h.await(ctx, req, callID)
+	if !ended && objectSchema(desc.OutputSchema) {
+		// A client checks a result's structuredContent against the tool's
+		// output schema; a call still waiting has no output to check.
+		res.IsError, res.StructuredContent = true, nil
+	}
 	if !ended && h.cancelledByClient(ctx) && h.g.waiting.leaveAlone(key, callID) {
 		h.cancel(ctx, callID)
 		return res

@@ -675,3 +675,35 @@ func TestACancelledRequestCancelsItsCall(t *testing.T) {
 	assert.Equal(t, "issue #7 created", text(t, res))
 	assert.Len(t, f.submissions(), 2)
 }
+
+// An upstream tool's title and output schema reach the client; a call of
+// such a tool that still waits is an error result, since a client checks
+// a successful result's structuredContent against the output schema.
+func TestTitlesAndOutputSchemasPassThrough(t *testing.T) {
+	f := newFake(func(tgclient.CallRequest) *workflows.Result { return nil })
+	withOutput := tool.Descriptor{Name: "everything__add", Title: "Add numbers", Description: "Adds",
+		Schema:       json.RawMessage(`{"type":"object","properties":{"a":{"type":"number"},"b":{"type":"number"}}}`),
+		OutputSchema: json.RawMessage(`{"type":"object","properties":{"sum":{"type":"number"}},"required":["sum"]}`)}
+	f.tools = []tool.Descriptor{withOutput, echo}
+	cs := connect(t, mcpgate.NewGateway(f, mcpgate.Options{Wait: 50 * time.Millisecond}), mcpgate.Conn{Requester: "agent-1", Session: "s1"}, nil)
+	res, err := cs.ListTools(context.Background(), nil)
+	require.NoError(t, err)
+	var listed *mcp.Tool
+	for _, tl := range res.Tools {
+		if tl.Name == "everything__add" {
+			listed = tl
+		}
+	}
+	require.NotNil(t, listed)
+	assert.Equal(t, "Add numbers", listed.Title)
+	assert.JSONEq(t, `{"type":"object","properties":{"sum":{"type":"number"}},"required":["sum"]}`, mustJSON(t, listed.OutputSchema))
+
+	waiting := callTool(t, cs, "everything__add", map[string]any{"a": 1, "b": 2})
+	assert.True(t, waiting.IsError, "no output to check against the schema yet")
+	assert.Nil(t, waiting.StructuredContent)
+	assert.Contains(t, text(t, waiting), "toolgate_wait")
+
+	plain := callTool(t, cs, "echo", map[string]any{"x": 1})
+	assert.False(t, plain.IsError, "a tool without an output schema still waits as before")
+	assert.NotNil(t, plain.StructuredContent)
+}

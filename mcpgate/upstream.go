@@ -175,15 +175,25 @@ func (u *upstream) toolOf(t *mcp.Tool) (tool.Tool, error) {
 		}
 		idempotent = t.Annotations.IdempotentHint
 	}
+	var output json.RawMessage
+	if t.OutputSchema != nil {
+		b, err := json.Marshal(t.OutputSchema)
+		if err != nil {
+			return tool.Tool{}, fmt.Errorf("output schema: %w", err)
+		}
+		output = b
+	}
 	description := t.Description
 	if description == "" {
 		description = t.Title
 	}
 	upstreamName := t.Name
 	return tool.Tool{
-		Name:        name,
-		Description: description,
-		Schema:      schema,
+		Name:         name,
+		Title:        t.Title,
+		Description:  description,
+		Schema:       schema,
+		OutputSchema: output,
 		Annotations: annotations,
 		Options: tool.Options{
 			Timeout:          u.srv.Timeout,

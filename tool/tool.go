@@ -67,6 +67,11 @@ type Options struct {
 type Tool struct {
 	Name        string
 	Description string
+	// Title is a name for people (MCP's title); optional.
+	Title string
+	// OutputSchema is a JSON Schema of the structured output, when the
+	// tool declares one (an MCP tool's outputSchema); optional.
+	OutputSchema json.RawMessage
 	// Schema is a JSON Schema for the arguments; nil accepts any JSON
 	// object.
 	Schema  json.RawMessage
@@ -81,10 +86,12 @@ type Tool struct {
 // Descriptor is what an agent (or a model) is told about a tool: its name,
 // what it does, and the JSON Schema of its arguments.
 type Descriptor struct {
-	Name        string          `json:"name"`
-	Description string          `json:"description,omitempty"`
-	Schema      json.RawMessage `json:"input_schema,omitempty"`
-	Annotations map[string]any  `json:"annotations,omitempty"`
+	Name         string          `json:"name"`
+	Title        string          `json:"title,omitempty"`
+	Description  string          `json:"description,omitempty"`
+	Schema       json.RawMessage `json:"input_schema,omitempty"`
+	OutputSchema json.RawMessage `json:"output_schema,omitempty"`
+	Annotations  map[string]any  `json:"annotations,omitempty"`
 }
 
 // Describe lists the registered tools' descriptors, sorted by name.
@@ -94,7 +101,7 @@ func (r *Registry) Describe() []Descriptor {
 	out := make([]Descriptor, 0, len(r.tools))
 	for _, e := range r.tools {
 		t := e.tool
-		out = append(out, Descriptor{Name: t.Name, Description: t.Description, Schema: t.Schema, Annotations: t.Annotations})
+		out = append(out, Descriptor{Name: t.Name, Title: t.Title, Description: t.Description, Schema: t.Schema, OutputSchema: t.OutputSchema, Annotations: t.Annotations})
 	}
 	slices.SortFunc(out, func(a, b Descriptor) int { return strings.Compare(a.Name, b.Name) })
 	return out
