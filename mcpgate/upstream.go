@@ -194,7 +194,7 @@ func (u *upstream) toolOf(t *mcp.Tool) (tool.Tool, error) {
 		Description:  description,
 		Schema:       schema,
 		OutputSchema: output,
-		Annotations: annotations,
+		Annotations:  annotations,
 		Options: tool.Options{
 			Timeout:          u.srv.Timeout,
 			HeartbeatTimeout: UpstreamHeartbeatTimeout,
