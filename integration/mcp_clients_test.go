@@ -31,10 +31,17 @@ type clientStep struct {
 	Name     string `json:"name"`
 	Protocol string `json:"protocol"`
 	Tools    []string
-	Result   *struct {
-		Meta    map[string]any `json:"_meta"`
-		IsError bool           `json:"isError"`
-		Content []struct {
+	// Described has, per listed tool, its title and whether it has an
+	// output schema.
+	Described map[string]struct {
+		Title        string `json:"title"`
+		OutputSchema bool   `json:"outputSchema"`
+	} `json:"described"`
+	Result *struct {
+		Meta              map[string]any `json:"_meta"`
+		IsError           bool           `json:"isError"`
+		StructuredContent map[string]any `json:"structuredContent"`
+		Content           []struct {
 			Type, Text string
 		} `json:"content"`
 	} `json:"result"`
@@ -84,12 +91,21 @@ func runClientWatching(t *testing.T, script string, plan map[string]any, seen fu
 }
 
 func TestRealMCPClients(t *testing.T) {
+	// The reference server-everything from npm as an upstream.
+	everything := npmFile(t, "@modelcontextprotocol/server-everything/dist/index.js")
+	node, err := exec.LookPath("node")
+	require.NoError(t, err)
+	upstreams := filepath.Join(t.TempDir(), "mcp.json")
+	b, err := json.Marshal(map[string]any{"mcpServers": map[string]any{"everything": map[string]any{"command": node, "args": []string{everything, "stdio"}}}})
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(upstreams, b, 0o600))
 	d := startDevWithPolicy(t, `
 default: ask
 rules:
   - {name: echo, tool: echo, action: allow}
   - {name: no-shell, tool: shell, action: deny, reason: no shell over MCP}
-`)
+  - {name: everything-reads, tool: everything__*, when: annotations.readOnlyHint == true, action: allow}
+`, "--mcp", upstreams)
 	stdio := map[string]any{"transport": "stdio", "command": binary, "args": []string{"mcp", "--temporal-address", d.address(), "--wait", "2s"}}
 	httpTransport := map[string]any{"transport": "http", "url": "http://" + d.httpAddr + "/mcp", "token": "token-agent-1"}
 	steps := []map[string]any{
@@ -97,6 +113,8 @@ rules:
 		{"op": "call", "name": "echo", "args": map[string]any{"text": "hi"}},
 		{"op": "call", "name": "shell", "args": map[string]any{"command": "ls"}},
 		{"op": "call", "name": "no_such_tool", "args": map[string]any{}},
+		// The client checks structuredContent against the outputSchema.
+		{"op": "call", "name": "everything__get-structured-content", "args": map[string]any{"location": "New York"}},
 	}
 	for _, tc := range []struct {
 		transport map[string]any
@@ -124,11 +142,13 @@ rules:
 				plan["negotiation"] = "auto"
 			}
 			got := runClient(t, "client.cjs", plan)
-			require.Len(t, got, 5, "%+v", got)
+			require.Len(t, got, 6, "%+v", got)
 			assert.Equal(t, tc.want, got[0].Protocol)
 			assert.Contains(t, got[1].Tools, "echo")
 			assert.Contains(t, got[1].Tools, "toolgate_wait")
 			assert.NotContains(t, got[1].Tools, "shell", "a tool the policy denies outright is not listed")
+			assert.Equal(t, "Echo Tool", got[1].Described["everything__echo"].Title, "upstream titles pass through")
+			assert.True(t, got[1].Described["everything__get-structured-content"].OutputSchema, "and output schemas")
 
 			echo := got[2]
 			require.Nil(t, echo.Error, "echo: %+v", echo.Error)
@@ -137,7 +157,12 @@ rules:
 			assert.Equal(t, "ok", echo.Result.Meta["toolgate/status"])
 			assert.Contains(t, echo.Result.Content[0].Text, "hi")
 
-			for _, refused := range got[3:] {
+			structured := got[5]
+			require.Nil(t, structured.Error, "an upstream tool with an output schema: %+v", structured.Error)
+			assert.False(t, structured.Result.IsError)
+			assert.NotEmpty(t, structured.Result.StructuredContent, "the upstream's structuredContent, as it gave it")
+
+			for _, refused := range got[3:5] {
 				require.NotNil(t, refused.Error, "%s: a tool the server does not list is a JSON-RPC error: %+v", refused.Name, refused.Result)
 				assert.Equal(t, float64(-32602), refused.Error.Code)
 				assert.Contains(t, refused.Error.Message, fmt.Sprintf("unknown tool %q", refused.Name))

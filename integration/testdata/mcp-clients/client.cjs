@@ -27,7 +27,7 @@ const say = (o) => process.stdout.write(JSON.stringify(o) + '\n');
     try {
       if (step.op === 'list') {
         const r = await client.listTools();
-        say({ op: 'list', tools: r.tools.map((t) => t.name) });
+        say({ op: 'list', tools: r.tools.map((t) => t.name), described: Object.fromEntries(r.tools.map((t) => [t.name, { title: t.title, outputSchema: !!t.outputSchema }])) });
       } else if (step.op === 'call') {
         const r = await client.callTool({ name: step.name, arguments: step.args || {} }, step.timeoutMs ? { timeout: step.timeoutMs } : undefined);
         say({ op: 'call', name: step.name, result: r });
