@@ -91,12 +91,18 @@ func runClientWatching(t *testing.T, script string, plan map[string]any, seen fu
 }
 
 func TestRealMCPClients(t *testing.T) {
-	// The reference server-everything from npm as an upstream.
+	// The reference servers from npm as upstreams: server-everything, and
+	// server-filesystem with no directory of its own, relying on the
+	// roots toolgate gives it (the workspace), as Claude Desktop setups do.
 	everything := npmFile(t, "@modelcontextprotocol/server-everything/dist/index.js")
+	filesystem := npmFile(t, "@modelcontextprotocol/server-filesystem/dist/index.js")
 	node, err := exec.LookPath("node")
 	require.NoError(t, err)
 	upstreams := filepath.Join(t.TempDir(), "mcp.json")
-	b, err := json.Marshal(map[string]any{"mcpServers": map[string]any{"everything": map[string]any{"command": node, "args": []string{everything, "stdio"}}}})
+	b, err := json.Marshal(map[string]any{"mcpServers": map[string]any{
+		"everything": map[string]any{"command": node, "args": []string{everything, "stdio"}},
+		"files":      map[string]any{"command": node, "args": []string{filesystem}},
+	}})
 	require.NoError(t, err)
 	require.NoError(t, os.WriteFile(upstreams, b, 0o600))
 	d := startDevWithPolicy(t, `
@@ -105,7 +111,10 @@ rules:
   - {name: echo, tool: echo, action: allow}
   - {name: no-shell, tool: shell, action: deny, reason: no shell over MCP}
   - {name: everything-reads, tool: everything__*, when: annotations.readOnlyHint == true, action: allow}
+  - {name: file-reads, tool: files__*, when: annotations.readOnlyHint == true, action: allow}
 `, "--mcp", upstreams)
+	require.NoError(t, os.MkdirAll(d.workspace, 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(d.workspace, "notes.txt"), []byte("from the workspace"), 0o644))
 	stdio := map[string]any{"transport": "stdio", "command": binary, "args": []string{"mcp", "--temporal-address", d.address(), "--wait", "2s"}}
 	httpTransport := map[string]any{"transport": "http", "url": "http://" + d.httpAddr + "/mcp", "token": "token-agent-1"}
 	steps := []map[string]any{
@@ -115,6 +124,8 @@ rules:
 		{"op": "call", "name": "no_such_tool", "args": map[string]any{}},
 		// The client checks structuredContent against the outputSchema.
 		{"op": "call", "name": "everything__get-structured-content", "args": map[string]any{"location": "New York"}},
+		// The filesystem server works in the root toolgate gave it.
+		{"op": "call", "name": "files__read_text_file", "args": map[string]any{"path": filepath.Join(d.workspace, "notes.txt")}},
 	}
 	for _, tc := range []struct {
 		transport map[string]any
@@ -142,7 +153,7 @@ rules:
 				plan["negotiation"] = "auto"
 			}
 			got := runClient(t, "client.cjs", plan)
-			require.Len(t, got, 6, "%+v", got)
+			require.Len(t, got, 7, "%+v", got)
 			assert.Equal(t, tc.want, got[0].Protocol)
 			assert.Contains(t, got[1].Tools, "echo")
 			assert.Contains(t, got[1].Tools, "toolgate_wait")
@@ -161,6 +172,12 @@ rules:
 			require.Nil(t, structured.Error, "an upstream tool with an output schema: %+v", structured.Error)
 			assert.False(t, structured.Result.IsError)
 			assert.NotEmpty(t, structured.Result.StructuredContent, "the upstream's structuredContent, as it gave it")
+
+			read := got[6]
+			require.Nil(t, read.Error, "%+v", read.Error)
+			require.NotNil(t, read.Result)
+			assert.False(t, read.Result.IsError, "%+v", read.Result)
+			assert.Contains(t, read.Result.Content[0].Text, "from the workspace")
 
 			for _, refused := range got[3:5] {
 				require.NotNil(t, refused.Error, "%s: a tool the server does not list is a JSON-RPC error: %+v", refused.Name, refused.Result)

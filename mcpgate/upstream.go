@@ -8,8 +8,10 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -51,6 +53,10 @@ type UpstreamOptions struct {
 	// ConnectTimeout bounds starting and initialising one server (npx may
 	// download it first); default DefaultUpstreamConnectTimeout.
 	ConnectTimeout time.Duration
+	// Roots are the directories the servers are told they may work in
+	// (MCP roots: the worker's workspace). None: toolgate does not offer
+	// the roots capability.
+	Roots []string
 }
 
 // Upstreams are the connected MCP servers of a worker.
@@ -121,9 +127,25 @@ func newUpstream(s UpstreamServer, o UpstreamOptions) *upstream {
 		srv:    s,
 		opts:   o,
 		logger: o.Logger.With(zap.String("mcpServer", s.Name)),
-		client: mcp.NewClient(&mcp.Implementation{Name: "toolgate", Version: "1"}, nil),
+		client: newUpstreamClient(o.Roots),
 		done:   make(chan struct{}),
 	}
+}
+
+// newUpstreamClient is the MCP client toolgate talks to a server with. It
+// offers roots only when it has some: a server that relies on roots (the
+// filesystem server started without directories) would otherwise take an
+// empty list and refuse every call.
+func newUpstreamClient(roots []string) *mcp.Client {
+	opts := &mcp.ClientOptions{Capabilities: &mcp.ClientCapabilities{}}
+	if len(roots) > 0 {
+		opts.Capabilities.RootsV2 = &mcp.RootCapabilities{}
+	}
+	c := mcp.NewClient(&mcp.Implementation{Name: "toolgate", Version: "1"}, opts)
+	for _, dir := range roots {
+		c.AddRoots(&mcp.Root{URI: (&url.URL{Scheme: "file", Path: dir}).String(), Name: filepath.Base(dir)})
+	}
+	return c
 }
 
 // start connects and turns the server's tools into toolgate tools.
