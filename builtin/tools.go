@@ -55,6 +55,9 @@ const (
 // tool.Permanent error. write_file is idempotent by call ID, so it is
 // retried; shell runs at most once.
 func Tools(ws Workspace) []tool.Tool {
+	// The hints MCP clients (and policy conditions) read; the default
+	// policy knows these tools by name.
+	readOnly := map[string]any{"readOnlyHint": true, "destructiveHint": false, "idempotentHint": true, "openWorldHint": false}
 	return []tool.Tool{
 		{
 			Name:        EchoTool,
@@ -62,6 +65,7 @@ func Tools(ws Workspace) []tool.Tool {
 			Schema:      json.RawMessage(`{"type":"object"}`),
 			Run:         runEcho,
 			Options:     tool.Options{Timeout: 5 * time.Second, Retry: tool.RetryPolicy{MaxAttempts: 3}, Idempotent: true},
+			Annotations: readOnly,
 		},
 		{
 			Name:        ReadFileTool,
@@ -75,8 +79,9 @@ func Tools(ws Workspace) []tool.Tool {
 				"required": ["path"],
 				"additionalProperties": false
 			}`),
-			Run:     ws.readFile,
-			Options: tool.Options{Timeout: 30 * time.Second, Retry: tool.RetryPolicy{MaxAttempts: 3}, Idempotent: true},
+			Run:         ws.readFile,
+			Options:     tool.Options{Timeout: 30 * time.Second, Retry: tool.RetryPolicy{MaxAttempts: 3}, Idempotent: true},
+			Annotations: readOnly,
 		},
 		{
 			Name:        ListDirTool,
@@ -88,8 +93,9 @@ func Tools(ws Workspace) []tool.Tool {
 				},
 				"additionalProperties": false
 			}`),
-			Run:     ws.listDir,
-			Options: tool.Options{Timeout: 30 * time.Second, Retry: tool.RetryPolicy{MaxAttempts: 3}, Idempotent: true},
+			Run:         ws.listDir,
+			Options:     tool.Options{Timeout: 30 * time.Second, Retry: tool.RetryPolicy{MaxAttempts: 3}, Idempotent: true},
+			Annotations: readOnly,
 		},
 		{
 			Name:        WriteFileTool,
@@ -107,7 +113,8 @@ func Tools(ws Workspace) []tool.Tool {
 			Run: ws.writeFile,
 			// Idempotent by call ID: an overwrite replaces the file whole,
 			// an append records its offset first (appendOnce).
-			Options: tool.Options{Timeout: 30 * time.Second, Retry: tool.RetryPolicy{MaxAttempts: 3}, Idempotent: true},
+			Options:     tool.Options{Timeout: 30 * time.Second, Retry: tool.RetryPolicy{MaxAttempts: 3}, Idempotent: true},
+			Annotations: map[string]any{"readOnlyHint": false, "destructiveHint": true, "idempotentHint": true, "openWorldHint": false},
 		},
 		{
 			Name:        ShellTool,
@@ -128,6 +135,7 @@ func Tools(ws Workspace) []tool.Tool {
 			// instead of waiting out the ten-minute timeout.
 			Options: tool.Options{Timeout: MaxShellTimeout + 30*time.Second, HeartbeatTimeout: 20 * time.Second,
 				Retry: tool.RetryPolicy{MaxAttempts: 1}},
+			Annotations: map[string]any{"readOnlyHint": false, "destructiveHint": true, "idempotentHint": false, "openWorldHint": true},
 		},
 	}
 }

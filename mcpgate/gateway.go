@@ -158,7 +158,11 @@ func (g *Gateway) StdioConn() Conn {
 func (g *Gateway) ServeStdio(ctx context.Context) error {
 	c := g.StdioConn()
 	g.stdio.Store(&ctx)
-	g.opts.Logger.Info("MCP gateway serving on stdio", zap.String("session", c.Session), zap.String("requester", c.Requester))
+	requester := c.Requester
+	if requester == "" {
+		requester = "the agent of the API token"
+	}
+	g.opts.Logger.Info("MCP gateway serving on stdio", zap.String("session", c.Session), zap.String("requester", requester))
 	err := g.Server(c).Run(ctx, &mcp.StdioTransport{})
 	if ctx.Err() != nil {
 		return nil
@@ -349,11 +353,11 @@ func (h *handler) call(ctx context.Context, req *mcp.CallToolRequest) (*mcp.Call
 	switch {
 	case errors.As(err, &input), errors.Is(err, tgclient.ErrNotYourSession):
 		h.g.waiting.forget(key, call.CallID)
-		return errorResult(fmt.Sprintf("toolgate refused the call to %s: %v", call.Tool, err)), nil
+		return refusedResult(fmt.Sprintf("toolgate refused the call to %s: %v", call.Tool, err)), nil
 	case err != nil:
 		h.g.waiting.forget(key, call.CallID)
 		log.Warn("Submit MCP call", zap.Error(err))
-		return errorResult(fmt.Sprintf("toolgate could not take the call to %s: %v", call.Tool, err)), nil
+		return refusedResult(fmt.Sprintf("toolgate could not take the call to %s: %v", call.Tool, err)), nil
 	}
 	log.Info("MCP call submitted")
 	return h.awaitAsWaiter(ctx, req, desc, key, call.CallID), nil
@@ -414,12 +418,24 @@ func (h *handler) status(ctx context.Context, req *mcp.CallToolRequest) (*mcp.Ca
 // this connection's requester; another requester's call is refused exactly
 // like an unknown one.
 func (h *handler) lookup(ctx context.Context, req *mcp.CallToolRequest, block bool) (*mcp.CallToolResult, error) {
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(req.Params.Arguments, &raw); err != nil {
+		return refusedResult(`the arguments must be an object: {"call_id": "call-..."}`), nil
+	}
 	var a callIDArgs
-	if err := json.Unmarshal(req.Params.Arguments, &a); err != nil || a.CallID == "" {
-		return errorResult(`call_id is required: {"call_id": "call-..."}`), nil
+	switch v, ok := raw["call_id"]; {
+	case !ok:
+		return refusedResult(`call_id is required: {"call_id": "call-..."}`), nil
+	case json.Unmarshal(v, &a.CallID) != nil:
+		return refusedResult(fmt.Sprintf(`call_id must be a string, not %s: {"call_id": "call-..."}`, v)), nil
+	}
+	for k := range raw {
+		if k != "call_id" {
+			return refusedResult(fmt.Sprintf("unknown argument %q: %s takes only call_id", k, req.Params.Name)), nil
+		}
 	}
 	if err := tgclient.ValidateID("call_id", a.CallID); err != nil {
-		return errorResult(err.Error()), nil
+		return refusedResult(err.Error()), nil
 	}
 	st, err := h.g.agent.Status(ctx, a.CallID)
 	if err != nil {

@@ -32,12 +32,12 @@ func resultFor(r workflows.Result) *mcp.CallToolResult {
 		// A call a person let through (perhaps with other arguments) says
 		// so; an auto-approved one is the tool's result as is.
 		if byPerson(r) || r.Note != "" {
-			res.Content = append(res.Content, &mcp.TextContent{Text: "toolgate: " + outcomeText(r)})
+			res.Content = append(res.Content, &mcp.TextContent{Text: saidByToolgate(outcomeText(r))})
 		}
 	default:
 		if up, ok := upstreamResult(r.Tool, r.Output); ok {
 			up.IsError = true
-			up.Content = append(up.Content, &mcp.TextContent{Text: "toolgate: " + outcomeText(r)})
+			up.Content = append(up.Content, &mcp.TextContent{Text: saidByToolgate(outcomeText(r))})
 			res = up
 		} else {
 			res = errorResult(outcomeText(r))
@@ -128,6 +128,26 @@ func upstreamResult(toolName string, out json.RawMessage) (*mcp.CallToolResult, 
 // errorResult is an error the model reads.
 func errorResult(text string) *mcp.CallToolResult {
 	return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: text}}}
+}
+
+// MetaRefused is the toolgate/status of a request refused before any call
+// was made (no toolgate/callId then).
+const MetaRefused = "refused"
+
+// refusedResult is an error result for a request toolgate refused before
+// it made a call.
+func refusedResult(text string) *mcp.CallToolResult {
+	res := errorResult(text)
+	res.Meta = mcp.Meta{MetaStatus: MetaRefused}
+	return res
+}
+
+// saidByToolgate marks a line toolgate adds to a tool's result, once.
+func saidByToolgate(text string) string {
+	if strings.HasPrefix(text, "toolgate ") {
+		return text
+	}
+	return "toolgate: " + text
 }
 
 // Waiting is the structured content of a "still waiting" result: the

@@ -372,7 +372,7 @@ func TestPendingThenToolgateWait(t *testing.T) {
 	}()
 	res = callTool(t, cs, mcpgate.WaitTool, map[string]any{"call_id": callID})
 	assert.False(t, res.IsError)
-	assert.Equal(t, "issue #7 created\ntoolgate: toolgate ran github__create_issue, approved by alice.", text(t, res))
+	assert.Equal(t, "issue #7 created\ntoolgate ran github__create_issue, approved by alice.", text(t, res), "toolgate says it once")
 	assert.JSONEq(t, `{"number":7}`, mustJSON(t, res.StructuredContent))
 
 	// toolgate_status of a finished call is its result too.
@@ -706,4 +706,19 @@ func TestTitlesAndOutputSchemasPassThrough(t *testing.T) {
 	plain := callTool(t, cs, "echo", map[string]any{"x": 1})
 	assert.False(t, plain.IsError, "a tool without an output schema still waits as before")
 	assert.NotNil(t, plain.StructuredContent)
+}
+
+func TestToolgateWaitChecksItsArguments(t *testing.T) {
+	f := newFake(nil)
+	cs := connect(t, mcpgate.NewGateway(f, mcpgate.Options{}), mcpgate.Conn{Requester: "agent-1", Session: "s1"}, nil)
+	for args, want := range map[string]string{
+		`{"call_id": 42}`:                     `call_id must be a string, not 42`,
+		`{}`:                                  `call_id is required`,
+		`{"call_id": "call-1", "wait": true}`: `unknown argument "wait": toolgate_wait takes only call_id`,
+	} {
+		res := callTool(t, cs, mcpgate.WaitTool, json.RawMessage(args))
+		assert.True(t, res.IsError, args)
+		assert.Contains(t, text(t, res), want, args)
+		assert.Equal(t, mcpgate.MetaRefused, res.Meta[mcpgate.MetaStatus], "a refusal says so in _meta too")
+	}
 }
