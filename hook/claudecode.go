@@ -158,7 +158,7 @@ func (c Config) Run(ctx context.Context, stdin io.Reader, stdout, stderr io.Writ
 // answerSlack is how long past Wait the hook may take to answer: the last
 // look at a waiting call, and the writes of its state. It keeps the hook
 // below the agents' hook timeouts (600 s for Claude Code and Codex with
-// the README's settings, DefaultWait 540 s), so it always answers itself.
+// the printed settings, DefaultWait 540 s), so it always answers itself.
 const answerSlack = statusTimeout + 10*time.Second
 
 // preWithin is preSafely with a hard deadline: whatever hangs (a state

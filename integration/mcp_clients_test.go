@@ -257,6 +257,46 @@ rules:
 		assert.Equal(t, 1, ran, "write_file ran once")
 	})
 
+	// Ask, a person edits the arguments and approves, the model fetches
+	// the result with toolgate_wait; and a person's denial with its reason.
+	for _, decision := range []string{"approve with edited arguments", "deny"} {
+		t.Run("ask, "+decision+", toolgate_wait", func(t *testing.T) {
+			d := d.in(t)
+			path := strings.ReplaceAll(decision, " ", "-") + ".txt"
+			plan := map[string]any{"transport": "stdio", "command": binary, "args": []string{"mcp", "--temporal-address", d.address(), "--wait", "2s", "--requester", "asker"},
+				"steps": []map[string]any{{"op": "call", "name": "write_file", "args": map[string]any{"path": path, "content": "the agent's"}}, {"op": "wait-last"}}}
+			got := runClientWatching(t, "client.cjs", plan, func(s clientStep) {
+				if s.Op != "call" || s.Result == nil {
+					return
+				}
+				callID, _ := s.Result.Meta["toolgate/callId"].(string)
+				require.Equal(t, "pending", s.Result.Meta["toolgate/status"], "the call waits for a person")
+				args := []string{"approve", callID, "--by", "alice", "--args", fmt.Sprintf(`{"path":%q,"content":"alice's"}`, path)}
+				if decision == "deny" {
+					args = []string{"deny", callID, "--by", "alice", "--reason", "not today"}
+				}
+				r := d.cli(args...)
+				require.Equal(t, 0, r.code, r.stderr)
+			})
+			require.Len(t, got, 3, "%+v", got)
+			final := got[2].Result
+			require.NotNil(t, final, "%+v", got[2].Error)
+			text := final.Content[len(final.Content)-1].Text
+			if decision == "deny" {
+				assert.True(t, final.IsError)
+				assert.Contains(t, text, "not today", "the model reads the reason")
+				_, err := os.Stat(filepath.Join(d.workspace, path))
+				assert.ErrorIs(t, err, os.ErrNotExist, "nothing was written")
+				return
+			}
+			assert.False(t, final.IsError, "%+v", final)
+			assert.Contains(t, text, "alice", "the model hears who approved, and that the arguments changed")
+			b, err := os.ReadFile(filepath.Join(d.workspace, path))
+			require.NoError(t, err)
+			assert.Equal(t, "alice's", string(b), "the edited arguments ran")
+		})
+	}
+
 	t.Run("a gateway whose token cannot submit calls does not start", func(t *testing.T) {
 		for _, token := range []string{"token-nobody", "token-alice"} {
 			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)

@@ -41,8 +41,8 @@ waits up to --wait for the decision and prints it; the other events report
 the tool's outcome to the call that allowed it.
 'toolgate hook AGENT --print-settings' prints the agent's settings, set to
 block the tool whenever the hook cannot answer. A hook line that names no
-agent, or one toolgate does not know, blocks (exit 2). See the README,
-"Coding agents".`,
+agent, or one toolgate does not know, blocks (exit 2). See
+docs/coding-agents.md.`,
 	}
 	cmd.AddCommand(
 		a.hookAgentCommand("claude-code", hook.ClaudeCode, "claude-code"),

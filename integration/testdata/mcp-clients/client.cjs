@@ -6,12 +6,15 @@
 //   "versions": ["2025-06-18"] (the versions the client supports) or
 //   "negotiation": "auto" (2026-07-28 first, as the OpenAI Agents SDK does)
 //   "steps": [{"op": "list"}, {"op": "call", "name": "...", "args": {...},
-//             "timeoutMs": 1500 (the client gives up then, and says so)}]
+//             "timeoutMs": 1500 (the client gives up then, and says so)},
+//             {"op": "wait-last"} (toolgate_wait on the last call's ID, again
+//             while it answers that the call still waits, up to 20 times)]
 const { Client, StreamableHTTPClientTransport } = require('@modelcontextprotocol/client');
 const { StdioClientTransport } = require('@modelcontextprotocol/client/stdio');
 
 const plan = JSON.parse(process.argv[2]);
 const say = (o) => process.stdout.write(JSON.stringify(o) + '\n');
+let lastCallId;
 
 (async () => {
   const transport = plan.transport === 'http'
@@ -30,7 +33,16 @@ const say = (o) => process.stdout.write(JSON.stringify(o) + '\n');
         say({ op: 'list', tools: r.tools.map((t) => t.name), described: Object.fromEntries(r.tools.map((t) => [t.name, { title: t.title, outputSchema: !!t.outputSchema }])) });
       } else if (step.op === 'call') {
         const r = await client.callTool({ name: step.name, arguments: step.args || {} }, step.timeoutMs ? { timeout: step.timeoutMs } : undefined);
+        lastCallId = r._meta && r._meta['toolgate/callId'];
         say({ op: 'call', name: step.name, result: r });
+      } else if (step.op === 'wait-last') {
+        let r;
+        for (let i = 0; i < 20; i++) {
+          r = await client.callTool({ name: 'toolgate_wait', arguments: { call_id: lastCallId } });
+          const status = r._meta && r._meta['toolgate/status'];
+          if (status !== 'pending' && status !== 'evaluating') break;
+        }
+        say({ op: 'wait-last', name: 'toolgate_wait', result: r });
       }
     } catch (e) {
       say({ op: step.op, name: step.name, error: { code: e.code, message: e.message } });
