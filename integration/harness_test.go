@@ -237,3 +237,17 @@ func sha256hex(s string) string {
 	sum := sha256.Sum256([]byte(s))
 	return hex.EncodeToString(sum[:])
 }
+
+// startDevWithPolicy starts toolgate dev with the policy file's text, and
+// any more flags.
+func startDevWithPolicy(t *testing.T, policy string, flags ...string) *devEnv {
+	dir := t.TempDir()
+	policyFile := filepath.Join(dir, "policy.yaml")
+	require.NoError(t, os.WriteFile(policyFile, []byte(policy), 0o644))
+	d := &devEnv{t: t, dataDir: t.TempDir(), port: freePort(t)}
+	d.httpAddr = fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	d.workspace = filepath.Join(d.dataDir, "workspace")
+	d.dev = start(t, "toolgate dev is running", append([]string{"dev", "--data-dir", d.dataDir, "--temporal-port", fmt.Sprint(d.port),
+		"--http", d.httpAddr, "--tokens", writeTokensFile(t, dir), "--policy", policyFile}, flags...)...)
+	return d
+}

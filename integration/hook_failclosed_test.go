@@ -269,20 +269,6 @@ func TestClaudeCodeHookFailsClosed(t *testing.T) {
 // startDevForHooks starts toolgate dev with the hook policy.
 func startDevForHooks(t *testing.T) *devEnv { return startDevWithPolicy(t, hookPolicy) }
 
-// startDevWithPolicy starts toolgate dev with the policy file's text, and
-// any more flags.
-func startDevWithPolicy(t *testing.T, policy string, flags ...string) *devEnv {
-	dir := t.TempDir()
-	policyFile := filepath.Join(dir, "policy.yaml")
-	require.NoError(t, os.WriteFile(policyFile, []byte(policy), 0o644))
-	d := &devEnv{t: t, dataDir: t.TempDir(), port: freePort(t)}
-	d.httpAddr = fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	d.workspace = filepath.Join(d.dataDir, "workspace")
-	d.dev = start(t, "toolgate dev is running", append([]string{"dev", "--data-dir", d.dataDir, "--temporal-port", fmt.Sprint(d.port),
-		"--http", d.httpAddr, "--tokens", writeTokensFile(t, dir), "--policy", policyFile}, flags...)...)
-	return d
-}
-
 // codexVerdict is Codex CLI 0.171.0's reading of a PreToolUse command hook
 // (its output parser's messages, and runs of the real binary): a deny
 // with a non-empty reason on exit 0, or exit 2 with a non-empty reason on

@@ -109,15 +109,7 @@ var hookCallID = regexp.MustCompile(`cc-[0-9a-f]{20}-[0-9]+`)
 // against a real toolgate, over the HTTP API with an agent token and over
 // Temporal.
 func TestClaudeCodeHook(t *testing.T) {
-	dir := t.TempDir()
-	policyFile := filepath.Join(dir, "policy.yaml")
-	require.NoError(t, os.WriteFile(policyFile, []byte(hookPolicy), 0o644))
-	d := &devEnv{t: t, dataDir: t.TempDir(), port: freePort(t)}
-	d.httpAddr = fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	d.workspace = filepath.Join(d.dataDir, "workspace")
-	tokens := writeTokensFile(t, dir)
-	d.dev = start(t, "toolgate dev is running", "dev", "--data-dir", d.dataDir, "--temporal-port", fmt.Sprint(d.port),
-		"--http", d.httpAddr, "--tokens", tokens, "--policy", policyFile)
+	d := startDevForHooks(t)
 	c := d.client()
 
 	for _, mode := range []struct {
