@@ -218,13 +218,12 @@ func (c Config) pre(ctx context.Context, ev Event) permission {
 	if err != nil {
 		return c.failure(err)
 	}
-	log := c.Logger.With(zap.String("session", ev.SessionID), zap.String("tool", ev.ToolName), zap.String("toolUseID", ev.ToolUseID))
-	store := stateStore{dir: c.StateDir}
-	var key string
+	at := attempt{c: c, ev: ev, args: args, run: runName(ev), store: stateStore{dir: c.StateDir},
+		log: c.Logger.With(zap.String("session", ev.SessionID), zap.String("tool", ev.ToolName), zap.String("toolUseID", ev.ToolUseID))}
 	var gen int
-	err = store.update(ev.SessionID, func(st *sessionState) error {
-		key = attemptKey(st.Salt, ev.SessionID, ev.ToolName, args)
-		gen = st.Keys[key].Gen
+	err = at.store.update(ev.SessionID, func(st *sessionState) error {
+		at.key = attemptKey(st.Salt, ev.SessionID, ev.ToolName, args)
+		gen = st.Keys[at.key].Gen
 		return nil
 	})
 	if err != nil {
@@ -238,83 +237,109 @@ func (c Config) pre(ctx context.Context, ev Event) permission {
 		return c.failure(fmt.Errorf("toolgate is unreachable: %w", err))
 	}
 	defer closeFn()
+	at.agent = agent
 
-	run := runName(ev)
-	for tries := 0; ; tries, gen = tries+1, gen+1 {
-		if tries == maxGenerations {
-			return c.failure(fmt.Errorf("the last %d calls of this attempt were all used; remove %s to start the session's attempts afresh", maxGenerations, store.path(ev.SessionID)))
+	for tries := 0; tries < maxGenerations; tries, gen = tries+1, gen+1 {
+		if p, done := at.try(ctx, wctx, gen); done {
+			return p
 		}
-		callID := callIDFor(c.Dialect.callIDPrefix(), key, gen)
-		clog := log.With(zap.String("callID", callID))
-		req := client.CallRequest{
-			CallID: callID, Session: ev.SessionID, Tool: ev.ToolName, Args: args,
-			Requester: c.Requester, Execution: policy.ExecutionAgent,
+	}
+	return c.failure(fmt.Errorf("the last %d calls of this attempt were all used; remove %s to start the session's attempts afresh", maxGenerations, at.store.path(ev.SessionID)))
+}
+
+// attempt is one PreToolUse: the tool use, its arguments in canonical
+// form, the key its calls derive from, and the run that claims an
+// approval.
+type attempt struct {
+	c     Config
+	ev    Event
+	args  json.RawMessage
+	key   string
+	run   string
+	store stateStore
+	agent client.Agent
+	log   *zap.Logger
+}
+
+// try asks with the call of generation gen. done is false when that call
+// cannot answer this tool use (its ID is another request's, or its
+// approval was used): the next generation is asked then.
+func (at attempt) try(ctx, wctx context.Context, gen int) (p permission, done bool) {
+	c, ev := at.c, at.ev
+	callID := callIDFor(c.Dialect.callIDPrefix(), at.key, gen)
+	log := at.log.With(zap.String("callID", callID))
+	req := client.CallRequest{
+		CallID: callID, Session: ev.SessionID, Tool: ev.ToolName, Args: at.args,
+		Requester: c.Requester, Execution: policy.ExecutionAgent,
+	}
+	if _, err := at.agent.Submit(wctx, req); err != nil {
+		var inputErr *client.InputError
+		switch {
+		case callIDTaken(err): // another request holds this ID (another requester, say)
+			return permission{}, false
+		case errors.As(err, &inputErr):
+			return c.failure(fmt.Errorf("toolgate refused the call: %w", err)), true
 		}
-		if _, err := agent.Submit(wctx, req); err != nil {
-			if callIDTaken(err) {
-				// Another request holds this ID (another requester, say).
-				continue
+		return c.failure(fmt.Errorf("submit the call to toolgate: %w", err)), true
+	}
+	st, err := at.agent.WaitDecided(wctx, callID)
+	if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+		// The wait ran out: look once more, a decision may have just come.
+		sctx, scancel := context.WithTimeout(ctx, statusTimeout)
+		st, err = at.agent.Status(sctx, callID)
+		scancel()
+		if err == nil && !decided(st) {
+			if err := at.store.remember(ev.SessionID, at.key, gen); err != nil {
+				return c.failure(err), true
 			}
-			var inputErr *client.InputError
-			if errors.As(err, &inputErr) {
-				return c.failure(fmt.Errorf("toolgate refused the call: %w", err))
-			}
-			return c.failure(fmt.Errorf("submit the call to toolgate: %w", err))
+			log.Info("call still waiting; denied for now, the retry will find it")
+			return permission{decision: "deny", reason: stillWaitingReason(callID, st)}, true
 		}
-		st, err := agent.WaitDecided(wctx, callID)
-		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
-			// The wait ran out: look once more, a decision may have just come.
-			sctx, scancel := context.WithTimeout(ctx, statusTimeout)
-			st, err = agent.Status(sctx, callID)
-			scancel()
-			if err == nil && !decided(st) {
-				if err := store.remember(ev.SessionID, key, gen); err != nil {
-					return c.failure(err)
-				}
-				clog.Info("call still waiting; denied for now, the retry will find it")
-				return permission{decision: "deny", reason: stillWaitingReason(callID, st)}
-			}
+	}
+	if err != nil {
+		return c.failure(fmt.Errorf("wait for toolgate call %s: %w", callID, err)), true
+	}
+	if used(st) {
+		log.Info("the call's approval was already used; asking with the next call")
+		return permission{}, false
+	}
+	p = decide(callID, at.args, st)
+	if p.decision == "allow" {
+		err := at.agent.Claim(wctx, callID, c.Requester, client.Claim{Run: at.run, NoReport: c.NoReport})
+		if client.IsApprovalUsed(err) {
+			log.Info("another run took the call's approval; asking with the next call", zap.Error(err))
+			return permission{}, false
 		}
 		if err != nil {
-			return c.failure(fmt.Errorf("wait for toolgate call %s: %w", callID, err))
+			return c.failure(fmt.Errorf("take the approval of toolgate call %s: %w", callID, err)), true
 		}
-		if used(st) {
-			clog.Info("the call's approval was already used; asking with the next call")
-			continue
+	}
+	at.delivered(log, callID, gen, p)
+	return p, true
+}
+
+// delivered records a decision handed to the agent: the next identical
+// attempt starts at the next call (a sticky decision answers it at once),
+// and the tool_use_id maps to this call for PostToolUse.
+func (at attempt) delivered(log *zap.Logger, callID string, gen int, p permission) {
+	allowed := p.decision == "allow"
+	err := at.store.update(at.ev.SessionID, func(s *sessionState) error {
+		if s.Keys[at.key].Gen <= gen {
+			s.Keys[at.key] = keyState{Gen: gen + 1}
 		}
-		p := decide(callID, args, st)
-		if p.decision == "allow" {
-			err := agent.Claim(wctx, callID, c.Requester, client.Claim{Run: run, NoReport: c.NoReport})
-			if client.IsApprovalUsed(err) {
-				clog.Info("another run took the call's approval; asking with the next call", zap.Error(err))
-				continue
-			}
-			if err != nil {
-				return c.failure(fmt.Errorf("take the approval of toolgate call %s: %w", callID, err))
-			}
+		if allowed && !at.c.NoReport && at.ev.ToolUseID != "" {
+			s.Uses[at.ev.ToolUseID] = use{CallID: callID, At: time.Now().UTC()}
 		}
-		// The decision is delivered: the next identical attempt starts at
-		// the next call (a sticky decision answers it at once), and the
-		// tool_use_id maps to this call for PostToolUse.
-		err = store.update(ev.SessionID, func(s *sessionState) error {
-			if s.Keys[key].Gen <= gen {
-				s.Keys[key] = keyState{Gen: gen + 1}
-			}
-			if p.decision == "allow" && !c.NoReport && ev.ToolUseID != "" {
-				s.Uses[ev.ToolUseID] = use{CallID: callID, At: time.Now().UTC()}
-			}
-			return nil
-		})
-		if err != nil && p.decision == "allow" {
-			// Without the mapping PostToolUse cannot report; the claim
-			// already keeps the approval from a second run.
-			clog.Warn("the hook state was not updated; the call will end unknown", zap.Error(err))
-		}
-		clog.Info("decision delivered", zap.String("decision", p.decision))
-		if p.decision == "allow" && ev.PermissionMode == "auto" {
-			clog.Info("Claude Code's auto mode may still refuse this tool use; with the PermissionDenied hook the call records that it did not run, else it ends unknown after its report timeout")
-		}
-		return p
+		return nil
+	})
+	if err != nil && allowed {
+		// Without the mapping PostToolUse cannot report; the claim already
+		// keeps the approval from a second run.
+		log.Warn("the hook state was not updated; the call will end unknown", zap.Error(err))
+	}
+	log.Info("decision delivered", zap.String("decision", p.decision))
+	if allowed && at.ev.PermissionMode == "auto" {
+		log.Info("Claude Code's auto mode may still refuse this tool use; with the PermissionDenied hook the call records that it did not run, else it ends unknown after its report timeout")
 	}
 }
 
