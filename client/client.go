@@ -236,6 +236,24 @@ func sameJSON(a, b []byte) bool {
 	return errA == nil && errB == nil && reflect.DeepEqual(va, vb)
 }
 
+// CanonicalJSON re-encodes a JSON value in one form: object keys sorted,
+// no spaces, numbers as written, no HTML escaping. Two encodings of the
+// same value give the same bytes, so it can key a request by what it
+// asks.
+func CanonicalJSON(raw []byte) (json.RawMessage, error) {
+	v, err := decodeJSON(raw)
+	if err != nil {
+		return nil, err
+	}
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return json.RawMessage(bytes.TrimRight(b.Bytes(), "\n")), nil
+}
+
 func decodeJSON(b []byte) (any, error) {
 	dec := json.NewDecoder(bytes.NewReader(b))
 	dec.UseNumber()

@@ -16,6 +16,7 @@ package hook
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -343,15 +344,20 @@ func (at attempt) delivered(log *zap.Logger, callID string, gen int, p permissio
 	}
 }
 
-// runName names this run of the tool in its claim: the agent's
-// tool_use_id, else a random name (no second hook run can claim with it).
+// runName names this run of the tool in its claim and its report: the
+// agent's tool_use_id (hashed when too long to be a run name), else a
+// random name (no second hook run can claim with it).
 func runName(ev Event) string {
-	if ev.ToolUseID != "" && len(ev.ToolUseID) <= workflows.MaxRunBytes {
-		return ev.ToolUseID
+	switch {
+	case ev.ToolUseID == "":
+		var b [12]byte
+		_, _ = rand.Read(b[:])
+		return "run-" + hex.EncodeToString(b[:])
+	case len(ev.ToolUseID) > workflows.MaxRunBytes:
+		sum := sha256.Sum256([]byte(ev.ToolUseID))
+		return "sha256-" + hex.EncodeToString(sum[:])
 	}
-	var b [12]byte
-	_, _ = rand.Read(b[:])
-	return "run-" + hex.EncodeToString(b[:])
+	return ev.ToolUseID
 }
 
 // callIDTaken recognises the refusal of a call ID that names another call

@@ -779,3 +779,17 @@ func TestAHungHookAnswersByItsDeadline(t *testing.T) {
 	assert.Equal(t, "deny", p.decision)
 	assert.Equal(t, "toolgate could not check this tool call, so it is blocked: the hook got no answer within 200ms", p.reason)
 }
+
+func TestALongToolUseIDNamesTheSameRunInClaimAndReport(t *testing.T) {
+	long := strings.Repeat("x", workflows.MaxRunBytes+1)
+	e := newHookEnv(t)
+	require.Equal(t, "allow", e.decision(pre(long, "Bash", `{"command":"ls"}`)).PermissionDecision)
+	callID := e.agent.submitted()[0].CallID
+	claims := e.agent.claimsOf(callID)
+	require.Len(t, claims, 1)
+	assert.LessOrEqual(t, len(claims[0].Run), workflows.MaxRunBytes)
+	e.run(post(long, "Bash", `{"command":"ls"}`, `{"stdout":""}`))
+	rep, ok := e.agent.report(callID)
+	require.True(t, ok, "the report names the run that claimed the call")
+	assert.Equal(t, claims[0].Run, rep.Run)
+}

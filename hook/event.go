@@ -102,28 +102,24 @@ func (ev Event) checkPre() (json.RawMessage, error) {
 	return args, nil
 }
 
-// canonicalArgs returns the tool input as canonical JSON: keys sorted, no
-// spaces, numbers as written. Missing or null input is {}.
+// canonicalArgs returns the tool input as canonical JSON
+// (client.CanonicalJSON), refusing what is not an object. Missing or null
+// input is {}.
 func canonicalArgs(raw json.RawMessage) (json.RawMessage, error) {
 	if len(bytes.TrimSpace(raw)) == 0 || string(bytes.TrimSpace(raw)) == "null" {
 		return json.RawMessage("{}"), nil
 	}
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	var v any
-	if err := dec.Decode(&v); err != nil {
-		return nil, fmt.Errorf("is not valid JSON: %v", err)
-	}
-	if _, ok := v.(map[string]any); !ok {
+	if !bytes.HasPrefix(bytes.TrimSpace(raw), []byte("{")) {
+		if !json.Valid(raw) {
+			return nil, errors.New("is not valid JSON")
+		}
 		return nil, errors.New("must be a JSON object")
 	}
-	var b bytes.Buffer
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return nil, err
+	args, err := client.CanonicalJSON(raw)
+	if err != nil {
+		return nil, fmt.Errorf("is not valid JSON: %v", err)
 	}
-	return json.RawMessage(bytes.TrimRight(b.Bytes(), "\n")), nil
+	return args, nil
 }
 
 // sameArgs reports whether two argument objects are the same JSON value.

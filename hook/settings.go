@@ -58,11 +58,11 @@ timeout = %d
 type = "command"
 command = '%s'
 timeout = 60
-`, CodexFailClosed(command), PreToolUseTimeout, command)
+`, codexFailClosed(command), PreToolUseTimeout, command)
 }
 
-// CodexFailClosed wraps a hook command line so that Codex blocks the tool
+// codexFailClosed wraps a hook command line so that Codex blocks the tool
 // whenever the command fails.
-func CodexFailClosed(command string) string {
+func codexFailClosed(command string) string {
 	return command + ` || { s=$?; echo "toolgate hook failed (exit status $s), so the tool is blocked" >&2; exit 2; }`
 }

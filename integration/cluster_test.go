@@ -243,6 +243,38 @@ func TestClusterWalkthrough(t *testing.T) {
 		assert.JSONEq(t, `{"deployed":true}`, mustMarshal(t, r.body["output"]))
 	})
 
+	t.Run("the Claude Code hook: an approval runs once, whatever its state file says", func(t *testing.T) {
+		stateDir := t.TempDir()
+		h := hookRunner{t: t, args: []string{"--api", "http://" + e.c.HTTPAddress, "--token", "token-agent-1", "--state-dir", stateDir}}
+		ev := func(name string) string { return hookEvent(t, name, "walk-hook") }
+		first := h.decide(ev("pre-edit.json"), "--wait", "1s")
+		require.Equal(t, "deny", first.PermissionDecision, first.PermissionDecisionReason)
+		callID := hookCallID.FindString(first.PermissionDecisionReason)
+		require.NotEmpty(t, callID, first.PermissionDecisionReason)
+		stateFile := filepath.Join(stateDir, "walk-hook.json")
+		before, err := os.ReadFile(stateFile)
+		require.NoError(t, err)
+		r := e.as(t, "bob").do("POST", "/v1/calls/"+callID+"/decision", map[string]any{"decision": "approve"})
+		require.Equal(t, http.StatusOK, r.status, r.raw)
+
+		allowed := h.decide(ev("pre-edit-retry.json"), "--wait", "30s")
+		require.Equal(t, "allow", allowed.PermissionDecision, allowed.PermissionDecisionReason)
+		assert.Equal(t, callID, hookCallID.FindString(allowed.PermissionDecisionReason))
+		rep := h.run(ev("post-edit-retry.json"))
+		require.Equal(t, 0, rep.code, rep.stderr)
+		r = e.as(t, "agent-1").do("GET", "/v1/calls/"+callID+"?wait=30s", nil)
+		require.Equal(t, http.StatusOK, r.status, r.raw)
+		assert.Equal(t, "ok", r.body["status"])
+
+		// The state file rolled back to before the approval was used: the
+		// identical attempt is asked anew, never allowed again.
+		require.NoError(t, os.WriteFile(stateFile, before, 0o600))
+		again := h.decide(ev("pre-edit-retry.json"), "--wait", "1s")
+		assert.Equal(t, "deny", again.PermissionDecision, again.PermissionDecisionReason)
+		assert.Contains(t, again.PermissionDecisionReason, "waiting for a person")
+		assert.NotEqual(t, callID, hookCallID.FindString(again.PermissionDecisionReason), "a new call")
+	})
+
 	t.Run("the MCP gateway: ask, then approve", func(t *testing.T) {
 		cs, err := e.in(t).mcpHTTP("token-agent-1", "?session=walk-mcp")
 		require.NoError(t, err)

@@ -93,15 +93,16 @@ func runClientWatching(t *testing.T, script string, plan map[string]any, seen fu
 func TestRealMCPClients(t *testing.T) {
 	// The reference servers from npm as upstreams: server-everything, and
 	// server-filesystem with no directory of its own, relying on the
-	// roots toolgate gives it (the workspace), as Claude Desktop setups do.
+	// roots its toolgate settings give it (the workspace).
 	everything := npmFile(t, "@modelcontextprotocol/server-everything/dist/index.js")
 	filesystem := npmFile(t, "@modelcontextprotocol/server-filesystem/dist/index.js")
 	node, err := exec.LookPath("node")
 	require.NoError(t, err)
 	upstreams := filepath.Join(t.TempDir(), "mcp.json")
+	workspace := t.TempDir()
 	b, err := json.Marshal(map[string]any{"mcpServers": map[string]any{
 		"everything": map[string]any{"command": node, "args": []string{everything, "stdio"}},
-		"files":      map[string]any{"command": node, "args": []string{filesystem}},
+		"files":      map[string]any{"command": node, "args": []string{filesystem}, "toolgate": map[string]any{"roots": []string{workspace}}},
 	}})
 	require.NoError(t, err)
 	require.NoError(t, os.WriteFile(upstreams, b, 0o600))
@@ -112,8 +113,8 @@ rules:
   - {name: no-shell, tool: shell, action: deny, reason: no shell over MCP}
   - {name: everything-reads, tool: everything__*, when: annotations.readOnlyHint == true, action: allow}
   - {name: file-reads, tool: files__*, when: annotations.readOnlyHint == true, action: allow}
-`, "--mcp", upstreams)
-	require.NoError(t, os.MkdirAll(d.workspace, 0o755))
+`, "--mcp", upstreams, "--workspace", workspace)
+	d.workspace = workspace
 	require.NoError(t, os.WriteFile(filepath.Join(d.workspace, "notes.txt"), []byte("from the workspace"), 0o644))
 	stdio := map[string]any{"transport": "stdio", "command": binary, "args": []string{"mcp", "--temporal-address", d.address(), "--wait", "2s"}}
 	httpTransport := map[string]any{"transport": "http", "url": "http://" + d.httpAddr + "/mcp", "token": "token-agent-1"}

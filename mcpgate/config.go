@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -52,6 +53,12 @@ type UpstreamServer struct {
 	Headers map[string]string
 	// Timeout bounds one tool call; DefaultUpstreamTimeout unless set.
 	Timeout time.Duration
+	// Roots are the directories toolgate offers the server as MCP roots
+	// ("toolgate": {"roots": [...]}), absolute. None: toolgate does not
+	// offer the roots capability, and the server keeps its own settings
+	// (a filesystem server's command-line directories: roots would
+	// replace them).
+	Roots []string
 }
 
 // serverNamePattern: letters, digits, _ - . (so <server>__<tool> is a
@@ -128,7 +135,8 @@ func (p *parser) errorf(field, format string, args ...any) {
 // toolgateFields are the toolgate-only settings of a server, under
 // "toolgate" so that they never clash with another client's fields.
 type toolgateFields struct {
-	Timeout string `json:"timeout"`
+	Timeout string   `json:"timeout"`
+	Roots   []string `json:"roots"`
 }
 
 func (p *parser) parse(raw json.RawMessage) (s UpstreamServer, disabled bool) {
@@ -208,6 +216,15 @@ func (p *parser) parse(raw json.RawMessage) (s UpstreamServer, disabled bool) {
 		}
 	}
 
+	for i, r := range tg.Roots {
+		where := fmt.Sprintf("toolgate.roots[%d]", i)
+		r = p.expand(where, r)
+		if !filepath.IsAbs(r) {
+			p.errorf(where, "%q must be an absolute directory", r)
+			continue
+		}
+		s.Roots = append(s.Roots, filepath.Clean(r))
+	}
 	s.Timeout = DefaultUpstreamTimeout
 	if tg.Timeout != "" {
 		d, err := time.ParseDuration(tg.Timeout)

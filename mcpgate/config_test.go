@@ -170,3 +170,20 @@ func TestLoadUpstreamsNamesTheFile(t *testing.T) {
 	_, err = LoadUpstreams(filepath.Join(t.TempDir(), "missing.json"), env(nil))
 	assert.ErrorContains(t, err, "missing.json")
 }
+
+func TestRootsAreOfferedOnlyWhenAServerAsks(t *testing.T) {
+	cfg, err := ParseUpstreams([]byte(`{"mcpServers": {
+		"notes": {"command": "npx", "args": ["-y", "@modelcontextprotocol/server-filesystem", "/home/u/notes"]},
+		"work": {"command": "npx", "args": ["-y", "@modelcontextprotocol/server-filesystem"], "toolgate": {"roots": ["${WS}", "/srv/data/"]}}
+	}}`), env(map[string]string{"WS": "/home/u/repo"}))
+	require.NoError(t, err)
+	byName := map[string]UpstreamServer{}
+	for _, s := range cfg.Servers {
+		byName[s.Name] = s
+	}
+	assert.Empty(t, byName["notes"].Roots, "no roots: the server keeps its own directories (roots would replace them)")
+	assert.Equal(t, []string{"/home/u/repo", "/srv/data"}, byName["work"].Roots)
+
+	_, err = ParseUpstreams([]byte(`{"mcpServers": {"work": {"command": "x", "toolgate": {"roots": ["relative/dir"]}}}}`), env(nil))
+	assert.ErrorContains(t, err, `toolgate.roots[0]: "relative/dir" must be an absolute directory`)
+}

@@ -494,7 +494,10 @@ func TestHTTPNeedsAnAgentToken(t *testing.T) {
 		req.Header.Set("Content-Type", "application/json")
 		req.Header.Set("Accept", "application/json, text/event-stream")
 		if token != "" {
-			req.Header.Set("Authorization", "Bearer "+token)
+			req.Header.Set("Authorization", token)
+			if !strings.Contains(token, " ") {
+				req.Header.Set("Authorization", "Bearer "+token)
+			}
 		}
 		if origin != "" {
 			req.Header.Set("Origin", origin)
@@ -517,6 +520,7 @@ func TestHTTPNeedsAnAgentToken(t *testing.T) {
 	assert.Equal(t, http.StatusForbidden, post("approver-token", "", "", list).StatusCode, "a valid token of the wrong role")
 	assert.Equal(t, http.StatusForbidden, post("agent-token", "https://evil.example", "", list).StatusCode, "another site's page (DNS rebinding)")
 	assert.Equal(t, http.StatusBadRequest, post("agent-token", "", "", list).StatusCode, "no session and not an initialize")
+	assert.Equal(t, http.StatusBadRequest, post("bearer agent-token", "", "", list).StatusCode, "the scheme is case-insensitive: past the token check")
 	assert.NotEqual(t, http.StatusForbidden, post("agent-token", "http://localhost:3000", "", list).StatusCode, "a local page passes the Origin check")
 
 	_, err := httpClient(t, srv.URL, "wrong")

@@ -32,13 +32,13 @@ func guard(authenticate AgentAuth, next http.Handler) http.Handler {
 			http.Error(w, "Forbidden: the Origin "+r.Header.Get("Origin")+" may not use this server", http.StatusForbidden)
 			return
 		}
-		token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		if !ok || strings.TrimSpace(token) == "" {
+		fields := strings.Fields(r.Header.Get("Authorization"))
+		if len(fields) != 2 || !strings.EqualFold(fields[0], "Bearer") {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="toolgate"`)
 			http.Error(w, "Unauthorized: send Authorization: Bearer <agent token>", http.StatusUnauthorized)
 			return
 		}
-		_, known, agent := authenticate(strings.TrimSpace(token))
+		_, known, agent := authenticate(fields[1])
 		switch {
 		case !known:
 			w.Header().Set("WWW-Authenticate", `Bearer realm="toolgate", error="invalid_token"`)
@@ -49,18 +49,22 @@ func guard(authenticate AgentAuth, next http.Handler) http.Handler {
 			return
 		}
 		if r.Method == http.MethodPost && r.Header.Get("Mcp-Session-Id") == "" {
-			body, err := io.ReadAll(io.LimitReader(r.Body, maxPeekBytes))
+			head, err := io.ReadAll(io.LimitReader(r.Body, maxPeekBytes))
 			if err != nil {
 				http.Error(w, "Bad Request: "+err.Error(), http.StatusBadRequest)
 				return
 			}
-			if !isInitialize(body) {
+			if !isInitialize(head) {
 				w.Header().Set("Content-Type", "application/json")
 				w.WriteHeader(http.StatusBadRequest)
 				_, _ = w.Write([]byte(`{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"Bad Request: no Mcp-Session-Id header; start a session with initialize"}}`))
 				return
 			}
-			r.Body = io.NopCloser(bytes.NewReader(body))
+			// The SDK reads the whole body: what was peeked, then the rest.
+			r.Body = struct {
+				io.Reader
+				io.Closer
+			}{io.MultiReader(bytes.NewReader(head), r.Body), r.Body}
 		}
 		next.ServeHTTP(w, r)
 	})
@@ -88,10 +92,16 @@ func sameOrigin(r *http.Request) bool {
 	return ip != nil && ip.IsLoopback()
 }
 
-// isInitialize reports whether a JSON-RPC body is an initialize request.
+// isInitialize reports whether a JSON-RPC body is an initialize request,
+// alone or first in a batch (2025-03-26 allowed batches).
 func isInitialize(body []byte) bool {
-	var msg struct {
+	type message struct {
 		Method string `json:"method"`
 	}
-	return json.Unmarshal(body, &msg) == nil && msg.Method == "initialize"
+	var msg message
+	if json.Unmarshal(body, &msg) == nil {
+		return msg.Method == "initialize"
+	}
+	var batch []message
+	return json.Unmarshal(body, &batch) == nil && len(batch) > 0 && batch[0].Method == "initialize"
 }

@@ -53,10 +53,6 @@ type UpstreamOptions struct {
 	// ConnectTimeout bounds starting and initialising one server (npx may
 	// download it first); default DefaultUpstreamConnectTimeout.
 	ConnectTimeout time.Duration
-	// Roots are the directories the servers are told they may work in
-	// (MCP roots: the worker's workspace). None: toolgate does not offer
-	// the roots capability.
-	Roots []string
 }
 
 // Upstreams are the connected MCP servers of a worker.
@@ -127,7 +123,7 @@ func newUpstream(s UpstreamServer, o UpstreamOptions) *upstream {
 		srv:    s,
 		opts:   o,
 		logger: o.Logger.With(zap.String("mcpServer", s.Name)),
-		client: newUpstreamClient(o.Roots),
+		client: newUpstreamClient(s.Roots),
 		done:   make(chan struct{}),
 	}
 }

@@ -1,12 +1,13 @@
 package mcpgate
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"sync"
 	"time"
+
+	tgclient "github.com/toolgate/toolgate/client"
 )
 
 // waitingKept is how long the gateway remembers a call no request saw end
@@ -105,25 +106,13 @@ func (w *waitingCalls) forget(key, callID string) {
 // JSON values (key order and spacing aside).
 func requestKey(requester, session, tool string, args json.RawMessage) string {
 	h := sha256.New()
-	for _, part := range [][]byte{[]byte(requester), []byte(session), []byte(tool), canonical(args)} {
+	canonical, err := tgclient.CanonicalJSON(args)
+	if err != nil {
+		canonical = args // compared as sent: at worst an identical call is not joined
+	}
+	for _, part := range [][]byte{[]byte(requester), []byte(session), []byte(tool), canonical} {
 		h.Write(part)
 		h.Write([]byte{0})
 	}
 	return hex.EncodeToString(h.Sum(nil))
-}
-
-// canonical re-encodes a JSON value with sorted keys; what does not decode
-// is used as it is.
-func canonical(raw json.RawMessage) []byte {
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	var v any
-	if dec.Decode(&v) != nil {
-		return raw
-	}
-	b, err := json.Marshal(v)
-	if err != nil {
-		return raw
-	}
-	return b
 }

@@ -308,3 +308,13 @@ func (s *CallSuite) TestAReportThatCannotTellHowTheToolWentEndsUnknownWithTheOut
 	s.JSONEq(`"deployed with token [REDACTED]\n"`, string(r.Output), "the output is kept, after redaction")
 	s.Equal("You ran Bash and toolgate recorded its output, allowed by the policy; the agent ran the tool but cannot tell whether it succeeded: Codex reports a command's output without its exit status.", r.ModelMessage)
 }
+
+func (s *CallSuite) TestAnUnknownOutcomeWithoutOutputIsStillARun() {
+	s.env.OnActivity(a.AwaitReport, mock.Anything, mock.Anything).Return(nil,
+		temporal.NewNonRetryableApplicationError("no exit status", activities.ErrTypeAgentUnsure, nil))
+	r := s.runOne(agentCall("c1", "Bash", `{"command":"true"}`))
+
+	s.Equal(StatusUnknown, r.Status)
+	s.JSONEq(`null`, string(r.Output), "it ran and printed nothing")
+	s.Contains(r.ModelMessage, "You ran Bash", "not 'may or may not have run': the agent says it ran")
+}

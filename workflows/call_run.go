@@ -126,6 +126,9 @@ func agentUnsure(err error, output *json.RawMessage) (string, bool) {
 	if appErr.HasDetails() {
 		_ = appErr.Details(output)
 	}
+	if len(*output) == 0 {
+		*output = json.RawMessage("null") // it ran and printed nothing
+	}
 	return appErr.Message(), true
 }
 

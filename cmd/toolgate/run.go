@@ -345,7 +345,7 @@ func (a *app) startWorker(ctx context.Context, tc client.Client, f workerFlags, 
 			return nil, nil, "", err
 		}
 	}
-	closeUpstreams, err := a.startUpstreams(ctx, f.mcpFile, ws, tools)
+	closeUpstreams, err := a.startUpstreams(ctx, f.mcpFile, tools)
 	if err != nil {
 		return nil, nil, "", err
 	}

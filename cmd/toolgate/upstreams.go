@@ -12,8 +12,7 @@ import (
 
 // startUpstreams connects to the MCP servers of file (--mcp) and registers
 // their tools; closeFn disconnects them. No file: nothing to do.
-// The workspace is the servers' one MCP root.
-func (a *app) startUpstreams(ctx context.Context, file, workspace string, tools *tool.Registry) (closeFn func(), err error) {
+func (a *app) startUpstreams(ctx context.Context, file string, tools *tool.Registry) (closeFn func(), err error) {
 	if file == "" {
 		return func() {}, nil
 	}
@@ -21,7 +20,7 @@ func (a *app) startUpstreams(ctx context.Context, file, workspace string, tools 
 	if err != nil {
 		return nil, usageError("%v", err)
 	}
-	ups, err := mcpgate.StartUpstreams(ctx, cfg, mcpgate.UpstreamOptions{Logger: a.logger.Named("mcp"), Roots: []string{workspace}})
+	ups, err := mcpgate.StartUpstreams(ctx, cfg, mcpgate.UpstreamOptions{Logger: a.logger.Named("mcp")})
 	if err != nil {
 		return nil, err
 	}
