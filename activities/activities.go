@@ -122,6 +122,10 @@ func (a *Activities) Evaluate(ctx context.Context, in EvaluateInput) (Evaluation
 		ev.Problem, ev.InvalidRequest = problem, true
 		return ev, nil
 	}
+	if problem := definitionChangeProblem(call); problem != "" {
+		ev.Problem, ev.InvalidRequest = problem, true
+		return ev, nil
+	}
 	if q, ok := policy.QuotaOf(a.Policy, call.Tool); ok {
 		ev.Quota = &q
 	}
@@ -135,6 +139,9 @@ func (a *Activities) Evaluate(ctx context.Context, in EvaluateInput) (Evaluation
 	if err != nil {
 		ev.Problem = "policy failed: " + err.Error()
 		return ev, nil
+	}
+	if call.Tool == policy.DefinitionChangeTool {
+		req = definitionChangeAsk(call, req)
 	}
 	if req != nil {
 		ev.Ask = req
@@ -232,9 +239,10 @@ func (a *Activities) BeforeCall(ctx context.Context, call policy.Call) (HookOutc
 // RunTool runs the tool, between the lifecycle hooks. The call ID is the
 // tool's idempotency key.
 func (a *Activities) RunTool(ctx context.Context, call policy.Call) (json.RawMessage, error) {
-	t, ok := a.Tools.Lookup(call.Tool)
-	if !ok {
-		return nil, temporal.NewNonRetryableApplicationError(fmt.Sprintf("unknown tool %q", call.Tool), ErrTypeToolFailed, nil)
+	t, err := a.Tools.Get(call.Tool)
+	if err != nil {
+		// Gone, or held since the call was judged (an upstream changed it).
+		return nil, temporal.NewNonRetryableApplicationError(err.Error()+"; it did not run", ErrTypeToolFailed, nil)
 	}
 	info := activity.GetInfo(ctx)
 	if !t.Options.Idempotent {

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -23,6 +24,7 @@ import (
 
 	tgclient "github.com/toolgate/toolgate/client"
 	"github.com/toolgate/toolgate/tool"
+	"github.com/toolgate/toolgate/workflows"
 )
 
 // Separator joins a server's name and its tool's name: github__create_issue.
@@ -53,20 +55,34 @@ type UpstreamOptions struct {
 	// ConnectTimeout bounds starting and initialising one server (npx may
 	// download it first); default DefaultUpstreamConnectTimeout.
 	ConnectTimeout time.Duration
+	// TrustNewTools names the servers whose new tools are offered without
+	// asking a person (their changed tools are still asked).
+	TrustNewTools []string
+	// PinRecheck is how often the pins of a server with held tools are
+	// read; default DefaultPinRecheck.
+	PinRecheck time.Duration
 }
 
 // Upstreams are the connected MCP servers of a worker.
 type Upstreams struct {
 	servers []*upstream
-	tools   []tool.Tool
+	pinning *pinning
 }
 
-// StartUpstreams connects to every server of cfg, lists their tools, and
-// returns them ready to register. A server that cannot be reached, or
-// whose tools cannot be listed, fails it (naming the server), so that
-// every worker of a task queue offers the same tools. The tool list is
-// read once: a server that gains tools later needs a worker restart to
-// offer them.
+// pinning is what every upstream of a worker shares to offer its tools
+// as their pins allow. It is set before the worker starts.
+type pinning struct {
+	registry *tool.Registry
+	pins     Pins
+	trustNew map[string]bool
+	recheck  time.Duration
+}
+
+// StartUpstreams connects to every server of cfg and lists their tools. A
+// server that cannot be reached, or whose tools cannot be listed, fails it
+// (naming the server), so that every worker of a task queue offers the
+// same tools. Register then puts the tools in the worker's registry, held,
+// and Pin offers those whose definitions are pinned.
 func StartUpstreams(ctx context.Context, cfg *UpstreamConfig, o UpstreamOptions) (*Upstreams, error) {
 	if o.Logger == nil {
 		o.Logger = zap.NewNop()
@@ -74,23 +90,59 @@ func StartUpstreams(ctx context.Context, cfg *UpstreamConfig, o UpstreamOptions)
 	if o.ConnectTimeout <= 0 {
 		o.ConnectTimeout = DefaultUpstreamConnectTimeout
 	}
-	u := &Upstreams{}
+	if o.PinRecheck <= 0 {
+		o.PinRecheck = DefaultPinRecheck
+	}
+	p := &pinning{trustNew: map[string]bool{}, recheck: o.PinRecheck}
+	for _, name := range o.TrustNewTools {
+		if !slices.ContainsFunc(cfg.Servers, func(s UpstreamServer) bool { return s.Name == name }) {
+			return nil, fmt.Errorf("trust new tools: no MCP server %q in the MCP servers file", name)
+		}
+		p.trustNew[name] = true
+	}
+	u := &Upstreams{pinning: p}
 	for _, s := range cfg.Servers {
-		up := newUpstream(s, o)
+		up := newUpstream(s, o, p)
 		u.servers = append(u.servers, up)
-		tools, err := up.start(ctx)
-		if err != nil {
+		if err := up.start(ctx); err != nil {
 			u.Close()
 			return nil, fmt.Errorf("MCP server %q: %w", s.Name, err)
 		}
-		u.tools = append(u.tools, tools...)
 	}
 	return u, nil
 }
 
-// Tools are the upstream tools, named <server>__<tool>, to register in the
-// worker's tool registry.
-func (u *Upstreams) Tools() []tool.Tool { return u.tools }
+// Register puts the servers' tools, named <server>__<tool>, in reg, each
+// held until Pin finds its definition pinned, and toolgate's
+// definition_change tool. pins keeps the pins (a *client.Client).
+func (u *Upstreams) Register(reg *tool.Registry, pins Pins) error {
+	u.pinning.registry, u.pinning.pins = reg, pins
+	if err := reg.Register(u.definitionChangeTool()); err != nil {
+		return err
+	}
+	for _, s := range u.servers {
+		for _, name := range sortedKeys(s.offers) {
+			o := s.offers[name]
+			reg.Hold(o.tool.Name, o.held)
+			if err := reg.Register(o.tool); err != nil {
+				// A schema the registry cannot compile keeps that tool
+				// away, not the others.
+				s.logger.Warn("MCP tool left out", zap.String("mcpTool", name), zap.Error(err))
+				reg.Release(o.tool.Name)
+				delete(s.offers, name)
+			}
+		}
+	}
+	return nil
+}
+
+// Pin checks every server's tools against the pins: a tool whose
+// definition is pinned is offered; a changed or new one stays held while a
+// definition_change call asks a person. Call it once the worker runs (the
+// pins are a workflow on its task queue). It returns once every server is
+// checked, and follows their changes (notifications/tools/list_changed, a
+// restart) until Close.
+func (u *Upstreams) Pin(ctx context.Context) { u.pinAll(ctx) }
 
 // Close disconnects every server and stops the stdio ones. Calls still
 // running fail.
@@ -114,26 +166,44 @@ type upstream struct {
 	connectMu sync.Mutex
 	mu        sync.Mutex
 	cs        *mcp.ClientSession // nil while down
+	connects  int
 	closed    bool
 	done      chan struct{} // closed by close
+
+	// What the server offers, by its names for its tools, and whether the
+	// pins answered since the worker started: owned by start, then Pin,
+	// then follow (pins.go).
+	pinning *pinning
+	offers  map[string]*offer
+	checked bool
+	// relist and recheck wake follow.
+	relist, recheck chan struct{}
 }
 
-func newUpstream(s UpstreamServer, o UpstreamOptions) *upstream {
-	return &upstream{
-		srv:    s,
-		opts:   o,
-		logger: o.Logger.With(zap.String("mcpServer", s.Name)),
-		client: newUpstreamClient(s.Roots),
-		done:   make(chan struct{}),
+func newUpstream(s UpstreamServer, o UpstreamOptions, p *pinning) *upstream {
+	u := &upstream{
+		srv:     s,
+		opts:    o,
+		logger:  o.Logger.With(zap.String("mcpServer", s.Name)),
+		done:    make(chan struct{}),
+		pinning: p,
+		relist:  make(chan struct{}, 1),
+		recheck: make(chan struct{}, 1),
 	}
+	u.client = newUpstreamClient(s.Roots, u.listChanged)
+	return u
 }
 
 // newUpstreamClient is the MCP client toolgate talks to a server with. It
 // offers roots only when it has some: a server that relies on roots (the
 // filesystem server started without directories) would otherwise take an
-// empty list and refuse every call.
-func newUpstreamClient(roots []string) *mcp.Client {
-	opts := &mcp.ClientOptions{Capabilities: &mcp.ClientCapabilities{}}
+// empty list and refuse every call. listChanged is called when the server
+// says its tools changed.
+func newUpstreamClient(roots []string, listChanged func()) *mcp.Client {
+	opts := &mcp.ClientOptions{
+		Capabilities:           &mcp.ClientCapabilities{},
+		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) { listChanged() },
+	}
 	if len(roots) > 0 {
 		opts.Capabilities.RootsV2 = &mcp.RootCapabilities{}
 	}
@@ -144,26 +214,44 @@ func newUpstreamClient(roots []string) *mcp.Client {
 	return c
 }
 
-// start connects and turns the server's tools into toolgate tools.
-func (u *upstream) start(ctx context.Context) ([]tool.Tool, error) {
+// start connects and lists the server's tools, each held until checked.
+func (u *upstream) start(ctx context.Context) error {
 	cs, err := u.session(ctx)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	var out []tool.Tool
+	offers, err := u.list(ctx, cs)
+	if err != nil {
+		return err
+	}
+	u.offers = map[string]*offer{}
+	for _, o := range offers {
+		o.held = heldUnchecked
+		u.offers[o.def.Tool] = o
+	}
+	u.logger.Info("MCP server connected", zap.String("type", u.srv.Type), zap.Int("tools", len(offers)))
+	return nil
+}
+
+// list lists the server's tools as toolgate tools with their definitions.
+func (u *upstream) list(ctx context.Context, cs *mcp.ClientSession) ([]*offer, error) {
+	var out []*offer
 	for t, err := range cs.Tools(ctx, nil) {
 		if err != nil {
 			return nil, fmt.Errorf("list tools: %w", err)
 		}
 		tt, err := u.toolOf(t)
+		var def workflows.ToolDefinition
+		if err == nil {
+			def, err = definitionOf(t)
+		}
 		if err != nil {
 			// One odd tool does not keep the others away.
 			u.logger.Warn("MCP tool left out", zap.String("mcpTool", t.Name), zap.Error(err))
 			continue
 		}
-		out = append(out, tt)
+		out = append(out, &offer{tool: tt, def: def})
 	}
-	u.logger.Info("MCP server connected", zap.String("type", u.srv.Type), zap.Int("tools", len(out)))
 	return out, nil
 }
 
@@ -347,8 +435,13 @@ func (u *upstream) session(ctx context.Context) (*mcp.ClientSession, error) {
 		return nil, errors.New("the worker is stopping")
 	}
 	u.cs = cs
+	u.connects++
+	again := u.connects > 1
 	u.mu.Unlock()
 	go u.watch(cs, stop)
+	if again {
+		u.listChanged() // a restarted server may offer other tools
+	}
 	return cs, nil
 }
 
@@ -456,7 +549,9 @@ func (u *upstream) close() {
 func (u *upstream) transport() mcp.Transport {
 	switch u.srv.Type {
 	case TypeHTTP:
-		return &mcp.StreamableClientTransport{Endpoint: u.srv.URL, HTTPClient: u.httpClient(), DisableStandaloneSSE: true}
+		// The standalone stream carries notifications/tools/list_changed;
+		// the SDK goes on without it for a server that offers none.
+		return &mcp.StreamableClientTransport{Endpoint: u.srv.URL, HTTPClient: u.httpClient()}
 	case TypeSSE:
 		return &mcp.SSEClientTransport{Endpoint: u.srv.URL, HTTPClient: u.httpClient()}
 	}

@@ -46,18 +46,35 @@ func httpServer(t *testing.T) mcpgate.UpstreamServer {
 	return mcpgate.UpstreamServer{Name: "web", Type: mcpgate.TypeHTTP, URL: ts.URL, Headers: map[string]string{"X-Key": "k1"}, Timeout: 2 * time.Minute}
 }
 
+// start connects to the servers, seen for the first time, and returns the
+// tools the registry offers.
 func start(t *testing.T, servers ...mcpgate.UpstreamServer) (*mcpgate.Upstreams, map[string]tool.Tool) {
+	t.Helper()
+	ups, reg := startPinned(t, newMemPins(), mcpgate.UpstreamOptions{}, servers...)
+	byName := map[string]tool.Tool{}
+	for _, name := range reg.Names() {
+		tt, ok := reg.Lookup(name)
+		require.True(t, ok)
+		if name != "definition_change" {
+			byName[name] = tt
+		}
+	}
+	return ups, byName
+}
+
+// startPinned connects to the servers, registers their tools in a new
+// registry and checks them against pins.
+func startPinned(t *testing.T, pins mcpgate.Pins, o mcpgate.UpstreamOptions, servers ...mcpgate.UpstreamServer) (*mcpgate.Upstreams, *tool.Registry) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	ups, err := mcpgate.StartUpstreams(ctx, &mcpgate.UpstreamConfig{Servers: servers}, mcpgate.UpstreamOptions{})
+	ups, err := mcpgate.StartUpstreams(ctx, &mcpgate.UpstreamConfig{Servers: servers}, o)
 	require.NoError(t, err)
 	t.Cleanup(ups.Close)
-	byName := map[string]tool.Tool{}
-	for _, tt := range ups.Tools() {
-		byName[tt.Name] = tt
-	}
-	return ups, byName
+	reg := tool.NewRegistry()
+	require.NoError(t, ups.Register(reg, pins))
+	ups.Pin(ctx)
+	return ups, reg
 }
 
 func run(t *testing.T, tt tool.Tool, args string) (json.RawMessage, error) {

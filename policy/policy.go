@@ -39,6 +39,42 @@ const (
 	ExecutionAgent Execution = "agent"
 )
 
+// DefinitionChangeTool is the tool of the calls toolgate makes itself when
+// an upstream MCP server changes a tool's definition, or offers a new tool
+// on a server toolgate knows: a person decides whether toolgate offers it
+// (package mcpgate). Such a call always waits for a person: a policy rule
+// for it may name the groups that decide (default
+// DefinitionChangeGroups), the timeout and reminders, or deny it; it
+// cannot approve it.
+const DefinitionChangeTool = "definition_change"
+
+// DefinitionChange is the arguments of a DefinitionChangeTool call.
+type DefinitionChange struct {
+	// Server names the MCP server (its key in the MCP servers file), Tool
+	// the tool by the server's own name for it.
+	Server string `json:"server"`
+	Tool   string `json:"tool"`
+	// Change is "changed" (Previous was pinned) or "new".
+	Change string `json:"change"`
+	// Diff is the unified diff of the pinned definition and the new one,
+	// a line an element so every channel shows it line by line.
+	Diff []string `json:"diff"`
+	// Definition is the new definition (name, title, description, input
+	// and output schema, annotations) and Hash its hash.
+	Definition json.RawMessage `json:"definition"`
+	Hash       string          `json:"hash"`
+	// PreviousHash is the hash of the pinned definition, for a change.
+	PreviousHash string `json:"previous_hash,omitempty"`
+}
+
+// DefinitionChangeGroups decide a definition change that no policy rule
+// gives to other groups.
+var DefinitionChangeGroups = []string{"admin"}
+
+// ToolgateRequester is the requester of the calls toolgate makes itself;
+// no agent token may carry the name.
+const ToolgateRequester = "toolgate"
+
 // OutrightDenier is implemented by policies that can tell that every call
 // of a tool is denied whatever its arguments; tool listings leave such
 // tools out.

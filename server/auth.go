@@ -93,6 +93,8 @@ func NewTokens(entries []TokenEntry) (*Tokens, error) {
 		switch {
 		case e.Role != RoleAgent && e.Role != RoleApprover && e.Role != RoleAdmin:
 			return nil, fmt.Errorf("token %q: role %q is not agent, approver or admin", e.Name, e.Role)
+		case e.Role == RoleAgent && e.Name == policy.ToolgateRequester:
+			return nil, fmt.Errorf("token %q: the name is toolgate's own, for the calls it makes itself (definition changes)", e.Name)
 		case len(e.SHA256) != 64:
 			return nil, fmt.Errorf("token %q: sha256 must be 64 hex characters (see 'toolgate token new')", e.Name)
 		}

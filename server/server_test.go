@@ -169,6 +169,12 @@ func TestTokenNamesFollowTheIdentifierRule(t *testing.T) {
 	}
 }
 
+func TestNoAgentTokenMayActAsToolgateItself(t *testing.T) {
+	_, err := NewTokens([]TokenEntry{{Name: "toolgate", Role: RoleAgent, SHA256: HashToken("t")}})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "the name is toolgate's own")
+}
+
 func TestMarshalTokensLoadsBack(t *testing.T) {
 	entries := []TokenEntry{
 		{Name: "root", Role: RoleAdmin, SHA256: HashToken("t1")},

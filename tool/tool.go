@@ -94,12 +94,16 @@ type Descriptor struct {
 	Annotations  map[string]any  `json:"annotations,omitempty"`
 }
 
-// Describe lists the registered tools' descriptors, sorted by name.
+// Describe lists the descriptors of the registered tools that are not
+// held, sorted by name.
 func (r *Registry) Describe() []Descriptor {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	out := make([]Descriptor, 0, len(r.tools))
-	for _, e := range r.tools {
+	for name, e := range r.tools {
+		if _, held := r.held[name]; held {
+			continue
+		}
 		t := e.tool
 		out = append(out, Descriptor{Name: t.Name, Title: t.Title, Description: t.Description, Schema: t.Schema, OutputSchema: t.OutputSchema, Annotations: t.Annotations})
 	}
@@ -109,6 +113,19 @@ func (r *Registry) Describe() []Descriptor {
 
 // ErrUnknownTool is returned for a tool that is not registered.
 var ErrUnknownTool = errors.New("unknown tool")
+
+// ErrHeldTool is returned (as a *HeldError) for a tool that is registered
+// but held (Registry.Hold).
+var ErrHeldTool = errors.New("tool held")
+
+// HeldError says why a held tool cannot run.
+type HeldError struct {
+	Tool string
+	Why  string
+}
+
+func (e *HeldError) Error() string        { return fmt.Sprintf("tool %q is held: %s", e.Tool, e.Why) }
+func (e *HeldError) Is(target error) bool { return target == ErrHeldTool }
 
 // ArgumentError says why a call's arguments were refused.
 type ArgumentError struct {
@@ -130,36 +147,19 @@ type entry struct {
 type Registry struct {
 	mu    sync.RWMutex
 	tools map[string]entry
+	held  map[string]string // name → why
 }
 
 // NewRegistry returns an empty registry.
-func NewRegistry() *Registry { return &Registry{tools: map[string]entry{}} }
+func NewRegistry() *Registry { return &Registry{tools: map[string]entry{}, held: map[string]string{}} }
 
 // Register adds a tool, compiling its schema. Registering a name twice is
 // an error.
 func (r *Registry) Register(t Tool) error {
-	if t.Name == "" || t.Run == nil {
-		return errors.New("register tool: name and Run are required")
+	e, err := compile(t)
+	if err != nil {
+		return err
 	}
-	if t.Options.Retry.MaxAttempts > 1 && !t.Options.Idempotent {
-		return fmt.Errorf("register tool %q: %d attempts need Options.Idempotent: a retry may run a side effect twice", t.Name, t.Options.Retry.MaxAttempts)
-	}
-	e := entry{tool: t}
-	if len(t.Schema) > 0 {
-		doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(t.Schema))
-		if err != nil {
-			return fmt.Errorf("register tool %q: schema is not JSON: %w", t.Name, err)
-		}
-		c := jsonschema.NewCompiler()
-		url := "toolgate:///" + t.Name + ".json"
-		if err := c.AddResource(url, doc); err != nil {
-			return fmt.Errorf("register tool %q: %w", t.Name, err)
-		}
-		if e.schema, err = c.Compile(url); err != nil {
-			return fmt.Errorf("register tool %q: schema does not compile: %w", t.Name, err)
-		}
-	}
-	e.tool.Options = withDefaults(t.Options)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if _, dup := r.tools[t.Name]; dup {
@@ -167,6 +167,62 @@ func (r *Registry) Register(t Tool) error {
 	}
 	r.tools[t.Name] = e
 	return nil
+}
+
+// Replace registers t, or puts it in the place of the tool of its name
+// (an upstream MCP tool whose definition changed). A hold on the name
+// stays.
+func (r *Registry) Replace(t Tool) error {
+	e, err := compile(t)
+	if err != nil {
+		return err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.tools[t.Name] = e
+	return nil
+}
+
+// Hold keeps the named tool from being looked up, described or run until
+// Release: its calls are refused with why (e.g. "its definition changed
+// and waits for approval").
+func (r *Registry) Hold(name, why string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.held[name] = why
+}
+
+// Release ends a hold.
+func (r *Registry) Release(name string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.held, name)
+}
+
+func compile(t Tool) (entry, error) {
+	if t.Name == "" || t.Run == nil {
+		return entry{}, errors.New("register tool: name and Run are required")
+	}
+	if t.Options.Retry.MaxAttempts > 1 && !t.Options.Idempotent {
+		return entry{}, fmt.Errorf("register tool %q: %d attempts need Options.Idempotent: a retry may run a side effect twice", t.Name, t.Options.Retry.MaxAttempts)
+	}
+	e := entry{tool: t}
+	if len(t.Schema) > 0 {
+		doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(t.Schema))
+		if err != nil {
+			return entry{}, fmt.Errorf("register tool %q: schema is not JSON: %w", t.Name, err)
+		}
+		c := jsonschema.NewCompiler()
+		url := "toolgate:///" + t.Name + ".json"
+		if err := c.AddResource(url, doc); err != nil {
+			return entry{}, fmt.Errorf("register tool %q: %w", t.Name, err)
+		}
+		if e.schema, err = c.Compile(url); err != nil {
+			return entry{}, fmt.Errorf("register tool %q: schema does not compile: %w", t.Name, err)
+		}
+	}
+	e.tool.Options = withDefaults(t.Options)
+	return e, nil
 }
 
 // MustRegister is Register for program set-up: it panics on error.
@@ -178,21 +234,40 @@ func (r *Registry) MustRegister(tools ...Tool) {
 	}
 }
 
-// Lookup returns the named tool.
+// Lookup returns the named tool, unless it is held.
 func (r *Registry) Lookup(name string) (Tool, bool) {
-	r.mu.RLock()
-	defer r.mu.RUnlock()
-	e, ok := r.tools[name]
-	return e.tool, ok
+	t, err := r.Get(name)
+	return t, err == nil
 }
 
-// Names lists the registered tools in order.
+// Get returns the named tool, or why it cannot run: ErrUnknownTool or
+// ErrHeldTool (wrapped).
+func (r *Registry) Get(name string) (Tool, error) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return r.get(name)
+}
+
+func (r *Registry) get(name string) (Tool, error) {
+	if why, held := r.held[name]; held {
+		return Tool{}, &HeldError{Tool: name, Why: why}
+	}
+	e, ok := r.tools[name]
+	if !ok {
+		return Tool{}, fmt.Errorf("%w %q", ErrUnknownTool, name)
+	}
+	return e.tool, nil
+}
+
+// Names lists the registered tools that are not held, in order.
 func (r *Registry) Names() []string {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	names := make([]string, 0, len(r.tools))
 	for n := range r.tools {
-		names = append(names, n)
+		if _, held := r.held[n]; !held {
+			names = append(names, n)
+		}
 	}
 	slices.Sort(names)
 	return names
@@ -202,10 +277,14 @@ func (r *Registry) Names() []string {
 // It returns ErrUnknownTool (wrapped) or an *ArgumentError.
 func (r *Registry) Validate(name string, args json.RawMessage) error {
 	r.mu.RLock()
-	e, ok := r.tools[name]
+	_, err := r.get(name)
+	e := r.tools[name]
 	r.mu.RUnlock()
-	if !ok {
-		return fmt.Errorf("%w %q (known tools: %s)", ErrUnknownTool, name, strings.Join(r.Names(), ", "))
+	if errors.Is(err, ErrUnknownTool) {
+		return fmt.Errorf("%w (known tools: %s)", err, strings.Join(r.Names(), ", "))
+	}
+	if err != nil {
+		return err
 	}
 	if len(args) == 0 {
 		args = json.RawMessage("{}")

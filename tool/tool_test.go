@@ -69,3 +69,33 @@ func TestOnlyIdempotentToolsAreRetried(t *testing.T) {
 	err := r.Register(Tool{Name: "pay", Run: noop, Options: Options{Retry: RetryPolicy{MaxAttempts: 3}}})
 	assert.ErrorContains(t, err, `register tool "pay": 3 attempts need Options.Idempotent`)
 }
+
+func TestAHeldToolIsNeitherListedNorRunUntilReleased(t *testing.T) {
+	r := NewRegistry()
+	r.MustRegister(Tool{Name: "docs__search", Description: "Search.", Run: noop}, Tool{Name: "echo", Run: noop})
+	r.Hold("docs__search", "its definition changed; an approver must accept it (call dc-1)")
+
+	assert.Equal(t, []string{"echo"}, r.Names())
+	require.Len(t, r.Describe(), 1)
+	_, ok := r.Lookup("docs__search")
+	assert.False(t, ok)
+	_, err := r.Get("docs__search")
+	assert.ErrorIs(t, err, ErrHeldTool)
+	assert.EqualError(t, err, `tool "docs__search" is held: its definition changed; an approver must accept it (call dc-1)`)
+	err = r.Validate("docs__search", json.RawMessage(`{}`))
+	assert.ErrorIs(t, err, ErrHeldTool, "a held tool's calls are refused with why")
+
+	// The approved definition replaces the old one, still held until released.
+	require.NoError(t, r.Replace(Tool{Name: "docs__search", Description: "Search, in more languages.", Run: noop,
+		Schema: json.RawMessage(`{"type":"object","required":["q"]}`)}))
+	assert.ErrorIs(t, r.Validate("docs__search", json.RawMessage(`{}`)), ErrHeldTool)
+	r.Release("docs__search")
+	got, err := r.Get("docs__search")
+	require.NoError(t, err)
+	assert.Equal(t, "Search, in more languages.", got.Description)
+	var argErr *ArgumentError
+	assert.ErrorAs(t, r.Validate("docs__search", json.RawMessage(`{}`)), &argErr, "the new schema holds")
+	assert.Error(t, r.Replace(Tool{Name: "bad", Run: noop, Schema: json.RawMessage(`{"type":7}`)}), "a schema that does not compile replaces nothing")
+	_, err = r.Get("unknown")
+	assert.ErrorIs(t, err, ErrUnknownTool)
+}

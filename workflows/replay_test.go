@@ -42,6 +42,7 @@ var recordedScenarios = []string{
 	"agent-claim",
 	"agent-claim-no-report",
 	"agent-report-unknown",
+	"pins",
 }
 
 // newReplayer returns a replayer with every workflow registered under its
@@ -52,6 +53,7 @@ func newReplayer(callWorkflow func(workflow.Context, CallInput) (Result, error))
 	r.RegisterWorkflowWithOptions(ToolgateSession, workflow.RegisterOptions{Name: SessionWorkflowType})
 	r.RegisterWorkflowWithOptions(WaitingRoom, workflow.RegisterOptions{Name: RoomWorkflowType})
 	r.RegisterWorkflowWithOptions(NoticesWorkflow, workflow.RegisterOptions{Name: NoticesWorkflowType})
+	r.RegisterWorkflowWithOptions(ToolPins, workflow.RegisterOptions{Name: PinsWorkflowType})
 	return r
 }
 

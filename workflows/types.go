@@ -104,6 +104,9 @@ const (
 	// ErrTypeUnavailable: the workflow could not do what it needed for the
 	// request (e.g. ask the waiting rooms of a session); try again.
 	ErrTypeUnavailable = "Unavailable"
+	// ErrTypeInvalidPin: a pin check or pin whose definition does not
+	// match its hash, or that names another server.
+	ErrTypeInvalidPin = "InvalidPin"
 )
 
 // Metrics the workflows emit through the worker's metrics handler (not

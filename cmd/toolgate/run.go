@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -301,6 +302,7 @@ type workerFlags struct {
 	cacheSize        int
 	shutdownTimeout  time.Duration
 	mcpFile          string
+	trustNewTools    []string
 }
 
 func (f *workerFlags) add(cmd *cobra.Command, workspaceDefault string) {
@@ -313,6 +315,7 @@ func (f *workerFlags) add(cmd *cobra.Command, workspaceDefault string) {
 	fs.IntVar(&f.cacheSize, "cache-size", 10000, "workflows kept in memory between tasks (sticky cache); memory grows up to this")
 	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 30*time.Second, "on SIGTERM, how long running tools may finish before the worker stops")
 	fs.StringVar(&f.mcpFile, "mcp", os.Getenv("TOOLGATE_MCP"), "upstream MCP servers file (the mcpServers of .mcp.json); their tools run as <server>__<tool> (env TOOLGATE_MCP)")
+	fs.StringSliceVar(&f.trustNewTools, "trust-new-tools", nil, "MCP servers (by name) whose new tools are offered without asking an approver; changed tools are still asked")
 }
 
 // startWorker registers the built-in tools and default policy and starts
@@ -345,10 +348,11 @@ func (a *app) startWorker(ctx context.Context, tc client.Client, f workerFlags, 
 			return nil, nil, "", err
 		}
 	}
-	closeUpstreams, err := a.startUpstreams(ctx, f.mcpFile, tools)
+	ups, err := a.startUpstreams(ctx, f, tools, tgclient.New(tc, a.conn.taskQueue).WithNamespace(a.conn.namespace))
 	if err != nil {
 		return nil, nil, "", err
 	}
+	closeUpstreams := ups.Close
 	sdkworker.SetStickyWorkflowCacheSize(f.cacheSize)
 	w, err := worker.New(tc, worker.Options{
 		TaskQueue:  a.conn.taskQueue,
@@ -372,7 +376,9 @@ func (a *app) startWorker(ctx context.Context, tc client.Client, f workerFlags, 
 		closeUpstreams()
 		return nil, nil, "", fmt.Errorf("start worker: %w", err)
 	}
-	return withUpstreams(w, closeUpstreams), tools.Names(), ws, nil
+	ups.Pin(ctx)
+	names := slices.DeleteFunc(tools.Names(), func(n string) bool { return n == policy.DefinitionChangeTool })
+	return withUpstreams(w, closeUpstreams), names, ws, nil
 }
 
 // loadPolicy returns the policy file's rules, reloaded while ctx lasts, or

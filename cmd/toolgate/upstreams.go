@@ -10,32 +10,49 @@ import (
 	"github.com/toolgate/toolgate/tool"
 )
 
-// startUpstreams connects to the MCP servers of file (--mcp) and registers
-// their tools; closeFn disconnects them. No file: nothing to do.
-func (a *app) startUpstreams(ctx context.Context, file string, tools *tool.Registry) (closeFn func(), err error) {
-	if file == "" {
-		return func() {}, nil
+// upstreams are the worker's MCP servers (--mcp), or none.
+type upstreams struct {
+	*mcpgate.Upstreams // nil without --mcp
+}
+
+// Pin offers the tools whose definitions are pinned (after the worker
+// started: the pins are a workflow).
+func (u upstreams) Pin(ctx context.Context) {
+	if u.Upstreams != nil {
+		u.Upstreams.Pin(ctx)
 	}
-	cfg, err := mcpgate.LoadUpstreams(file, nil)
-	if err != nil {
-		return nil, usageError("%v", err)
+}
+
+// Close disconnects the servers.
+func (u upstreams) Close() {
+	if u.Upstreams != nil {
+		u.Upstreams.Close()
 	}
-	ups, err := mcpgate.StartUpstreams(ctx, cfg, mcpgate.UpstreamOptions{Logger: a.logger.Named("mcp")})
-	if err != nil {
-		return nil, err
-	}
-	n := 0
-	for _, t := range ups.Tools() {
-		// A schema the registry cannot compile keeps that tool away, not
-		// the others.
-		if err := tools.Register(t); err != nil {
-			a.logger.Warn("MCP tool left out", zap.String("tool", t.Name), zap.Error(err))
-			continue
+}
+
+// startUpstreams connects to the MCP servers of --mcp and registers their
+// tools, held until Pin.
+func (a *app) startUpstreams(ctx context.Context, f workerFlags, tools *tool.Registry, pins mcpgate.Pins) (upstreams, error) {
+	if f.mcpFile == "" {
+		if len(f.trustNewTools) > 0 {
+			return upstreams{}, usageError("--trust-new-tools names MCP servers, and there is no --mcp file")
 		}
-		n++
+		return upstreams{}, nil
 	}
-	a.logger.Info("MCP servers connected", zap.String("file", file), zap.Int("servers", len(cfg.Servers)), zap.Int("tools", n))
-	return ups.Close, nil
+	cfg, err := mcpgate.LoadUpstreams(f.mcpFile, nil)
+	if err != nil {
+		return upstreams{}, usageError("%v", err)
+	}
+	ups, err := mcpgate.StartUpstreams(ctx, cfg, mcpgate.UpstreamOptions{Logger: a.logger.Named("mcp"), TrustNewTools: f.trustNewTools})
+	if err != nil {
+		return upstreams{}, err
+	}
+	if err := ups.Register(tools, pins); err != nil {
+		ups.Close()
+		return upstreams{}, err
+	}
+	a.logger.Info("MCP servers connected", zap.String("file", f.mcpFile), zap.Int("servers", len(cfg.Servers)))
+	return upstreams{ups}, nil
 }
 
 // upstreamWorker closes the MCP servers once the worker has stopped, so

@@ -154,6 +154,7 @@ func run(ctx context.Context, logger *zap.Logger, outDir, only string) (err erro
 		{"session-end", r.sessionEnd},
 		{"session-continue-as-new", r.sessionContinueAsNew},
 		{"agent-claim", r.agentClaim},
+		{"pins", r.pins},
 	}
 	wanted := map[string]bool{}
 	for _, name := range strings.Split(only, ",") {
@@ -471,6 +472,56 @@ func (r *recorder) agentClaim(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// pins: an MCP server's pins take two tools at first sight, refuse one
+// whose definition changed, pin it once approved, and move to a new run.
+func (r *recorder) pins(ctx context.Context) error {
+	const server = "replay-docs"
+	id := workflows.PinsWorkflowID(server)
+	run, err := r.tc.ExecuteWorkflow(ctx, sdkclient.StartWorkflowOptions{ID: id, TaskQueue: workflows.TaskQueue},
+		workflows.PinsWorkflowType, workflows.PinsInput{Server: server, ContinueAsNewAfter: 3})
+	if err != nil {
+		return err
+	}
+	def := func(name, description string) workflows.ToolDefinition {
+		d := fmt.Sprintf(`{"description":%q,"name":%q}`, description, name)
+		return workflows.ToolDefinition{Tool: name, Hash: workflows.DefinitionHash(d), Definition: d}
+	}
+	first, err := r.tg.CheckPins(ctx, workflows.CheckPinsRequest{Server: server, By: identity,
+		Tools: []workflows.ToolDefinition{def("search", "Search the docs."), def("fetch", "Fetch a page.")}})
+	if err != nil {
+		return err
+	}
+	if len(first) != 2 || !first[0].Pinned || !first[1].Pinned {
+		return fmt.Errorf("first sight: %+v, want both pinned", first)
+	}
+	changed := def("search", "Search the docs, in more languages.")
+	later, err := r.tg.CheckPins(ctx, workflows.CheckPinsRequest{Server: server, By: identity, Tools: []workflows.ToolDefinition{changed}})
+	if err != nil {
+		return err
+	}
+	if len(later) != 1 || later[0].Pinned || later[0].Previous == nil {
+		return fmt.Errorf("a changed definition: %+v, want it held with the pinned one", later)
+	}
+	if err := r.tg.Pin(ctx, workflows.PinRequest{Server: server, Definition: changed, By: approver, CallID: "definition-change.replay"}); err != nil {
+		return err
+	}
+	for {
+		d, err := r.tc.DescribeWorkflowExecution(ctx, id, run.GetRunID())
+		if err != nil {
+			return err
+		}
+		if d.GetWorkflowExecutionInfo().GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_CONTINUED_AS_NEW {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	return r.writeHistory(ctx, "pins", id, run.GetRunID())
 }
 
 // sessionEnd: two calls wait in a session that an admin ends; both are

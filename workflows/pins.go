@@ -1,0 +1,223 @@
+package workflows
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+)
+
+// PinsWorkflowType is the registered name of ToolPins.
+const PinsWorkflowType = "ToolgatePins"
+
+// Messages of ToolPins.
+const (
+	// UpdateCheckPins compares what an upstream MCP server offers now with
+	// its pins; argument: a CheckPinsRequest; result: []PinVerdict.
+	UpdateCheckPins = "check-pins"
+	// UpdatePin pins a definition a person approved; argument: a
+	// PinRequest.
+	UpdatePin = "pin"
+	// QueryPins returns the server's pins ([]Pin, sorted by tool).
+	QueryPins = "pins"
+)
+
+// PinsWorkflowID derives the ID of the pins of an upstream MCP server (by
+// its name in the MCP servers file): every worker and gateway of the
+// namespace shares them.
+func PinsWorkflowID(server string) string { return "toolgate/pins/" + server }
+
+// pinMessagesPerRun bounds a pins run's history; the pins move to a new
+// run after that many updates.
+const pinMessagesPerRun = 500
+
+// ToolDefinition is what an upstream server says one of its tools is: its
+// name on that server, the definition as canonical JSON (name, title,
+// description, input and output schema, annotations) and the definition's
+// hash (DefinitionHash).
+type ToolDefinition struct {
+	Tool       string `json:"tool"`
+	Hash       string `json:"hash"`
+	Definition string `json:"definition"`
+}
+
+// DefinitionHash is the hash a pin keeps of a definition: hex SHA-256.
+func DefinitionHash(definition string) string {
+	sum := sha256.Sum256([]byte(definition))
+	return hex.EncodeToString(sum[:])
+}
+
+func (d ToolDefinition) check() error {
+	switch {
+	case d.Tool == "":
+		return errors.New("a tool definition without a tool name")
+	case d.Hash != DefinitionHash(d.Definition):
+		return fmt.Errorf("tool %q: the hash does not match the definition", d.Tool)
+	}
+	return nil
+}
+
+// Pin is a definition toolgate accepted for a tool: seen first on a server
+// never seen before, a new tool on a server trusted for new tools, or
+// approved by a person (CallID names that definition_change call).
+type Pin struct {
+	ToolDefinition
+	PinnedBy string    `json:"pinned_by"`
+	PinnedAt time.Time `json:"pinned_at"`
+	CallID   string    `json:"call_id,omitempty"`
+}
+
+// PinsInput starts (or continues) a server's pins.
+type PinsInput struct {
+	Server string `json:"server"`
+	// Known: the server was checked before, so a tool without a pin is
+	// new and waits for a person.
+	Known bool  `json:"known,omitempty"`
+	Pins  []Pin `json:"pins,omitempty"`
+	// ContinueAsNewAfter moves the pins to a new run after that many
+	// updates instead of pinMessagesPerRun (for tests and recordings).
+	ContinueAsNewAfter int `json:"continue_as_new_after,omitempty"`
+}
+
+// CheckPinsRequest is the argument of UpdateCheckPins: the definitions the
+// server offers now.
+type CheckPinsRequest struct {
+	Server string           `json:"server"`
+	Tools  []ToolDefinition `json:"tools"`
+	// TrustNew pins a tool the server has not offered before without
+	// asking (its changes are still asked).
+	TrustNew bool `json:"trust_new,omitempty"`
+	// By names who checks, for a pin taken at first sight.
+	By string `json:"by"`
+}
+
+// PinVerdict says whether a tool may be offered. A tool that may not is
+// new (Previous nil) or changed since Previous was pinned; a person
+// decides it in a definition_change call.
+type PinVerdict struct {
+	Tool     string `json:"tool"`
+	Pinned   bool   `json:"pinned"`
+	Previous *Pin   `json:"previous,omitempty"`
+}
+
+// PinRequest is the argument of UpdatePin.
+type PinRequest struct {
+	Server     string         `json:"server"`
+	Definition ToolDefinition `json:"definition"`
+	By         string         `json:"by"`
+	CallID     string         `json:"call_id"`
+}
+
+// ToolPins keeps the pinned tool definitions of one upstream MCP server,
+// so that a server cannot change a tool (its description, its schema)
+// under the people who trusted it: a changed or new tool is offered only
+// once its definition is pinned. The first check of a server pins what it
+// offers (trust on first use). The state is small (one definition a tool)
+// and moves to a new run every pinMessagesPerRun updates.
+func ToolPins(ctx workflow.Context, in PinsInput) error {
+	p := &pinsRun{server: in.Server, known: in.Known, pins: map[string]Pin{}}
+	limit := pinMessagesPerRun
+	if in.ContinueAsNewAfter > 0 {
+		limit = in.ContinueAsNewAfter
+	}
+	for _, pin := range in.Pins {
+		p.pins[pin.Tool] = pin
+	}
+	if err := workflow.SetQueryHandler(ctx, QueryPins, func() ([]Pin, error) { return p.sorted(), nil }); err != nil {
+		return err
+	}
+	if err := workflow.SetUpdateHandlerWithOptions(ctx, UpdateCheckPins, p.check,
+		workflow.UpdateHandlerOptions{Validator: p.validateCheck}); err != nil {
+		return err
+	}
+	if err := workflow.SetUpdateHandlerWithOptions(ctx, UpdatePin, p.pin,
+		workflow.UpdateHandlerOptions{Validator: p.validatePin}); err != nil {
+		return err
+	}
+	if err := workflow.Await(ctx, func() bool {
+		return p.updates >= limit || workflow.GetInfo(ctx).GetContinueAsNewSuggested()
+	}); err != nil {
+		return err
+	}
+	if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) }); err != nil {
+		return err
+	}
+	return workflow.NewContinueAsNewError(ctx, PinsWorkflowType, PinsInput{Server: p.server, Known: p.known, Pins: p.sorted()})
+}
+
+type pinsRun struct {
+	server  string
+	known   bool
+	pins    map[string]Pin
+	updates int
+}
+
+func (p *pinsRun) sorted() []Pin {
+	out := make([]Pin, 0, len(p.pins))
+	for _, pin := range p.pins {
+		out = append(out, pin)
+	}
+	slices.SortFunc(out, func(a, b Pin) int { return strings.Compare(a.Tool, b.Tool) })
+	return out
+}
+
+func (p *pinsRun) validateCheck(req CheckPinsRequest) error {
+	if req.Server != p.server {
+		return temporal.NewApplicationError(fmt.Sprintf("these are the pins of %q, not %q", p.server, req.Server), ErrTypeInvalidPin)
+	}
+	for _, d := range req.Tools {
+		if err := d.check(); err != nil {
+			return temporal.NewApplicationError(err.Error(), ErrTypeInvalidPin)
+		}
+	}
+	return nil
+}
+
+func (p *pinsRun) check(ctx workflow.Context, req CheckPinsRequest) ([]PinVerdict, error) {
+	p.updates++
+	firstSight := !p.known
+	p.known = true
+	out := make([]PinVerdict, 0, len(req.Tools))
+	for _, d := range req.Tools {
+		pin, ok := p.pins[d.Tool]
+		switch {
+		case ok && pin.Hash == d.Hash:
+			out = append(out, PinVerdict{Tool: d.Tool, Pinned: true})
+		case ok:
+			previous := pin
+			out = append(out, PinVerdict{Tool: d.Tool, Previous: &previous})
+		case firstSight || req.TrustNew:
+			p.pins[d.Tool] = Pin{ToolDefinition: d, PinnedBy: req.By, PinnedAt: workflow.Now(ctx)}
+			out = append(out, PinVerdict{Tool: d.Tool, Pinned: true})
+		default:
+			out = append(out, PinVerdict{Tool: d.Tool})
+		}
+	}
+	return out, nil
+}
+
+func (p *pinsRun) validatePin(req PinRequest) error {
+	switch {
+	case req.Server != p.server:
+		return temporal.NewApplicationError(fmt.Sprintf("these are the pins of %q, not %q", p.server, req.Server), ErrTypeInvalidPin)
+	case req.By == "":
+		return temporal.NewApplicationError("a pin names who approved it", ErrTypeInvalidPin)
+	}
+	if err := req.Definition.check(); err != nil {
+		return temporal.NewApplicationError(err.Error(), ErrTypeInvalidPin)
+	}
+	return nil
+}
+
+func (p *pinsRun) pin(ctx workflow.Context, req PinRequest) error {
+	p.updates++
+	p.known = true
+	p.pins[req.Definition.Tool] = Pin{ToolDefinition: req.Definition, PinnedBy: req.By, PinnedAt: workflow.Now(ctx), CallID: req.CallID}
+	return nil
+}
