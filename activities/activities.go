@@ -253,14 +253,11 @@ func (a *Activities) RunTool(ctx context.Context, call policy.Call) (json.RawMes
 	for _, h := range a.Hooks {
 		h.OnToolStart(ctx, call)
 	}
-	if hb := t.Options.HeartbeatTimeout; hb > 0 {
-		var details []any
-		if !t.Options.Idempotent {
-			details = append(details, toolStarted{Started: true}) // a heartbeat without it would erase the mark
-		}
-		stop := heartbeat(ctx, hb/3, details...)
-		defer stop()
-	}
+	// A heartbeat without the mark would erase it.
+	hb := newStepHeartbeat(ToolHeartbeat{Started: !t.Options.Idempotent})
+	ctx = tool.WithProgress(ctx, hb.report)
+	stop := hb.run(ctx, t.Options.HeartbeatTimeout, progressSender(ctx, a.Client))
+	defer stop()
 	start := time.Now()
 	out, err := t.Run(ctx, tool.Input{CallID: call.ID, Session: call.Session, Args: call.Args})
 	if err != nil && !t.Options.Idempotent && !temporal.IsApplicationError(err) {
@@ -295,12 +292,6 @@ func (a *Activities) RunTool(ctx context.Context, call policy.Call) (json.RawMes
 	return nil, err
 }
 
-// toolStarted is the heartbeat detail of a tool step that reached its
-// tool: a later attempt that finds it knows the tool may have run.
-type toolStarted struct {
-	Started bool `json:"started"`
-}
-
 // startOnce guards a tool that is not idempotent. An attempt that finds
 // the previous one's mark ends the call unknown: that attempt was lost
 // after the tool began. Otherwise it records the mark on the server before
@@ -310,19 +301,19 @@ type toolStarted struct {
 // before the tool runs, and it is retried.
 func startOnce(ctx context.Context, c client.Client) error {
 	if activity.HasHeartbeatDetails(ctx) {
-		var mark toolStarted
+		var mark ToolHeartbeat
 		if err := activity.GetHeartbeatDetails(ctx, &mark); err == nil && mark.Started {
 			return temporal.NewNonRetryableApplicationError(
 				howLost(ctx, c)+", and it is not idempotent, so toolgate did not run it again", ErrTypeOutcomeUnknown, nil)
 		}
 	}
 	if c == nil { // activity tests without a server
-		activity.RecordHeartbeat(ctx, toolStarted{Started: true})
+		activity.RecordHeartbeat(ctx, ToolHeartbeat{Started: true})
 		return nil
 	}
 	// The client's heartbeat answers with the server's error, unlike
 	// activity.RecordHeartbeat, which only logs it.
-	if err := c.RecordActivityHeartbeat(ctx, activity.GetInfo(ctx).TaskToken, toolStarted{Started: true}); err != nil {
+	if err := c.RecordActivityHeartbeat(ctx, activity.GetInfo(ctx).TaskToken, ToolHeartbeat{Started: true}); err != nil {
 		return fmt.Errorf("record that the tool begins (it has not): %w", err)
 	}
 	return nil
@@ -353,27 +344,6 @@ func howLost(ctx context.Context, c client.Client) string {
 		}
 	}
 	return unsure
-}
-
-// heartbeat records an activity heartbeat with details every interval
-// until stop is called: proof that the worker running the tool is alive.
-func heartbeat(ctx context.Context, interval time.Duration, details ...any) (stop func()) {
-	done := make(chan struct{})
-	go func() {
-		t := time.NewTicker(interval)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				activity.RecordHeartbeat(ctx, details...)
-			}
-		}
-	}()
-	return func() { close(done) }
 }
 
 func (a *Activities) maxOutput() int {

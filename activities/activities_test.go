@@ -150,16 +150,16 @@ func TestRunToolRunsAToolThatIsNotIdempotentAtMostOnce(t *testing.T) {
 		tool.Tool{Name: "fails", Run: func(context.Context, tool.Input) (json.RawMessage, error) { return nil, errors.New("card declined") }},
 	)
 	a := &Activities{Policy: askAll{}, Tools: r}
-	attempt := func(toolName string, previous *toolStarted) (error, []toolStarted) {
+	attempt := func(toolName string, previous *ToolHeartbeat) (error, []ToolHeartbeat) {
 		var s testsuite.WorkflowTestSuite
 		env := s.NewTestActivityEnvironment()
 		env.RegisterActivity(a)
 		if previous != nil {
 			env.SetHeartbeatDetails(*previous)
 		}
-		var marks []toolStarted
+		var marks []ToolHeartbeat
 		env.SetOnActivityHeartbeatListener(func(_ *activity.Info, d converter.EncodedValues) {
-			var m toolStarted
+			var m ToolHeartbeat
 			require.NoError(t, d.Get(&m))
 			marks = append(marks, m)
 		})
@@ -169,10 +169,10 @@ func TestRunToolRunsAToolThatIsNotIdempotentAtMostOnce(t *testing.T) {
 
 	err, marks := attempt("pay", nil)
 	require.NoError(t, err)
-	assert.Equal(t, []toolStarted{{Started: true}}, marks, "the mark is recorded before the tool runs")
+	assert.Equal(t, []ToolHeartbeat{{Started: true}}, marks, "the mark is recorded before the tool runs")
 	assert.Equal(t, int32(1), ran.Load())
 
-	err, _ = attempt("pay", &toolStarted{Started: true})
+	err, _ = attempt("pay", &ToolHeartbeat{Started: true})
 	var appErr *temporal.ApplicationError
 	require.True(t, errors.As(err, &appErr), "%v", err)
 	assert.Equal(t, ErrTypeOutcomeUnknown, appErr.Type())
@@ -180,11 +180,11 @@ func TestRunToolRunsAToolThatIsNotIdempotentAtMostOnce(t *testing.T) {
 	assert.Contains(t, appErr.Message(), "previous attempt was lost after the tool began")
 	assert.Equal(t, int32(1), ran.Load(), "a lost attempt that had begun is not run again")
 
-	err, _ = attempt("pay", &toolStarted{})
+	err, _ = attempt("pay", &ToolHeartbeat{})
 	require.NoError(t, err, "no mark: the previous attempt never reached the tool")
 	assert.Equal(t, int32(2), ran.Load())
 
-	err, marks = attempt("get", &toolStarted{Started: true})
+	err, marks = attempt("get", &ToolHeartbeat{Started: true})
 	require.NoError(t, err, "an idempotent tool is simply run again")
 	assert.Empty(t, marks)
 	assert.Equal(t, int32(3), ran.Load())

@@ -105,7 +105,7 @@ func (c *Client) status(ctx context.Context, callID string, wait time.Duration) 
 	if err := json.Unmarshal(data, &w); err != nil {
 		return tgclient.Status{}, fmt.Errorf("toolgate API: decode call: %w", err)
 	}
-	return tgclient.Status{State: stateOf(w)}, nil
+	return tgclient.Status{State: stateOf(w), Progress: w.Progress}, nil
 }
 
 // stateOf rebuilds the live state a Waiting view shows.

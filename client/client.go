@@ -17,10 +17,14 @@ import (
 
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/toolgate/toolgate/activities"
 	"github.com/toolgate/toolgate/policy"
+	"github.com/toolgate/toolgate/tool"
 	"github.com/toolgate/toolgate/workflows"
 )
 
@@ -312,6 +316,9 @@ func (c *Client) Call(ctx context.Context, req CallRequest) (workflows.Result, e
 type Status struct {
 	Result *workflows.Result
 	State  *workflows.CallState
+	// Progress is the running tool's latest progress, when it reports
+	// any (an upstream MCP server's progress notifications, say).
+	Progress *tool.Progress
 }
 
 // Status returns where the call stands now, without waiting.
@@ -339,7 +346,22 @@ func (c *Client) Status(ctx context.Context, callID string) (Status, error) {
 	if err := v.Get(&st); err != nil {
 		return Status{}, fmt.Errorf("decode call %s: %w", callID, err)
 	}
-	return Status{State: &st}, nil
+	return Status{State: &st, Progress: toolProgress(desc)}, nil
+}
+
+// toolProgress is the progress a running tool step's heartbeat carries
+// (activities.ToolHeartbeat), from the describe of its call.
+func toolProgress(desc *workflowservice.DescribeWorkflowExecutionResponse) *tool.Progress {
+	for _, pa := range desc.GetPendingActivities() {
+		if pa.GetActivityType().GetName() != activities.RunToolType || pa.GetHeartbeatDetails() == nil {
+			continue
+		}
+		var hb activities.ToolHeartbeat
+		if err := converter.GetDefaultDataConverter().FromPayloads(pa.GetHeartbeatDetails(), &hb); err == nil {
+			return hb.Progress
+		}
+	}
+	return nil
 }
 
 // NewCallID returns a random call ID.
@@ -375,13 +397,18 @@ type Waiting struct {
 	Decision  string `json:"decision,omitempty"`
 	DecidedBy string `json:"decided_by,omitempty"`
 	Comment   string `json:"comment,omitempty"`
+	// Progress is the running tool's latest progress, when it reports any.
+	Progress *tool.Progress `json:"progress,omitempty"`
 }
 
-// WaitingView turns a call's live state into its Waiting shape.
-func WaitingView(st workflows.CallState) Waiting {
+// WaitingView turns the status of a call without a Result (State set)
+// into its Waiting shape.
+func WaitingView(s Status) Waiting {
+	st := *s.State
 	w := Waiting{
 		CallID: st.Call.ID, Session: st.Call.Session, Tool: st.Call.Tool, Requester: st.Call.Requester,
 		Status: st.Status, Execution: st.Call.Execution, Args: st.Call.Args, WaitingSince: st.WaitingSince, Deadline: st.Deadline, Notices: st.Notices,
+		Progress: s.Progress,
 	}
 	if d := st.Decision; d != nil {
 		w.Decision, w.DecidedBy, w.Comment = d.Kind.String(), d.DecidedBy, d.Comment

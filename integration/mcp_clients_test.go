@@ -49,6 +49,8 @@ type clientStep struct {
 		Code    any    `json:"code"`
 		Message string `json:"message"`
 	} `json:"error"`
+	// Progress are the messages of a call's progress notifications.
+	Progress []string `json:"progress"`
 }
 
 // runClient runs a client script with a plan and returns its steps.
@@ -297,6 +299,21 @@ rules:
 			assert.Equal(t, "alice's", string(b), "the edited arguments ran")
 		})
 	}
+
+	t.Run("the upstream's own progress reaches the client while its tool runs", func(t *testing.T) {
+		d := d.in(t)
+		plan := map[string]any{"transport": "stdio", "command": binary, "args": []string{"mcp", "--temporal-address", d.address(), "--wait", "60s"},
+			"steps": []map[string]any{{"op": "call", "name": "everything__trigger-long-running-operation", "args": map[string]any{"duration": 12, "steps": 4}}}}
+		got := runClient(t, "client.cjs", plan)
+		require.Len(t, got, 2, "%+v", got)
+		call := got[1]
+		require.Nil(t, call.Error, "%+v", call.Error)
+		assert.False(t, call.Result.IsError)
+		assert.Contains(t, call.Result.Content[0].Text, "Long running operation completed")
+		said := strings.Join(call.Progress, "\n")
+		assert.Regexp(t, `is approved and running, the tool says [1-4] of 4`, said,
+			"server-everything's progress notifications, forwarded by the worker and the gateway")
+	})
 
 	t.Run("a gateway whose token cannot submit calls does not start", func(t *testing.T) {
 		for _, token := range []string{"token-nobody", "token-alice"} {

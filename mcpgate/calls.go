@@ -129,7 +129,7 @@ func (h *handler) await(ctx context.Context, req *mcp.CallToolRequest, callID st
 		return resultFor(*r), true
 	}
 	h.g.opts.Logger.Info("MCP call still waiting", zap.String("callID", callID))
-	return h.waitingResult(callID, st.State), false
+	return h.waitingResult(callID, st), false
 }
 
 // progress sends a progress notification at once, naming the call (so a
@@ -181,7 +181,7 @@ func (h *handler) doing(ctx context.Context, callID string) string {
 		}
 		return "is waiting for a person to decide it"
 	case workflows.StatusRunning, workflows.StatusApproved:
-		return "is approved and running"
+		return "is approved and running" + progressText(st.Progress)
 	case workflows.StatusEvaluating:
 		return "is being checked by the policy"
 	}

@@ -368,7 +368,7 @@ func (h *handler) lookup(ctx context.Context, req *mcp.CallToolRequest, block bo
 			h.g.waiting.ended(a.CallID)
 			return resultFor(*r), nil
 		}
-		return h.waitingResult(a.CallID, st.State), nil
+		return h.waitingResult(a.CallID, st), nil
 	}
 	res, ended := h.await(ctx, req, a.CallID)
 	if ended {

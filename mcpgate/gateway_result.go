@@ -12,6 +12,7 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 
 	tgclient "github.com/toolgate/toolgate/client"
+	"github.com/toolgate/toolgate/tool"
 	"github.com/toolgate/toolgate/workflows"
 )
 
@@ -160,10 +161,10 @@ type Waiting struct {
 
 // waitingResult says the call is not decided yet, who was asked, and how
 // to pick the result up. It is not an error: the call goes on.
-func (h *handler) waitingResult(callID string, st *workflows.CallState) *mcp.CallToolResult {
+func (h *handler) waitingResult(callID string, st tgclient.Status) *mcp.CallToolResult {
 	w := Waiting{Waiting: tgclient.Waiting{CallID: callID, Status: workflows.StatusEvaluating}}
-	if st != nil {
-		w.Waiting = tgclient.WaitingView(*st)
+	if st.State != nil {
+		w.Waiting = tgclient.WaitingView(st)
 	}
 	w.Next = fmt.Sprintf(`call %s with {"call_id": %q}`, WaitTool, callID)
 	var b strings.Builder
@@ -178,7 +179,7 @@ func (h *handler) waitingResult(callID string, st *workflows.CallState) *mcp.Cal
 		}
 		b.WriteString(". Nothing has run yet.")
 	case workflows.StatusRunning, workflows.StatusApproved:
-		fmt.Fprintf(&b, "Call %s (%s) is approved and still running.", callID, w.Tool)
+		fmt.Fprintf(&b, "Call %s (%s) is approved and still running%s.", callID, w.Tool, progressText(w.Progress))
 	default:
 		fmt.Fprintf(&b, "Call %s (%s) is not decided yet.", callID, w.Tool)
 	}
@@ -206,4 +207,20 @@ func asked(groups []string) string {
 func shortHash(s string) string {
 	sum := sha256.Sum256([]byte(s))
 	return hex.EncodeToString(sum[:8])
+}
+
+// progressText is a running tool's own progress, for a sentence: ", the
+// tool says "copying rows" (3 of 5)"; "" when it reports none.
+func progressText(p *tool.Progress) string {
+	if p == nil {
+		return ""
+	}
+	amount := fmt.Sprintf("%g", p.Progress)
+	if p.Total > 0 {
+		amount = fmt.Sprintf("%g of %g", p.Progress, p.Total)
+	}
+	if p.Message == "" {
+		return ", the tool says " + amount
+	}
+	return fmt.Sprintf(", the tool says %q (%s)", p.Message, amount)
 }

@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -178,6 +179,11 @@ type upstream struct {
 	checked bool
 	// relist and recheck wake follow.
 	relist, recheck chan struct{}
+
+	// progress maps the progress tokens of the calls in flight to their
+	// tools' progress reporters.
+	progress sync.Map
+	tokens   atomic.Int64
 }
 
 func newUpstream(s UpstreamServer, o UpstreamOptions, p *pinning) *upstream {
@@ -190,7 +196,7 @@ func newUpstream(s UpstreamServer, o UpstreamOptions, p *pinning) *upstream {
 		relist:  make(chan struct{}, 1),
 		recheck: make(chan struct{}, 1),
 	}
-	u.client = newUpstreamClient(s.Roots, u.listChanged)
+	u.client = newUpstreamClient(s.Roots, u.listChanged, u.progressed)
 	return u
 }
 
@@ -198,11 +204,12 @@ func newUpstream(s UpstreamServer, o UpstreamOptions, p *pinning) *upstream {
 // offers roots only when it has some: a server that relies on roots (the
 // filesystem server started without directories) would otherwise take an
 // empty list and refuse every call. listChanged is called when the server
-// says its tools changed.
-func newUpstreamClient(roots []string, listChanged func()) *mcp.Client {
+// says its tools changed, progressed with its progress notifications.
+func newUpstreamClient(roots []string, listChanged func(), progressed func(*mcp.ProgressNotificationParams)) *mcp.Client {
 	opts := &mcp.ClientOptions{
-		Capabilities:           &mcp.ClientCapabilities{},
-		ToolListChangedHandler: func(context.Context, *mcp.ToolListChangedRequest) { listChanged() },
+		Capabilities:                &mcp.ClientCapabilities{},
+		ToolListChangedHandler:      func(context.Context, *mcp.ToolListChangedRequest) { listChanged() },
+		ProgressNotificationHandler: func(_ context.Context, req *mcp.ProgressNotificationClientRequest) { progressed(req.Params) },
 	}
 	if len(roots) > 0 {
 		opts.Capabilities.RootsV2 = &mcp.RootCapabilities{}
@@ -322,13 +329,20 @@ func (u *upstream) call(ctx context.Context, name string, args json.RawMessage, 
 	if len(args) == 0 {
 		args = json.RawMessage("{}")
 	}
+	// The server's progress notifications for this call become the
+	// tool's progress.
+	token := fmt.Sprintf("toolgate-%d", u.tokens.Add(1))
+	u.progress.Store(token, func(p tool.Progress) { tool.ReportProgress(ctx, p) })
+	defer u.progress.Delete(token)
+	params := &mcp.CallToolParams{Name: name, Arguments: args}
+	params.SetProgressToken(token)
 	var res *mcp.CallToolResult
 	for attempt := 1; ; attempt++ {
 		cs, err := u.session(ctx)
 		if err != nil {
 			return nil, fmt.Errorf("MCP server %q is not available: %w", u.srv.Name, err)
 		}
-		res, err = cs.CallTool(ctx, &mcp.CallToolParams{Name: name, Arguments: args})
+		res, err = cs.CallTool(ctx, params)
 		if err == nil {
 			break
 		}
@@ -348,6 +362,13 @@ func (u *upstream) call(ctx context.Context, name string, args json.RawMessage, 
 		return nil, tool.Permanent(fmt.Errorf("MCP server %q returned a result that is not JSON: %w", u.srv.Name, err))
 	}
 	return out, nil
+}
+
+// progressed hands a progress notification to the call it is for.
+func (u *upstream) progressed(p *mcp.ProgressNotificationParams) {
+	if report, ok := u.progress.Load(p.ProgressToken); ok {
+		report.(func(tool.Progress))(tool.Progress{Progress: p.Progress, Total: p.Total, Message: p.Message})
+	}
 }
 
 // callError classifies a failed call.

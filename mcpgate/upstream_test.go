@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -207,4 +209,44 @@ func TestUpstreamCallsFailOnceClosed(t *testing.T) {
 	require.Error(t, err)
 	assert.False(t, errors.As(err, new(*tool.OutcomeUnknownError)), "it never reached the server")
 	assert.Contains(t, err.Error(), "the worker is stopping")
+}
+
+func TestAnUpstreamsProgressBecomesTheToolsProgress(t *testing.T) {
+	srv := mcp.NewServer(&mcp.Implementation{Name: "jobs", Version: "1"}, nil)
+	srv.AddTool(&mcp.Tool{Name: "migrate", InputSchema: json.RawMessage(`{"type":"object"}`)},
+		func(ctx context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			token := req.Params.GetProgressToken()
+			if token == nil {
+				return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: "no progress token"}}}, nil
+			}
+			for i := 1; i <= 2; i++ {
+				if err := req.Session.NotifyProgress(ctx, &mcp.ProgressNotificationParams{ProgressToken: token, Progress: float64(i), Total: 2, Message: "table " + strconv.Itoa(i)}); err != nil {
+					return nil, err
+				}
+				time.Sleep(100 * time.Millisecond) // a long step: the client hears it before the result
+			}
+			return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "migrated"}}}, nil
+		})
+	ts := httptest.NewServer(mcp.NewStreamableHTTPHandler(func(*http.Request) *mcp.Server { return srv }, nil))
+	t.Cleanup(ts.Close)
+	_, tools := start(t, mcpgate.UpstreamServer{Name: "jobs", Type: mcpgate.TypeHTTP, URL: ts.URL, Timeout: time.Minute})
+
+	var mu sync.Mutex
+	var seen []tool.Progress
+	ctx := tool.WithProgress(context.Background(), func(p tool.Progress) {
+		mu.Lock()
+		defer mu.Unlock()
+		seen = append(seen, p)
+	})
+	out, err := tools["jobs__migrate"].Run(ctx, tool.Input{CallID: "c1", Args: json.RawMessage(`{}`)})
+	require.NoError(t, err)
+	assert.Contains(t, string(out), "migrated")
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(seen) == 2
+	}, 5*time.Second, 10*time.Millisecond)
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Equal(t, []tool.Progress{{Progress: 1, Total: 2, Message: "table 1"}, {Progress: 2, Total: 2, Message: "table 2"}}, seen)
 }

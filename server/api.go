@@ -225,7 +225,7 @@ func (a *api) respond(w http.ResponseWriter, r *http.Request, p Principal, callI
 		writeError(w, notFound(callID))
 		return
 	}
-	writeJSON(w, http.StatusAccepted, tgclient.WaitingView(*st.State))
+	writeJSON(w, http.StatusAccepted, tgclient.WaitingView(st))
 }
 
 // reportWait bounds how long a report's answer waits for the final Result

@@ -144,7 +144,7 @@ func (a *app) awaitOutcome(ctx context.Context, c callWatcher, callID string, wa
 		case err == nil && st.State.Result != nil: // final, the workflow is finishing up
 			return a.printResult(*st.State.Result, asJSON)
 		case err == nil:
-			a.printWaiting(*st.State, asJSON) // approved: the agent runs the tool
+			a.printWaiting(st, asJSON) // approved: the agent runs the tool
 			return nil
 		case !errors.Is(err, context.DeadlineExceeded):
 			return a.callError(err)
@@ -160,7 +160,7 @@ func (a *app) awaitOutcome(ctx context.Context, c callWatcher, callID string, wa
 	if st.State.Result != nil { // final, the workflow is finishing up
 		return a.printResult(*st.State.Result, asJSON)
 	}
-	a.printWaiting(*st.State, asJSON)
+	a.printWaiting(st, asJSON)
 	if st.State.Status == workflows.StatusApproved {
 		return nil
 	}
@@ -215,7 +215,7 @@ func printResultText(w io.Writer, r workflows.Result) {
 	}
 }
 
-func (a *app) printWaiting(st workflows.CallState, asJSON bool) {
+func (a *app) printWaiting(st tgclient.Status, asJSON bool) {
 	w := tgclient.WaitingView(st)
 	if asJSON {
 		writeJSON(a.stdout, w)

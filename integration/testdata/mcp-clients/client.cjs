@@ -6,7 +6,8 @@
 //   "versions": ["2025-06-18"] (the versions the client supports) or
 //   "negotiation": "auto" (2026-07-28 first, as the OpenAI Agents SDK does)
 //   "steps": [{"op": "list"}, {"op": "call", "name": "...", "args": {...},
-//             "timeoutMs": 1500 (the client gives up then, and says so)},
+//             "timeoutMs": 1500 (the client gives up then, and says so)}
+//             (a call prints the messages of the progress notifications it got),
 //             {"op": "wait-last"} (toolgate_wait on the last call's ID, again
 //             while it answers that the call still waits, up to 20 times)]
 const { Client, StreamableHTTPClientTransport } = require('@modelcontextprotocol/client');
@@ -32,9 +33,12 @@ let lastCallId;
         const r = await client.listTools();
         say({ op: 'list', tools: r.tools.map((t) => t.name), described: Object.fromEntries(r.tools.map((t) => [t.name, { title: t.title, outputSchema: !!t.outputSchema }])) });
       } else if (step.op === 'call') {
-        const r = await client.callTool({ name: step.name, arguments: step.args || {} }, step.timeoutMs ? { timeout: step.timeoutMs } : undefined);
+        const progress = [];
+        const options = { onprogress: (p) => progress.push(p.message || '') };
+        if (step.timeoutMs) options.timeout = step.timeoutMs;
+        const r = await client.callTool({ name: step.name, arguments: step.args || {} }, options);
         lastCallId = r._meta && r._meta['toolgate/callId'];
-        say({ op: 'call', name: step.name, result: r });
+        say({ op: 'call', name: step.name, result: r, progress });
       } else if (step.op === 'wait-last') {
         let r;
         for (let i = 0; i < 20; i++) {
