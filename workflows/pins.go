@@ -121,15 +121,15 @@ type PinRequest struct {
 // offers (trust on first use). The state is small (one definition a tool)
 // and moves to a new run every pinMessagesPerRun updates.
 func ToolPins(ctx workflow.Context, in PinsInput) error {
-	p := &pinsRun{server: in.Server, known: in.Known, pins: map[string]Pin{}}
+	p := &pinsRun{server: in.Server, known: in.Known}
+	for _, pin := range in.Pins {
+		p.put(pin)
+	}
 	limit := pinMessagesPerRun
 	if in.ContinueAsNewAfter > 0 {
 		limit = in.ContinueAsNewAfter
 	}
-	for _, pin := range in.Pins {
-		p.pins[pin.Tool] = pin
-	}
-	if err := workflow.SetQueryHandler(ctx, QueryPins, func() ([]Pin, error) { return p.sorted(), nil }); err != nil {
+	if err := workflow.SetQueryHandler(ctx, QueryPins, func() ([]Pin, error) { return slices.Clone(p.pins), nil }); err != nil {
 		return err
 	}
 	if err := workflow.SetUpdateHandlerWithOptions(ctx, UpdateCheckPins, p.check,
@@ -148,23 +148,29 @@ func ToolPins(ctx workflow.Context, in PinsInput) error {
 	if err := workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) }); err != nil {
 		return err
 	}
-	return workflow.NewContinueAsNewError(ctx, PinsWorkflowType, PinsInput{Server: p.server, Known: p.known, Pins: p.sorted()})
+	return workflow.NewContinueAsNewError(ctx, PinsWorkflowType, PinsInput{Server: p.server, Known: p.known, Pins: p.pins})
 }
 
 type pinsRun struct {
-	server  string
-	known   bool
-	pins    map[string]Pin
+	server string
+	known  bool
+	// pins are sorted by tool (a slice, not a map: workflow code never
+	// ranges over a map).
+	pins    []Pin
 	updates int
 }
 
-func (p *pinsRun) sorted() []Pin {
-	out := make([]Pin, 0, len(p.pins))
-	for _, pin := range p.pins {
-		out = append(out, pin)
+// find returns the index of tool's pin, or where it would go.
+func (p *pinsRun) find(tool string) (int, bool) {
+	return slices.BinarySearchFunc(p.pins, tool, func(pin Pin, tool string) int { return strings.Compare(pin.Tool, tool) })
+}
+
+func (p *pinsRun) put(pin Pin) {
+	if i, ok := p.find(pin.Tool); ok {
+		p.pins[i] = pin
+	} else {
+		p.pins = slices.Insert(p.pins, i, pin)
 	}
-	slices.SortFunc(out, func(a, b Pin) int { return strings.Compare(a.Tool, b.Tool) })
-	return out
 }
 
 func (p *pinsRun) validateCheck(req CheckPinsRequest) error {
@@ -185,7 +191,11 @@ func (p *pinsRun) check(ctx workflow.Context, req CheckPinsRequest) ([]PinVerdic
 	p.known = true
 	out := make([]PinVerdict, 0, len(req.Tools))
 	for _, d := range req.Tools {
-		pin, ok := p.pins[d.Tool]
+		i, ok := p.find(d.Tool)
+		var pin Pin
+		if ok {
+			pin = p.pins[i]
+		}
 		switch {
 		case ok && pin.Hash == d.Hash:
 			out = append(out, PinVerdict{Tool: d.Tool, Pinned: true})
@@ -193,7 +203,7 @@ func (p *pinsRun) check(ctx workflow.Context, req CheckPinsRequest) ([]PinVerdic
 			previous := pin
 			out = append(out, PinVerdict{Tool: d.Tool, Previous: &previous})
 		case firstSight || req.TrustNew:
-			p.pins[d.Tool] = Pin{ToolDefinition: d, PinnedBy: req.By, PinnedAt: workflow.Now(ctx)}
+			p.put(Pin{ToolDefinition: d, PinnedBy: req.By, PinnedAt: workflow.Now(ctx)})
 			out = append(out, PinVerdict{Tool: d.Tool, Pinned: true})
 		default:
 			out = append(out, PinVerdict{Tool: d.Tool})
@@ -218,6 +228,6 @@ func (p *pinsRun) validatePin(req PinRequest) error {
 func (p *pinsRun) pin(ctx workflow.Context, req PinRequest) error {
 	p.updates++
 	p.known = true
-	p.pins[req.Definition.Tool] = Pin{ToolDefinition: req.Definition, PinnedBy: req.By, PinnedAt: workflow.Now(ctx), CallID: req.CallID}
+	p.put(Pin{ToolDefinition: req.Definition, PinnedBy: req.By, PinnedAt: workflow.Now(ctx), CallID: req.CallID})
 	return nil
 }
