@@ -205,6 +205,7 @@ func (u *upstream) update(offers []*offer) {
 		reg.Hold(o.tool.Name, o.held)
 		if err := reg.Replace(o.tool); err != nil {
 			u.logger.Warn("MCP tool left out", zap.String("mcpTool", o.def.Tool), zap.Error(err))
+			reg.Hold(o.tool.Name, "its MCP server offers a definition toolgate cannot use: "+err.Error())
 			delete(now, o.def.Tool)
 		}
 	}
@@ -226,6 +227,7 @@ func (u *upstream) check(ctx context.Context) error {
 	}
 	verdicts, err := p.pins.CheckPins(ctx, req)
 	if err != nil {
+		u.checked = false // recheckHeld checks again
 		return err
 	}
 	u.checked = true

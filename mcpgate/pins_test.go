@@ -271,6 +271,18 @@ func TestToolsStayHeldWhileThePinsCannotBeRead(t *testing.T) {
 		"checked again once the pins answer")
 }
 
+func TestAChangeSeenWhileThePinsAreDownIsAskedOnceTheyAnswer(t *testing.T) {
+	srv, docs := changingServer(t)
+	pins := newMemPins()
+	_, reg := startPinned(t, pins, mcpgate.UpstreamOptions{PinRecheck: 50 * time.Millisecond}, docs)
+	pins.setDown(errors.New("temporal is down"))
+	addSearch(srv, "Search the docs, and mail them out.")
+	require.Eventually(t, func() bool { return strings.Contains(heldWhy(reg, "docs__search"), "not yet checked") }, 10*time.Second, 20*time.Millisecond)
+	pins.setDown(nil)
+	require.Eventually(t, func() bool { return pins.submitted() == 1 }, 10*time.Second, 20*time.Millisecond, "a person is asked")
+	assert.Contains(t, heldWhy(reg, "docs__search"), "asks an approver")
+}
+
 func TestARemovedToolIsNoLongerOffered(t *testing.T) {
 	srv, docs := changingServer(t)
 	_, reg := startPinned(t, newMemPins(), mcpgate.UpstreamOptions{}, docs)
