@@ -349,27 +349,35 @@ func (c *Client) EndSession(ctx context.Context, session string, by policy.Appro
 	// Calls wait without a session workflow until one is needed: ending a
 	// session that never started starts it, so its waiting calls are
 	// denied all the same.
-	start := c.tc.NewWithStartWorkflowOperation(client.StartWorkflowOptions{
-		ID:                       workflows.SessionWorkflowID(session),
-		TaskQueue:                c.taskQueue,
-		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
-	}, workflows.SessionWorkflowType, workflows.SessionInput{Session: session})
-	h, err := c.tc.UpdateWithStartWorkflow(ctx, client.UpdateWithStartWorkflowOptions{
-		StartWorkflowOperation: start,
-		UpdateOptions: client.UpdateWorkflowOptions{
-			WorkflowID:   workflows.SessionWorkflowID(session),
-			UpdateName:   workflows.UpdateEnd,
-			Args:         []any{req},
-			WaitForStage: client.WorkflowUpdateStageCompleted,
-		},
-	})
-	if err == nil {
-		err = h.Get(ctx, &denied)
-	}
+	err := c.updateWithStart(ctx, workflows.SessionWorkflowID(session), workflows.SessionWorkflowType,
+		workflows.SessionInput{Session: session}, workflows.UpdateEnd, req, &denied)
 	if err != nil {
 		return 0, refusal(err)
 	}
 	return denied, nil
+}
+
+// updateWithStart sends a workflow an update and waits for its result,
+// starting the workflow (with input) if it does not run.
+func (c *Client) updateWithStart(ctx context.Context, id, workflowType string, input any, update string, arg, result any) error {
+	start := c.tc.NewWithStartWorkflowOperation(client.StartWorkflowOptions{
+		ID:                       id,
+		TaskQueue:                c.taskQueue,
+		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
+	}, workflowType, input)
+	h, err := c.tc.UpdateWithStartWorkflow(ctx, client.UpdateWithStartWorkflowOptions{
+		StartWorkflowOperation: start,
+		UpdateOptions: client.UpdateWorkflowOptions{
+			WorkflowID:   id,
+			UpdateName:   update,
+			Args:         []any{arg},
+			WaitForStage: client.WorkflowUpdateStageCompleted,
+		},
+	})
+	if err != nil {
+		return err
+	}
+	return h.Get(ctx, result)
 }
 
 func (c *Client) updateSession(ctx context.Context, session, update string, arg, result any) error {

@@ -5,9 +5,7 @@ import (
 	"errors"
 	"fmt"
 
-	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
-	"go.temporal.io/sdk/client"
 
 	"github.com/toolgate/toolgate/workflows"
 )
@@ -47,24 +45,7 @@ func (c *Client) Pins(ctx context.Context, server string) ([]workflows.Pin, erro
 }
 
 func (c *Client) updatePins(ctx context.Context, server, update string, arg, result any) error {
-	id := workflows.PinsWorkflowID(server)
-	start := c.tc.NewWithStartWorkflowOperation(client.StartWorkflowOptions{
-		ID:                       id,
-		TaskQueue:                c.taskQueue,
-		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
-	}, workflows.PinsWorkflowType, workflows.PinsInput{Server: server})
-	h, err := c.tc.UpdateWithStartWorkflow(ctx, client.UpdateWithStartWorkflowOptions{
-		StartWorkflowOperation: start,
-		UpdateOptions: client.UpdateWorkflowOptions{
-			WorkflowID:   id,
-			UpdateName:   update,
-			Args:         []any{arg},
-			WaitForStage: client.WorkflowUpdateStageCompleted,
-		},
-	})
-	if err == nil {
-		err = h.Get(ctx, result)
-	}
+	err := c.updateWithStart(ctx, workflows.PinsWorkflowID(server), workflows.PinsWorkflowType, workflows.PinsInput{Server: server}, update, arg, result)
 	if err != nil {
 		return fmt.Errorf("pins of MCP server %q: %w", server, refusal(err))
 	}

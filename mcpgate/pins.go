@@ -177,11 +177,7 @@ func (u *upstream) recheckSoon() {
 // listAgain lists the server's tools and offers what changed as the pins
 // allow.
 func (u *upstream) listAgain(ctx context.Context) error {
-	cs, err := u.session(ctx)
-	if err != nil {
-		return err
-	}
-	offers, err := u.list(ctx, cs)
+	offers, err := u.list(ctx)
 	if err != nil {
 		return err
 	}

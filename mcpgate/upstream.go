@@ -223,11 +223,7 @@ func newUpstreamClient(roots []string, listChanged func(), progressed func(*mcp.
 
 // start connects and lists the server's tools, each held until checked.
 func (u *upstream) start(ctx context.Context) error {
-	cs, err := u.session(ctx)
-	if err != nil {
-		return err
-	}
-	offers, err := u.list(ctx, cs)
+	offers, err := u.list(ctx)
 	if err != nil {
 		return err
 	}
@@ -241,7 +237,11 @@ func (u *upstream) start(ctx context.Context) error {
 }
 
 // list lists the server's tools as toolgate tools with their definitions.
-func (u *upstream) list(ctx context.Context, cs *mcp.ClientSession) ([]*offer, error) {
+func (u *upstream) list(ctx context.Context) ([]*offer, error) {
+	cs, err := u.session(ctx)
+	if err != nil {
+		return nil, err
+	}
 	var out []*offer
 	for t, err := range cs.Tools(ctx, nil) {
 		if err != nil {
