@@ -94,6 +94,9 @@ type Evaluation struct {
 	// ReportTimeout bounds the wait for the agent's report of an
 	// agent-executed call.
 	ReportTimeout time.Duration `json:"report_timeout,omitempty"`
+	// Preview is what the call will change, when it asks a person (or
+	// EvaluateInput.Preview) and its tool can tell; redacted and bounded.
+	Preview *policy.Preview `json:"preview,omitempty"`
 	// HasHandler and Channels tell the workflow which optional steps
 	// exist, so it schedules no activity that would do nothing.
 	HasHandler bool     `json:"has_handler,omitempty"`
@@ -106,6 +109,9 @@ type EvaluateInput struct {
 	// Session is the session workflow whose memo holds its sticky
 	// decisions, end and owner; empty skips the lookup.
 	Session string `json:"session,omitempty"`
+	// Preview asks for the call's preview even when the policy does not
+	// ask a person (arguments an approver edited).
+	Preview bool `json:"preview,omitempty"`
 }
 
 // Evaluate checks the tool and its arguments, then asks the policy. When
@@ -146,6 +152,9 @@ func (a *Activities) Evaluate(ctx context.Context, in EvaluateInput) (Evaluation
 	if req != nil {
 		ev.Ask = req
 		ev.Rule = req.Rule
+	}
+	if req != nil || in.Preview {
+		ev.Preview = a.preview(ctx, call, req)
 	}
 	if req != nil || ev.Quota != nil { // what a session holds matters
 		key := ""

@@ -110,7 +110,8 @@ func Tools(ws Workspace) []tool.Tool {
 				"required": ["path", "content"],
 				"additionalProperties": false
 			}`),
-			Run: ws.writeFile,
+			Run:     ws.writeFile,
+			Preview: ws.previewWrite,
 			// Idempotent by call ID: an overwrite replaces the file whole,
 			// an append records its offset first (appendOnce).
 			Options:     tool.Options{Timeout: 30 * time.Second, Retry: tool.RetryPolicy{MaxAttempts: 3}, Idempotent: true},
@@ -128,7 +129,8 @@ func Tools(ws Workspace) []tool.Tool {
 				"required": ["command"],
 				"additionalProperties": false
 			}`),
-			Run: ws.runShell,
+			Run:     ws.runShell,
+			Preview: ws.previewShell,
 			// The attempt timeout outlives the longest command timeout, so
 			// the command's own timeout fires first and reports timed_out.
 			// The heartbeat lets a call whose worker died fail in seconds

@@ -17,6 +17,7 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v6"
 
 	"github.com/toolgate/toolgate/argcheck"
+	"github.com/toolgate/toolgate/policy"
 )
 
 // Input is what a tool receives.
@@ -81,6 +82,10 @@ type Tool struct {
 	// (readOnlyHint, destructiveHint, idempotentHint, openWorldHint,
 	// title). Policies see them; nil means none are known.
 	Annotations map[string]any
+	// Preview, when set, tells the person asked about a call what it will
+	// change (a diff of a file, the command that will run), from its
+	// arguments, without changing anything. Optional.
+	Preview func(ctx context.Context, args json.RawMessage) (policy.Preview, error)
 }
 
 // Descriptor is what an agent (or a model) is told about a tool: its name,

@@ -180,7 +180,7 @@ func (c *callRun) checkEditAtDecision(ctx workflow.Context, d policy.Decision) e
 	edited.Args = d.EditedArgs
 	var ev activities.Evaluation
 	lctx := workflow.WithLocalActivityOptions(ctx, localOptions)
-	if err := workflow.ExecuteLocalActivity(lctx, a.Evaluate, activities.EvaluateInput{Call: edited}).Get(ctx, &ev); err != nil {
+	if err := workflow.ExecuteLocalActivity(lctx, a.Evaluate, activities.EvaluateInput{Call: edited, Preview: true}).Get(ctx, &ev); err != nil {
 		return temporal.NewApplicationError("edited arguments could not be checked: "+err.Error(), ErrTypeInvalidEdit)
 	}
 	refuse := func(why string) error {

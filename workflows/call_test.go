@@ -215,6 +215,10 @@ func (s *CallSuite) TestApprovedWithEditedArgumentsRunsTheEditedCall() {
 	s.JSONEq(`{"written":true,"args":{"path":"notes/b.txt","content":"x"}}`, string(r.Output))
 	s.Contains(r.Note, "alice edited the arguments")
 	s.Contains(r.Note, "notes/b.txt")
+	s.Require().NotNil(r.Preview)
+	s.Equal("+++ b/notes/b.txt\n+x", r.Preview.Text, "the preview of what ran")
+	s.Require().NotNil(r.PreviewShown)
+	s.Equal("+++ b//etc/a\n+x", r.PreviewShown.Text, "and the one the approver was shown")
 }
 
 func (s *CallSuite) TestEditedArgumentsThePolicyRefusesAreRefusedToTheApprover() {
@@ -366,6 +370,10 @@ func (s *CallSuite) TestPendingCallStateIsQueryable() {
 	s.Equal(StatusPending, state.Status)
 	s.Equal("write a.txt?", state.Request.Message)
 	s.Equal([]string{"ops"}, state.Request.Groups)
+	s.Require().NotNil(state.Request.Preview, "the person sees what the call will change")
+	s.Equal(policy.Preview{Kind: policy.PreviewDiff, Text: "+++ b/a\n+x", ComputedBy: policy.ComputedByToolgate}, *state.Request.Preview)
+	s.Equal(state.Request.Preview, rs[0].Preview)
+	s.Nil(rs[0].PreviewShown, "no edit: what was shown is what ran")
 	s.WithinDuration(s.start, state.WaitingSince, 0)
 	s.Equal(2*time.Hour, state.Deadline.Sub(rs[0].RequestedAt), "the deadline counts from the request")
 }

@@ -21,6 +21,7 @@ import (
 // session, by the coded handler, or by a person before the deadline. It
 // returns with a Decision set or the status timed_out.
 func (c *callRun) askForDecision(ctx workflow.Context, req policy.ApprovalRequest) error {
+	req.Preview = c.eval.Preview
 	c.state.Request = &req
 	switch {
 	case c.eval.Sticky != nil && c.stickyCovers(*c.eval.Sticky): // the session shows one: nobody is asked

@@ -154,7 +154,11 @@ func testTools(runs *runLog) *tool.Registry {
 		tool.Tool{Name: "echo", Run: record(func(_ context.Context, in tool.Input) (json.RawMessage, error) { return in.Args, nil })},
 		tool.Tool{Name: "write", Schema: json.RawMessage(writeSchema), Run: record(func(_ context.Context, in tool.Input) (json.RawMessage, error) {
 			return json.RawMessage(`{"written":true,"args":` + string(in.Args) + `}`), nil
-		})},
+		}), Preview: func(_ context.Context, args json.RawMessage) (policy.Preview, error) {
+			var a struct{ Path, Content string }
+			err := json.Unmarshal(args, &a)
+			return policy.Preview{Kind: policy.PreviewDiff, Text: "+++ b/" + a.Path + "\n+" + a.Content}, err
+		}},
 		tool.Tool{Name: "leak", Run: record(func(context.Context, tool.Input) (json.RawMessage, error) {
 			return json.RawMessage(`{"env":"TOKEN=sk-live-123"}`), nil
 		})},

@@ -291,6 +291,11 @@ type Result struct {
 	// agent's when an approver edited them.
 	Args         json.RawMessage `json:"args,omitempty"`
 	OriginalArgs json.RawMessage `json:"original_args,omitempty"`
+	// Preview is what the call changed, as toolgate (or the agent) saw it
+	// before it ran: of the arguments it ran with. PreviewShown is the one
+	// the approver was shown, when an edit changed it.
+	Preview      *policy.Preview `json:"preview,omitempty"`
+	PreviewShown *policy.Preview `json:"preview_shown,omitempty"`
 	// Rule and PolicyVersion say which policy judged the call.
 	Rule          string `json:"rule,omitempty"`
 	PolicyVersion string `json:"policy_version,omitempty"`

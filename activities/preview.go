@@ -1,0 +1,62 @@
+package activities
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/toolgate/toolgate/policy"
+)
+
+// previewTimeout bounds a tool's preview: the call's evaluation waits for
+// it.
+const previewTimeout = 5 * time.Second
+
+// preview is what the call will change, computed by its tool (only tools
+// toolgate runs: what an agent runs, the agent previews), passed through
+// the output middleware (the policy's redaction) and bounded; nil when
+// the tool cannot tell. req is the policy's question, if it asks: a
+// command's preview says why.
+func (a *Activities) preview(ctx context.Context, call policy.Call, req *policy.ApprovalRequest) *policy.Preview {
+	if call.Execution != policy.ExecutionToolgate {
+		return nil
+	}
+	t, err := a.Tools.Get(call.Tool)
+	if err != nil || t.Preview == nil {
+		return nil
+	}
+	pctx, cancel := context.WithTimeout(ctx, previewTimeout)
+	defer cancel()
+	p, err := t.Preview(pctx, call.Args)
+	if err != nil {
+		p = policy.Preview{Kind: policy.PreviewText, Text: "toolgate could not tell what this call will change: " + err.Error()}
+	}
+	if p.Kind == policy.PreviewCommand && req != nil && req.Message != "" {
+		p.Text += "\nasked because: " + req.Message
+	}
+	p.ComputedBy = policy.ComputedByToolgate
+	p.Text = a.redact(ctx, call, p.Text)
+	p = p.Bounded()
+	return &p
+}
+
+// redact passes text through the output middleware, as a JSON string;
+// a middleware that fails leaves nothing of it.
+func (a *Activities) redact(ctx context.Context, call policy.Call, text string) string {
+	raw, err := json.Marshal(text)
+	if err != nil {
+		return ""
+	}
+	for _, m := range a.Middleware {
+		next, _, err := m.TransformOutput(ctx, call, raw)
+		if err != nil {
+			return "(the preview is withheld: the output middleware failed on it)"
+		}
+		raw = next
+	}
+	var out string
+	if err := json.Unmarshal(raw, &out); err != nil {
+		return "(the preview is withheld: the output middleware did not return text)"
+	}
+	return out
+}
