@@ -115,7 +115,7 @@ func stateOf(w tgclient.Waiting) *workflows.CallState {
 		Status: w.Status, WaitingSince: w.WaitingSince, Deadline: w.Deadline, Notices: w.Notices,
 	}
 	if w.Message != "" || w.Rule != "" || len(w.Groups) > 0 {
-		st.Request = &policy.ApprovalRequest{Message: w.Message, Rule: w.Rule, Groups: w.Groups}
+		st.Request = &policy.ApprovalRequest{Message: w.Message, Rule: w.Rule, Groups: w.Groups, Preview: w.Preview}
 	}
 	if w.Decision != "" {
 		kind, err := policy.ParseDecisionKind(w.Decision)

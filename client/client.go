@@ -399,6 +399,8 @@ type Waiting struct {
 	Comment   string `json:"comment,omitempty"`
 	// Progress is the running tool's latest progress, when it reports any.
 	Progress *tool.Progress `json:"progress,omitempty"`
+	// Preview is what the call will change, shown to its approvers.
+	Preview *policy.Preview `json:"preview,omitempty"`
 }
 
 // WaitingView turns the status of a call without a Result (State set)
@@ -414,7 +416,7 @@ func WaitingView(s Status) Waiting {
 		w.Decision, w.DecidedBy, w.Comment = d.Kind.String(), d.DecidedBy, d.Comment
 	}
 	if st.Request != nil {
-		w.Message, w.Rule, w.Groups = st.Request.Message, st.Request.Rule, st.Request.Groups
+		w.Message, w.Rule, w.Groups, w.Preview = st.Request.Message, st.Request.Rule, st.Request.Groups, st.Request.Preview
 	}
 	return w
 }

@@ -178,6 +178,9 @@ func (h *handler) waitingResult(callID string, st tgclient.Status) *mcp.CallTool
 			fmt.Fprintf(&b, ", until %s at the latest", w.Deadline.UTC().Format("2006-01-02 15:04 MST"))
 		}
 		b.WriteString(". Nothing has run yet.")
+		if p := w.Preview; p != nil {
+			fmt.Fprintf(&b, " The approver sees what it will change (%s):\n%s\n", p.Kind, strings.TrimRight(p.Text, "\n"))
+		}
 	case workflows.StatusRunning, workflows.StatusApproved:
 		fmt.Fprintf(&b, "Call %s (%s) is approved and still running%s.", callID, w.Tool, progressText(w.Progress))
 	default:

@@ -117,9 +117,10 @@ func (f *fakeAgent) Status(_ context.Context, id string) (tgclient.Status, error
 		return tgclient.Status{Result: &r}, nil
 	}
 	return tgclient.Status{State: &workflows.CallState{
-		Call:     policy.Call{ID: id, Session: c.req.Session, Tool: c.req.Tool, Args: c.req.Args, Requester: c.req.Requester},
-		Status:   workflows.StatusPending,
-		Request:  &policy.ApprovalRequest{Message: "create an issue in acme/app", Groups: []string{"ops"}},
+		Call:   policy.Call{ID: id, Session: c.req.Session, Tool: c.req.Tool, Args: c.req.Args, Requester: c.req.Requester},
+		Status: workflows.StatusPending,
+		Request: &policy.ApprovalRequest{Message: "create an issue in acme/app", Groups: []string{"ops"},
+			Preview: &policy.Preview{Kind: policy.PreviewText, Text: "a new issue in acme/app", ComputedBy: policy.ComputedByToolgate}},
 		Deadline: time.Date(2030, 1, 2, 15, 4, 0, 0, time.UTC),
 	}}, nil
 }
@@ -346,6 +347,7 @@ func TestPendingThenToolgateWait(t *testing.T) {
 	assert.Contains(t, msg, callID)
 	assert.Contains(t, msg, "an approver of group ops", "says who was asked")
 	assert.Contains(t, msg, "create an issue in acme/app")
+	assert.Contains(t, msg, "The approver sees what it will change (text):\na new issue in acme/app\n")
 	assert.Contains(t, msg, fmt.Sprintf(`toolgate_wait with {"call_id": %q}`, callID))
 	var w mcpgate.Waiting
 	require.NoError(t, json.Unmarshal([]byte(mustJSON(t, res.StructuredContent)), &w))

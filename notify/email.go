@@ -242,6 +242,8 @@ type emailView struct {
 	Headline, Note, Message          string
 	Tool, CallID, Session, Requester string
 	Rule, AskedOf, Deadline, Args    string
+	// PreviewTitle and Preview show what the call will change.
+	PreviewTitle, Preview            string
 	Links                            []emailLink
 	Name, Address, Expires, InboxURL string
 }
@@ -258,6 +260,10 @@ func (e *Email) Message(n activities.Notice, to Approver) ([]byte, error) {
 		Tool: n.Call.Tool, CallID: n.Call.ID, Session: n.Call.Session, Requester: n.Call.Requester,
 		Rule: n.Request.Rule, AskedOf: "any approver", Deadline: utc(n.Deadline), Args: Abridge(n.Call.Args, MaxArgsShown),
 		Name: to.Name, Address: to.Email, Expires: utc(expiry), InboxURL: callPageURL(e.opts.PublicURL, n.Call.ID),
+		Preview: previewText(n.Request.Preview),
+	}
+	if p := n.Request.Preview; p != nil {
+		v.PreviewTitle = PreviewHeading(*p)
 	}
 	if len(n.Groups) > 0 {
 		v.AskedOf = strings.Join(n.Groups, ", ")
@@ -356,7 +362,10 @@ Session:      {{.Session}}
 {{end}}{{with .Rule}}Rule:         {{.}}
 {{end}}Asked of:     {{.AskedOf}}
 Deadline:     {{.Deadline}}
-
+{{with .Preview}}
+{{$.PreviewTitle}}:
+{{.}}
+{{end}}
 Arguments:
 {{.Args}}
 
@@ -387,6 +396,8 @@ var htmlMail = htmltemplate.Must(htmltemplate.New("html").Parse(`<!doctype html>
 <tr><td style="color:#5d6677">Asked of</td><td>{{.AskedOf}}</td></tr>
 <tr><td style="color:#5d6677">Deadline</td><td>{{.Deadline}}</td></tr>
 </table>
+{{with .Preview}}<h2 style="font-size:16px">{{$.PreviewTitle}}</h2>
+<pre style="background:#f5f6f8;border:1px solid #dde1e7;border-radius:6px;padding:8px;white-space:pre-wrap;word-break:break-all">{{.}}</pre>{{end}}
 <h2 style="font-size:16px">Arguments</h2>
 <pre style="background:#f5f6f8;border:1px solid #dde1e7;border-radius:6px;padding:8px;white-space:pre-wrap;word-break:break-all">{{.Args}}</pre>
 <p>Each button opens a page that asks you to confirm; nothing is decided until you do.</p>

@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/toolgate/toolgate/activities"
+	"github.com/toolgate/toolgate/policy"
 )
 
 // SlackOptions configure the Slack channel.
@@ -204,10 +205,11 @@ func NoticeBlocks(n activities.Notice, publicURL string) []slack.Block {
 	if n.Request.Rule != "" {
 		fields = append(fields, mrkdwn("*Rule*\n"+escape(n.Request.Rule)))
 	}
-	blocks = append(blocks,
-		slack.NewSectionBlock(nil, fields, nil),
-		argsBlock(n.Call.Args),
-	)
+	blocks = append(blocks, slack.NewSectionBlock(nil, fields, nil))
+	if p := n.Request.Preview; p != nil {
+		blocks = append(blocks, previewBlock(*p, callPageURL(publicURL, n.Call.ID)))
+	}
+	blocks = append(blocks, argsBlock(n.Call.Args))
 	var buttons []slack.BlockElement
 	for _, b := range slackButtons {
 		btn := slack.NewButtonBlockElement(b.action, n.Call.ID, plain(b.label))
@@ -259,6 +261,30 @@ func OutcomeBlocks(o activities.Outcome, publicURL string) []slack.Block {
 		footer += " · <" + u + "|open in the inbox>"
 	}
 	return append(blocks, slack.NewContextBlock("", mrkdwn(footer)))
+}
+
+// maxPreviewShown is how much of a preview a Slack message shows (a
+// section holds 3,000 characters).
+const maxPreviewShown = 2400
+
+// previewBlock is a notice's preview as a code block, cut with a link to
+// the inbox when long.
+func previewBlock(p policy.Preview, inboxURL string) slack.Block {
+	text, cutShort := p.Text, p.Truncated
+	if len(text) > maxPreviewShown {
+		text, cutShort = text[:maxPreviewShown], true
+		for !utf8.ValidString(text) {
+			text = text[:len(text)-1]
+		}
+	}
+	s := "*" + PreviewHeading(p) + "*\n```" + strings.ReplaceAll(escape(text), "```", "`\u200b``") + "```"
+	if cutShort {
+		s += "\n_cut short_"
+		if inboxURL != "" {
+			s += ": <" + inboxURL + "|the whole preview in the inbox>"
+		}
+	}
+	return slack.NewSectionBlock(mrkdwn(s), nil, nil)
 }
 
 func argsBlock(args []byte) slack.Block {

@@ -313,6 +313,34 @@ func TestInboxPagesRender(t *testing.T) {
 	}
 }
 
+func TestTheCallPageHighlightsThePreview(t *testing.T) {
+	i, _ := newTestInbox(t)
+	sess := i.sessions.create(Principal{Name: "alice", Role: RoleApprover, Groups: []string{"ops"}})
+	now := time.Date(2026, 1, 1, 9, 0, 0, 0, time.UTC)
+	diff := "--- a/config.yaml\n+++ b/config.yaml\n@@ -1,2 +1,2 @@\n-port: 80\n+port: <8080>\n host: a\n"
+	pending := tgclient.Status{State: &workflows.CallState{
+		Call:   policy.Call{ID: "c1", Session: "s1", Tool: "write_file", Args: json.RawMessage(`{}`), Requester: "agent-1"},
+		Status: workflows.StatusPending,
+		Request: &policy.ApprovalRequest{Message: "Write config.yaml?", Preview: &policy.Preview{
+			Kind: policy.PreviewDiff, Text: diff, ComputedBy: policy.ComputedByAgent, Truncated: true}},
+	}}
+	rec := httptest.NewRecorder()
+	i.render(rec, http.StatusOK, "call", i.pageData(sess, "Call c1", newCallView(pending, sess.principal, now, decisionForm{})))
+	body := rec.Body.String()
+	for _, want := range []string{
+		"<h2>What it changes</h2>",
+		"preview computed by the agent: its claim, not checked by toolgate",
+		`<span class="meta">--- a/config.yaml</span>`,
+		`<span class="hunk">@@ -1,2 &#43;1,2 @@</span>`, // html/template writes + as &#43;
+		`<span class="del">-port: 80</span>`,
+		`<span class="add">&#43;port: &lt;8080&gt;</span>`,
+		`<span> host: a</span>`,
+		"The preview is cut short",
+	} {
+		assert.Contains(t, body, want)
+	}
+}
+
 func TestDecisionForm(t *testing.T) {
 	cases := []struct {
 		form    decisionForm

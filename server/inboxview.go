@@ -15,6 +15,7 @@ import (
 	"go.uber.org/zap"
 
 	tgclient "github.com/toolgate/toolgate/client"
+	"github.com/toolgate/toolgate/policy"
 	"github.com/toolgate/toolgate/workflows"
 )
 
@@ -160,7 +161,9 @@ type callView struct {
 	Message, Rule                                 string
 	Groups                                        []string
 	// Args are pretty-printed.
-	Args          string
+	Args string
+	// Preview is what the call will change (or changed, once final).
+	Preview       *previewView
 	Age, TimeLeft string
 	Deadline      string
 	Decided       string
@@ -192,11 +195,13 @@ func newCallView(st tgclient.Status, p Principal, now time.Time, form decisionFo
 			Result: &resultView{Reason: r.Reason, Note: r.Note, Comment: r.Comment, Args: pretty(r.Args), OriginalArgs: pretty(r.OriginalArgs), Output: pretty(r.Output), FinishedAt: clock(r.FinishedAt)},
 		}
 		v.Notified = notified(r.Notices)
+		v.Preview = newPreviewView(r.Preview)
 	} else {
 		cs := st.State
 		v = callView{ID: cs.Call.ID, Session: cs.Call.Session, Tool: cs.Call.Tool, Requester: cs.Call.Requester, Status: cs.Status, Args: pretty(cs.Call.Args)}
 		if cs.Request != nil {
 			v.Message, v.Rule, v.Groups = cs.Request.Message, cs.Request.Rule, cs.Request.Groups
+			v.Preview = newPreviewView(cs.Request.Preview)
 		}
 		v.Notified = notified(cs.Notices)
 		v.Pending = cs.Status == workflows.StatusPending
@@ -374,4 +379,41 @@ func timeLeft(deadline, now time.Time) string {
 		return "due now"
 	}
 	return ago(deadline.Sub(now))
+}
+
+// previewView is a preview as the call page shows it: a diff line by
+// line, each with its class (add, del, hunk, meta), for highlighting.
+type previewView struct {
+	Kind, By  string
+	Lines     []previewLine
+	Truncated bool
+}
+
+type previewLine struct{ Text, Class string }
+
+func newPreviewView(p *policy.Preview) *previewView {
+	if p == nil {
+		return nil
+	}
+	v := &previewView{Kind: p.Kind, Truncated: p.Truncated}
+	if p.ComputedBy == policy.ComputedByAgent {
+		v.By = "preview computed by the agent: its claim, not checked by toolgate"
+	}
+	for _, line := range strings.Split(strings.TrimRight(p.Text, "\n"), "\n") {
+		class := ""
+		if p.Kind == policy.PreviewDiff {
+			switch {
+			case strings.HasPrefix(line, "+++"), strings.HasPrefix(line, "---"), strings.HasPrefix(line, "new file"):
+				class = "meta"
+			case strings.HasPrefix(line, "@@"):
+				class = "hunk"
+			case strings.HasPrefix(line, "+"):
+				class = "add"
+			case strings.HasPrefix(line, "-"):
+				class = "del"
+			}
+		}
+		v.Lines = append(v.Lines, previewLine{Text: line, Class: class})
+	}
+	return v
 }

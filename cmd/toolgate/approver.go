@@ -22,6 +22,7 @@ type approverAPI interface {
 	Session(ctx context.Context, session string) (workflows.SessionView, error)
 	Revoke(ctx context.Context, session, key string, by policy.Approver) error
 	EndSession(ctx context.Context, session string, by policy.Approver) (int, error)
+	Status(ctx context.Context, callID string) (tgclient.Status, error)
 }
 
 // deciderFlags are --by and --groups: who decides over Temporal, and the

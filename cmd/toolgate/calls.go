@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	tgclient "github.com/toolgate/toolgate/client"
+	"github.com/toolgate/toolgate/notify"
 	"github.com/toolgate/toolgate/policy"
 	"github.com/toolgate/toolgate/workflows"
 )
@@ -226,6 +227,9 @@ func (a *app) printWaiting(st tgclient.Status, asJSON bool) {
 	case workflows.StatusPending:
 		fmt.Fprintf(a.stdout, "waiting for a person: %s\ndeadline: %s\napprove: toolgate approve %s --by NAME\n",
 			w.Message, w.Deadline.Local().Format(time.RFC1123), w.CallID)
+		if p := w.Preview; p != nil {
+			fmt.Fprintf(a.stdout, "%s:\n%s\n", previewHeading(*p), strings.TrimRight(p.Text, "\n"))
+		}
 	case workflows.StatusApproved:
 		fmt.Fprintf(a.stdout, "decision: %s by %s\nrun it with: %s\nthen report: toolgate report %s --output JSON (or --error TEXT)\n",
 			w.Decision, w.DecidedBy, w.Args, w.CallID)
@@ -293,18 +297,19 @@ report is refused (not approved yet, already reported, another requester).`,
 
 func (a *app) pendingCommand() *cobra.Command {
 	var (
-		session, toolName string
-		asJSON, all       bool
-		pageSize          int
+		session, toolName         string
+		asJSON, all, withPreviews bool
+		pageSize                  int
 	)
 	cmd := &cobra.Command{
-		Use:   "pending [--session S] [--tool T] [--all] [--page-size N] [--json]",
+		Use:   "pending [--session S] [--tool T] [--all] [--page-size N] [--preview] [--json]",
 		Short: "List calls waiting for a person, oldest first",
 		Long: `List the calls waiting for a person, oldest first: the first page, or
 every page with --all. The number of waiting calls follows the list (with
 --json, which prints the calls as a JSON array, it goes to stderr when
 more calls wait than are printed). Over --api only the calls the token may
-decide are listed and counted.`,
+decide are listed and counted. --preview shows what each call will change
+(a diff, the command it runs), read from each call.`,
 		Args: exactArgs(),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			size := pageSize
@@ -329,8 +334,31 @@ decide are listed and counted.`,
 			if err != nil {
 				return err
 			}
+			var previews []*policy.Preview
+			if withPreviews {
+				for _, p := range calls {
+					st, err := c.Status(cmd.Context(), p.CallID)
+					var pv *policy.Preview
+					if err == nil && st.State != nil && st.State.Request != nil {
+						pv = st.State.Request.Preview
+					}
+					previews = append(previews, pv)
+				}
+			}
 			if asJSON {
-				writeJSON(a.stdout, calls)
+				if withPreviews {
+					type withPreview struct {
+						tgclient.CallSummary
+						Preview *policy.Preview `json:"preview,omitempty"`
+					}
+					out := make([]withPreview, len(calls))
+					for i, p := range calls {
+						out[i] = withPreview{p, previews[i]}
+					}
+					writeJSON(a.stdout, out)
+				} else {
+					writeJSON(a.stdout, calls)
+				}
 				if more {
 					fmt.Fprintf(a.stderr, "the oldest %d of %d waiting calls; --all lists them all\n", len(calls), total)
 				}
@@ -349,6 +377,11 @@ decide are listed and counted.`,
 			if err := tw.Flush(); err != nil {
 				return err
 			}
+			for i, p := range previews {
+				if p != nil {
+					fmt.Fprintf(a.stdout, "\n%s (%s) — %s:\n%s\n", calls[i].CallID, calls[i].Tool, previewHeading(*p), strings.TrimRight(p.Text, "\n"))
+				}
+			}
 			if more {
 				fmt.Fprintf(a.stdout, "the oldest %d of %d waiting calls; --all lists them all\n", len(calls), total)
 			} else {
@@ -363,9 +396,19 @@ decide are listed and counted.`,
 	f.BoolVar(&all, "all", false, "follow the pages: list every waiting call")
 	f.IntVar(&pageSize, "page-size", 0, fmt.Sprintf("calls per page, 1 to %d (default %d; %d with --all)", tgclient.MaxPageSize, tgclient.DefaultPageSize, tgclient.MaxPageSize))
 	f.BoolVar(&asJSON, "json", false, "print the calls as a JSON array")
+	f.BoolVar(&withPreviews, "preview", false, "show what each call will change (one status read per call)")
 	a.conn.addFlags(cmd)
 	a.api.add(cmd)
 	return cmd
+}
+
+// previewHeading names a preview for the terminal.
+func previewHeading(p policy.Preview) string {
+	h := notify.PreviewHeading(p)
+	if p.Truncated {
+		h += " (cut short)"
+	}
+	return h
 }
 
 // pendingPages reads the first page of waiting calls, or every page when
