@@ -112,6 +112,8 @@ type EvaluateInput struct {
 	// Preview asks for the call's preview even when the policy does not
 	// ask a person (arguments an approver edited).
 	Preview bool `json:"preview,omitempty"`
+	// AgentPreview is the agent's preview of an agent-executed call.
+	AgentPreview *policy.Preview `json:"agent_preview,omitempty"`
 }
 
 // Evaluate checks the tool and its arguments, then asks the policy. When
@@ -154,7 +156,7 @@ func (a *Activities) Evaluate(ctx context.Context, in EvaluateInput) (Evaluation
 		ev.Rule = req.Rule
 	}
 	if req != nil || in.Preview {
-		ev.Preview = a.preview(ctx, call, req)
+		ev.Preview = a.preview(ctx, call, req, in.AgentPreview)
 	}
 	if req != nil || ev.Quota != nil { // what a session holds matters
 		key := ""

@@ -12,29 +12,34 @@ import (
 // it.
 const previewTimeout = 5 * time.Second
 
-// preview is what the call will change, computed by its tool (only tools
-// toolgate runs: what an agent runs, the agent previews), passed through
-// the output middleware (the policy's redaction) and bounded; nil when
-// the tool cannot tell. req is the policy's question, if it asks: a
-// command's preview says why.
-func (a *Activities) preview(ctx context.Context, call policy.Call, req *policy.ApprovalRequest) *policy.Preview {
-	if call.Execution != policy.ExecutionToolgate {
+// preview is what the call will change, passed through the output
+// middleware (the policy's redaction) and bounded; nil when nobody can
+// tell. A tool toolgate runs previews itself; for a tool the agent runs,
+// the agent's preview (its claim) is all there is. req is the policy's
+// question, if it asks: a command's preview says why.
+func (a *Activities) preview(ctx context.Context, call policy.Call, req *policy.ApprovalRequest, agents *policy.Preview) *policy.Preview {
+	var p policy.Preview
+	switch {
+	case call.Execution == policy.ExecutionAgent && agents != nil:
+		p = *agents
+		p.ComputedBy = policy.ComputedByAgent
+	case call.Execution == policy.ExecutionToolgate:
+		t, err := a.Tools.Get(call.Tool)
+		if err != nil || t.Preview == nil {
+			return nil
+		}
+		pctx, cancel := context.WithTimeout(ctx, previewTimeout)
+		defer cancel()
+		if p, err = t.Preview(pctx, call.Args); err != nil {
+			p = policy.Preview{Kind: policy.PreviewText, Text: "toolgate could not tell what this call will change: " + err.Error()}
+		}
+		if p.Kind == policy.PreviewCommand && req != nil && req.Message != "" {
+			p.Text += "\nasked because: " + req.Message
+		}
+		p.ComputedBy = policy.ComputedByToolgate
+	default:
 		return nil
 	}
-	t, err := a.Tools.Get(call.Tool)
-	if err != nil || t.Preview == nil {
-		return nil
-	}
-	pctx, cancel := context.WithTimeout(ctx, previewTimeout)
-	defer cancel()
-	p, err := t.Preview(pctx, call.Args)
-	if err != nil {
-		p = policy.Preview{Kind: policy.PreviewText, Text: "toolgate could not tell what this call will change: " + err.Error()}
-	}
-	if p.Kind == policy.PreviewCommand && req != nil && req.Message != "" {
-		p.Text += "\nasked because: " + req.Message
-	}
-	p.ComputedBy = policy.ComputedByToolgate
 	p.Text = a.redact(ctx, call, p.Text)
 	p = p.Bounded()
 	return &p

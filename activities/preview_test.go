@@ -80,3 +80,18 @@ func TestACallThatAsksCarriesARedactedBoundedPreview(t *testing.T) {
 
 	assert.Nil(t, evaluate("echo", `{}`).Preview)
 }
+
+func TestAnAgentsPreviewIsShownAsItsClaimAndRedacted(t *testing.T) {
+	a := &Activities{Policy: askButEcho{}, Tools: previewTools(), Middleware: []policy.OutputMiddleware{maskSecrets{}}}
+	claim := &policy.Preview{Kind: policy.PreviewDiff, Text: "+token: s3cret\n", ComputedBy: policy.ComputedByToolgate}
+	var ev Evaluation
+	in := EvaluateInput{Call: policy.Call{ID: "c1", Tool: "Edit", Execution: policy.ExecutionAgent, Args: json.RawMessage(`{}`)}, AgentPreview: claim}
+	require.NoError(t, run(t, a, a.Evaluate, in, &ev))
+	require.NotNil(t, ev.Preview)
+	assert.Equal(t, policy.Preview{Kind: policy.PreviewDiff, Text: "+token: [REDACTED]\n", ComputedBy: policy.ComputedByAgent}, *ev.Preview,
+		"whatever the agent says it computed, it is the agent's")
+
+	in = EvaluateInput{Call: policy.Call{ID: "c2", Tool: "write", Args: json.RawMessage(`{"content":"mine"}`)}, AgentPreview: claim}
+	require.NoError(t, run(t, a, a.Evaluate, in, &ev))
+	assert.Equal(t, "+mine\n", ev.Preview.Text, "a tool toolgate runs is previewed by toolgate, never by the agent")
+}

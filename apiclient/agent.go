@@ -29,6 +29,9 @@ func (c *Client) Submit(ctx context.Context, req tgclient.CallRequest) (string, 
 	if req.NoReport {
 		body["report"] = false
 	}
+	if req.Preview != nil {
+		body["preview"] = req.Preview
+	}
 	var out struct {
 		CallID string `json:"call_id"`
 	}

@@ -14,6 +14,7 @@ import (
 	"reflect"
 	"regexp"
 	"time"
+	"unicode/utf8"
 
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
@@ -96,6 +97,11 @@ type CallRequest struct {
 	// NoReport, for an agent-executed call: the call ends at the decision
 	// (status ok when approved); the agent does not report.
 	NoReport bool
+	// Preview, for an agent-executed call: what it will change, as the
+	// agent sees it (a diff of a file only it can read). Approvers are
+	// told it is the agent's claim; toolgate computes its own for the
+	// tools it runs.
+	Preview *policy.Preview
 }
 
 // idPattern is the one rule for identifiers: call IDs, sessions, tool
@@ -145,6 +151,19 @@ func (r *CallRequest) Validate() error {
 	case r.NoReport && r.Execution != policy.ExecutionAgent:
 		return &InputError{Field: "report", Problem: `can be false only for a call with execution "agent"`}
 	}
+	if p := r.Preview; p != nil {
+		switch {
+		case r.Execution != policy.ExecutionAgent:
+			return &InputError{Field: "preview", Problem: `is the agent's only for a call with execution "agent"; toolgate previews the tools it runs`}
+		case p.Kind != policy.PreviewDiff && p.Kind != policy.PreviewCommand && p.Kind != policy.PreviewText:
+			return &InputError{Field: "preview.kind", Problem: `must be "diff", "command" or "text"`}
+		case !utf8.ValidString(p.Text):
+			return &InputError{Field: "preview.text", Problem: "must be UTF-8 text"}
+		}
+		bounded := p.Bounded()
+		bounded.ComputedBy = policy.ComputedByAgent
+		r.Preview = &bounded
+	}
 	return nil
 }
 
@@ -189,6 +208,7 @@ func (c *Client) Submit(ctx context.Context, req CallRequest) (string, error) {
 	in := workflows.CallInput{
 		Call:     policy.Call{ID: req.CallID, Session: req.Session, Tool: req.Tool, Args: req.Args, Requester: req.Requester, Execution: req.Execution},
 		NoReport: req.NoReport,
+		Preview:  req.Preview,
 	}
 	opts := client.StartWorkflowOptions{
 		ID:                                       workflows.CallWorkflowID(req.CallID),

@@ -135,6 +135,10 @@ func TestCallRequestValidate(t *testing.T) {
 		{"args boolean", func(r *CallRequest) { r.Args = json.RawMessage(`true`) }, "args", "args must be a JSON object, not a boolean"},
 		{"args null", func(r *CallRequest) { r.Args = json.RawMessage(`null`) }, "args", "args must be a JSON object, not null"},
 		{"args not JSON", func(r *CallRequest) { r.Args = json.RawMessage(`{"a":`) }, "args", "args must be a JSON object; this is not valid JSON"},
+		{"a preview of a tool toolgate runs", func(r *CallRequest) { r.Preview = &policy.Preview{Kind: policy.PreviewDiff, Text: "+x"} }, "preview", "preview is the agent's only"},
+		{"a preview of no known kind", func(r *CallRequest) {
+			r.Execution, r.Preview = policy.ExecutionAgent, &policy.Preview{Kind: "html", Text: "<b>"}
+		}, "preview.kind", "preview.kind must be"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -153,6 +157,14 @@ func TestCallRequestValidate(t *testing.T) {
 	ok := base
 	require.NoError(t, ok.Validate())
 	assert.JSONEq(t, `{}`, string(ok.Args), "no args means {}")
+
+	agents := base
+	agents.Execution = policy.ExecutionAgent
+	agents.Preview = &policy.Preview{Kind: policy.PreviewDiff, Text: strings.Repeat("+line\n", policy.MaxPreviewBytes), ComputedBy: policy.ComputedByToolgate}
+	require.NoError(t, agents.Validate())
+	assert.Equal(t, policy.ComputedByAgent, agents.Preview.ComputedBy, "an agent's preview is the agent's, whatever it says")
+	assert.True(t, agents.Preview.Truncated)
+	assert.LessOrEqual(t, len(agents.Preview.Text), policy.MaxPreviewBytes)
 }
 
 func TestSubmitNewCallReadsNoHistory(t *testing.T) {

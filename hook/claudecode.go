@@ -271,7 +271,7 @@ func (at attempt) try(ctx, wctx context.Context, gen int) (p permission, done bo
 	log := at.log.With(zap.String("callID", callID))
 	req := client.CallRequest{
 		CallID: callID, Session: ev.SessionID, Tool: ev.ToolName, Args: at.args,
-		Requester: c.Requester, Execution: policy.ExecutionAgent,
+		Requester: c.Requester, Execution: policy.ExecutionAgent, Preview: previewOf(ev),
 	}
 	if _, err := at.agent.Submit(wctx, req); err != nil {
 		var inputErr *client.InputError

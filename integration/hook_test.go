@@ -251,6 +251,28 @@ func TestClaudeCodeHook(t *testing.T) {
 		assert.Contains(t, a.PermissionDecisionReason, "rm -rf and git push --force are not allowed")
 	})
 
+	t.Run("an Edit waits with the diff the hook built from the file", func(t *testing.T) {
+		d := d.in(t)
+		repo := t.TempDir()
+		require.NoError(t, os.MkdirAll(filepath.Join(repo, "src"), 0o755))
+		require.NoError(t, os.WriteFile(filepath.Join(repo, "src", "main.go"), []byte("package main\n\nfunc main() {\n\ttimeout := 5 * time.Second\n}\n"), 0o644))
+		event := strings.ReplaceAll(hookEvent(t, "pre-edit.json", "cc-preview"), "/home/dev/shop", repo)
+		h := hookRunner{t: t, args: []string{"--temporal-address", d.address(), "--state-dir", t.TempDir(), "--wait", "1s"}}
+		a := h.decide(event)
+		assert.Equal(t, "deny", a.PermissionDecision, "still waiting")
+		id := waitForPending(t, d, "cc-preview", "Edit")
+		st, err := c.Status(context.Background(), id)
+		require.NoError(t, err)
+		require.NotNil(t, st.State.Request.Preview)
+		p := st.State.Request.Preview
+		assert.Equal(t, "agent", p.ComputedBy, "the agent's claim, and said so")
+		assert.Equal(t, "diff", p.Kind)
+		file := filepath.Join(repo, "src", "main.go")
+		assert.Equal(t, "--- a/"+file+"\n+++ b/"+file+"\n@@ -1,5 +1,5 @@\n package main\n \n func main() {\n-\ttimeout := 5 * time.Second\n+\ttimeout := 30 * time.Second\n }\n", p.Text)
+		out := d.cli("pending", "--preview", "--session", "cc-preview")
+		assert.Contains(t, out.stdout, "What it changes (computed by the agent):", out.stderr)
+	})
+
 	t.Run("a malformed event is denied", func(t *testing.T) {
 		h := hookRunner{t: t, args: []string{"--temporal-address", d.address(), "--state-dir", t.TempDir()}}
 		a := h.decide(`{"session_id": "s1", "tool_name": "Bash", "tool_input": {"command": "ls"`)

@@ -144,6 +144,9 @@ type submitRequest struct {
 	// reports (unless Report is false).
 	Execution policy.Execution `json:"execution"`
 	Report    *bool            `json:"report"`
+	// Preview, with execution "agent": what the call will change, as the
+	// agent sees it.
+	Preview *policy.Preview `json:"preview"`
 }
 
 func (a *api) submit(w http.ResponseWriter, r *http.Request, p Principal) {
@@ -162,7 +165,7 @@ func (a *api) submit(w http.ResponseWriter, r *http.Request, p Principal) {
 		return
 	}
 	id, err := a.calls.Submit(r.Context(), tgclient.CallRequest{CallID: req.CallID, Session: req.Session, Tool: req.Tool, Args: req.Args,
-		Requester: p.Name, Execution: req.Execution, NoReport: req.Report != nil && !*req.Report})
+		Requester: p.Name, Execution: req.Execution, NoReport: req.Report != nil && !*req.Report, Preview: req.Preview})
 	if err != nil {
 		writeError(w, a.mapError(err))
 		return

@@ -95,6 +95,8 @@ type callRun struct {
 	editEval     *activities.Evaluation
 	// noReport: an agent-executed call that ends at its decision.
 	noReport bool
+	// agentPreview is what the agent says its call will change.
+	agentPreview *policy.Preview
 	// awaitingReport is set while an agent-executed call waits for its
 	// run; stopAwaitingReport ends that wait, and endsAtClaim says a claim
 	// ended it (UpdateClaim with NoReport).
@@ -120,9 +122,10 @@ func (c *callRun) showIdentity(ctx workflow.Context) {
 
 func newCallRun(ctx workflow.Context, in CallInput) *callRun {
 	return &callRun{
-		state:       CallState{Call: in.Call, Status: StatusEvaluating},
-		requestedAt: workflow.GetInfo(ctx).WorkflowStartTime,
-		noReport:    in.NoReport && in.Call.Execution == policy.ExecutionAgent,
+		state:        CallState{Call: in.Call, Status: StatusEvaluating},
+		requestedAt:  workflow.GetInfo(ctx).WorkflowStartTime,
+		noReport:     in.NoReport && in.Call.Execution == policy.ExecutionAgent,
+		agentPreview: in.Preview,
 	}
 }
 
@@ -176,8 +179,9 @@ const notYourSession = "the session belongs to another agent"
 
 func (c *callRun) evaluate(ctx workflow.Context, call policy.Call, lookupSession bool) error {
 	in := activities.EvaluateInput{Call: call}
-	if lookupSession {
+	if lookupSession { // the call as the agent asked: its preview holds
 		in.Session = SessionWorkflowID(call.Session)
+		in.AgentPreview = c.agentPreview
 	}
 	lctx := workflow.WithLocalActivityOptions(ctx, localOptions)
 	if err := workflow.ExecuteLocalActivity(lctx, a.Evaluate, in).Get(ctx, &c.eval); err != nil {

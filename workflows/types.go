@@ -248,6 +248,9 @@ type CallInput struct {
 	// NoReport, for an agent-executed call: the call ends when it is
 	// decided (status ok when approved), and the agent does not report.
 	NoReport bool `json:"no_report,omitempty"`
+	// Preview, for an agent-executed call: what it will change, as the
+	// agent sees it (client.CallRequest.Preview).
+	Preview *policy.Preview `json:"preview,omitempty"`
 }
 
 // ReportActivityID is the activity ID of an agent-executed call's tool

@@ -1,0 +1,148 @@
+package hook
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/aymanbagabas/go-udiff"
+
+	"github.com/toolgate/toolgate/policy"
+)
+
+// maxPreviewFile is the largest file a preview diffs.
+const maxPreviewFile = 256 << 10
+
+// previewOf is what a tool use will change, built here, on the agent's
+// machine, where its files are: Claude Code's Write and Edit as unified
+// diffs of the file, NotebookEdit as the cell's new source, Codex's
+// apply_patch as its patch. toolgate shows it as the agent's claim. nil
+// for other tools, or when the file cannot be read (the call is asked
+// without one).
+func previewOf(ev Event) *policy.Preview {
+	var in struct {
+		FilePath     string  `json:"file_path"`
+		Content      *string `json:"content"`
+		OldString    string  `json:"old_string"`
+		NewString    string  `json:"new_string"`
+		ReplaceAll   bool    `json:"replace_all"`
+		NotebookPath string  `json:"notebook_path"`
+		NewSource    string  `json:"new_source"`
+		EditMode     string  `json:"edit_mode"`
+		Command      string  `json:"command"`
+	}
+	if json.Unmarshal(ev.ToolInput, &in) != nil {
+		return nil
+	}
+	switch ev.ToolName {
+	case "Write":
+		if in.FilePath == "" || in.Content == nil {
+			return nil
+		}
+		return fileDiff(ev.Cwd, in.FilePath, func(string) (string, error) { return *in.Content, nil })
+	case "Edit":
+		if in.FilePath == "" {
+			return nil
+		}
+		return fileDiff(ev.Cwd, in.FilePath, func(old string) (string, error) {
+			switch n := strings.Count(old, in.OldString); {
+			case in.OldString == "" || n == 0:
+				return "", errors.New("the text to replace is not in the file")
+			case in.ReplaceAll:
+				return strings.ReplaceAll(old, in.OldString, in.NewString), nil
+			case n > 1:
+				return "", fmt.Errorf("the text to replace is in the file %d times", n)
+			}
+			return strings.Replace(old, in.OldString, in.NewString, 1), nil
+		})
+	case "NotebookEdit":
+		if in.NotebookPath == "" {
+			return nil
+		}
+		mode := in.EditMode
+		if mode == "" {
+			mode = "replace"
+		}
+		return &policy.Preview{Kind: policy.PreviewText, Text: fmt.Sprintf("%s: %s a cell with:\n%s", in.NotebookPath, mode, in.NewSource)}
+	case "apply_patch":
+		if in.Command == "" {
+			return nil
+		}
+		return &policy.Preview{Kind: policy.PreviewText, Text: in.Command}
+	}
+	return nil
+}
+
+// fileDiff diffs a file as it is and as change leaves it. A missing file
+// is new; a binary or oversized one, or one change cannot apply to, gets
+// a line saying so.
+func fileDiff(cwd, name string, change func(old string) (string, error)) *policy.Preview {
+	path := name
+	if !filepath.IsAbs(path) {
+		path = filepath.Join(cwd, path)
+	}
+	text := func(s string) *policy.Preview { return &policy.Preview{Kind: policy.PreviewText, Text: s} }
+	old, exists, err := readSmall(path)
+	switch {
+	case errors.Is(err, errTooLarge):
+		return text(name + ": too large to diff")
+	case err != nil:
+		return text(fmt.Sprintf("%s: cannot be read here (%v)", name, err))
+	case !utf8.ValidString(old) || strings.ContainsRune(old, 0):
+		return text(name + ": binary content")
+	}
+	next, err := change(old)
+	if err != nil {
+		return text(fmt.Sprintf("%s: %v", name, err))
+	}
+	from := "a/" + name
+	if !exists {
+		from = "/dev/null"
+	}
+	diff := udiff.Unified(from, "b/"+name, old, next)
+	if diff == "" {
+		return text(name + ": no change")
+	}
+	if !exists {
+		diff = "new file " + name + "\n" + diff
+	}
+	return &policy.Preview{Kind: policy.PreviewDiff, Text: diff}
+}
+
+var errTooLarge = errors.New("too large")
+
+// readSmall reads a regular file of at most maxPreviewFile bytes; exists
+// is false when there is none.
+func readSmall(path string) (content string, exists bool, err error) {
+	f, err := os.Open(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	switch {
+	case err != nil:
+		return "", false, err
+	case !fi.Mode().IsRegular():
+		return "", false, errors.New("not a regular file")
+	case fi.Size() > maxPreviewFile:
+		return "", true, errTooLarge
+	}
+	b, err := io.ReadAll(io.LimitReader(f, maxPreviewFile+1))
+	if err != nil {
+		return "", false, err
+	}
+	if len(b) > maxPreviewFile {
+		return "", true, errTooLarge
+	}
+	return string(b), true, nil
+}
