@@ -115,7 +115,7 @@ func (c *Client) status(ctx context.Context, callID string, wait time.Duration) 
 func stateOf(w tgclient.Waiting) *workflows.CallState {
 	st := &workflows.CallState{
 		Call:   policy.Call{ID: w.CallID, Session: w.Session, Tool: w.Tool, Requester: w.Requester, Args: w.Args, Execution: w.Execution},
-		Status: w.Status, WaitingSince: w.WaitingSince, Deadline: w.Deadline, Notices: w.Notices,
+		Status: w.Status, WaitingSince: w.WaitingSince, Deadline: w.Deadline, Notices: w.Notices, Approvals: w.Approvals,
 	}
 	if w.Message != "" || w.Rule != "" || len(w.Groups) > 0 {
 		st.Request = &policy.ApprovalRequest{Message: w.Message, Rule: w.Rule, Groups: w.Groups, Preview: w.Preview}

@@ -421,6 +421,8 @@ type Waiting struct {
 	Progress *tool.Progress `json:"progress,omitempty"`
 	// Preview is what the call will change, shown to its approvers.
 	Preview *policy.Preview `json:"preview,omitempty"`
+	// Approvals count a four-eyes call's approvals.
+	Approvals *workflows.Approvals `json:"approvals,omitempty"`
 }
 
 // WaitingView turns the status of a call without a Result (State set)
@@ -430,7 +432,7 @@ func WaitingView(s Status) Waiting {
 	w := Waiting{
 		CallID: st.Call.ID, Session: st.Call.Session, Tool: st.Call.Tool, Requester: st.Call.Requester,
 		Status: st.Status, Execution: st.Call.Execution, Args: st.Call.Args, WaitingSince: st.WaitingSince, Deadline: st.Deadline, Notices: st.Notices,
-		Progress: s.Progress,
+		Progress: s.Progress, Approvals: st.Approvals,
 	}
 	if d := st.Decision; d != nil {
 		w.Decision, w.DecidedBy, w.Comment = d.Kind.String(), d.DecidedBy, d.Comment

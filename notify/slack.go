@@ -205,6 +205,9 @@ func NoticeBlocks(n activities.Notice, publicURL string) []slack.Block {
 	if n.Request.Rule != "" {
 		fields = append(fields, mrkdwn("*Rule*\n"+escape(n.Request.Rule)))
 	}
+	if need := n.Request.Approvals; need > 1 {
+		fields = append(fields, mrkdwn(fmt.Sprintf("*Approvals*\n%d people must approve (four eyes)", need)))
+	}
 	blocks = append(blocks, slack.NewSectionBlock(nil, fields, nil))
 	if p := n.Request.Preview; p != nil {
 		blocks = append(blocks, previewBlock(*p, callPageURL(publicURL, n.Call.ID)))

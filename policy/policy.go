@@ -141,7 +141,16 @@ type ApprovalRequest struct {
 	// Preview shows the person what the call will change, when it can be
 	// known (set by toolgate, not by the policy).
 	Preview *Preview `json:"preview,omitempty"`
+	// Approvals is how many distinct people must approve the call (four
+	// eyes); 0 or 1 is one. Any one denial denies it, and no sticky
+	// decision, edit or coded handler's approval counts. DistinctGroups
+	// needs the approvals from different groups of Groups.
+	Approvals      int  `json:"approvals,omitempty"`
+	DistinctGroups bool `json:"distinct_groups,omitempty"`
 }
+
+// MaxApprovals bounds ApprovalRequest.Approvals.
+const MaxApprovals = 10
 
 // Kinds of Preview.
 const (

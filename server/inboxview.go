@@ -163,7 +163,9 @@ type callView struct {
 	// Args are pretty-printed.
 	Args string
 	// Preview is what the call will change (or changed, once final).
-	Preview       *previewView
+	Preview *previewView
+	// Approvals says how far a four-eyes call is: "1 of 2 approvals: alice".
+	Approvals     string
 	Age, TimeLeft string
 	Deadline      string
 	Decided       string
@@ -196,6 +198,7 @@ func newCallView(st tgclient.Status, p Principal, now time.Time, form decisionFo
 		}
 		v.Notified = notified(r.Notices)
 		v.Preview = newPreviewView(r.Preview)
+		v.Approvals = approvalsText(r.Approvals)
 	} else {
 		cs := st.State
 		v = callView{ID: cs.Call.ID, Session: cs.Call.Session, Tool: cs.Call.Tool, Requester: cs.Call.Requester, Status: cs.Status, Args: pretty(cs.Call.Args)}
@@ -203,6 +206,7 @@ func newCallView(st tgclient.Status, p Principal, now time.Time, form decisionFo
 			v.Message, v.Rule, v.Groups = cs.Request.Message, cs.Request.Rule, cs.Request.Groups
 			v.Preview = newPreviewView(cs.Request.Preview)
 		}
+		v.Approvals = approvalsText(cs.Approvals)
 		v.Notified = notified(cs.Notices)
 		v.Pending = cs.Status == workflows.StatusPending
 		if v.Pending && !cs.WaitingSince.IsZero() {
@@ -416,4 +420,24 @@ func newPreviewView(p *policy.Preview) *previewView {
 		v.Lines = append(v.Lines, previewLine{Text: line, Class: class})
 	}
 	return v
+}
+
+// approvalsText is a four-eyes call's count and who gave them.
+func approvalsText(a *workflows.Approvals) string {
+	if a == nil {
+		return ""
+	}
+	text := fmt.Sprintf("%d of %d approvals", len(a.Given), a.Needed)
+	var by []string
+	for _, g := range a.Given {
+		who := g.By + " via " + g.Channel
+		if g.Group != "" {
+			who += " for " + g.Group
+		}
+		by = append(by, who)
+	}
+	if len(by) > 0 {
+		text += ": " + strings.Join(by, ", ")
+	}
+	return text
 }

@@ -203,7 +203,7 @@ func (c *callRun) finish(ctx workflow.Context, status Status, reason string, out
 	if d := c.state.Decision; d != nil {
 		r.Decision, r.DecidedBy, r.Channel, r.DecidedAt, r.Comment = d.Kind.String(), d.DecidedBy, d.Channel, d.DecidedAt, d.Comment
 	}
-	r.Preview = c.eval.Preview
+	r.Preview, r.Approvals = c.eval.Preview, c.state.Approvals
 	if c.originalArgs != nil && c.state.Request != nil {
 		r.PreviewShown = c.state.Request.Preview
 	}

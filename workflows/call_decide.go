@@ -86,7 +86,7 @@ func (c *callRun) validateDecision(ctx workflow.Context, req DecideRequest) erro
 	if err := req.Decision.Approver().MayDecide(c.state.Call.Requester, c.state.Request.Groups); err != nil {
 		return refusalOf(req.Decision.DecidedBy, c.state.Call.ID, err)
 	}
-	return nil
+	return c.validateApproval(req.Decision)
 }
 
 // refusalOf turns a policy.Approver refusal into the update's error.
@@ -163,6 +163,13 @@ func (c *callRun) decide(ctx workflow.Context, req DecideRequest) (policy.Decisi
 		if err := c.checkEditAtDecision(ctx, d); err != nil {
 			return policy.Decision{}, err
 		}
+	}
+	if !c.approvalCounts(d) {
+		c.countApproval(ctx, d)
+		if c.state.Decision == nil {
+			return d, nil // counted; the call waits for more
+		}
+		return *c.state.Decision, nil
 	}
 	c.apply(ctx, d)
 	return *c.state.Decision, nil

@@ -23,6 +23,7 @@ import (
 func (c *callRun) askForDecision(ctx workflow.Context, req policy.ApprovalRequest) error {
 	req.Preview = c.eval.Preview
 	c.state.Request = &req
+	c.needsApprovals(req)
 	switch {
 	case c.eval.Sticky != nil && c.stickyCovers(*c.eval.Sticky): // the session shows one: nobody is asked
 		c.apply(ctx, *c.eval.Sticky)
@@ -40,7 +41,7 @@ func (c *callRun) askForDecision(ctx workflow.Context, req policy.ApprovalReques
 		if err := workflow.ExecuteLocalActivity(lctx, a.AskHandler, in).Get(ctx, &d); err != nil {
 			return fmt.Errorf("approval handler: %w", err)
 		}
-		if d != nil && c.state.Decision == nil {
+		if d != nil && c.state.Decision == nil && c.approvalCounts(*d) {
 			c.apply(ctx, *d)
 		}
 	}
@@ -59,7 +60,7 @@ func (c *callRun) askForDecision(ctx workflow.Context, req policy.ApprovalReques
 // stickyCovers reports whether a sticky decision found at evaluation may
 // decide this call: its author could have decided it directly.
 func (c *callRun) stickyCovers(d policy.Decision) bool {
-	return d.Approver().MayDecide(c.state.Call.Requester, c.state.Request.Groups) == nil
+	return c.approvalCounts(d) && d.Approver().MayDecide(c.state.Call.Requester, c.state.Request.Groups) == nil
 }
 
 func (c *callRun) waitForPerson(ctx workflow.Context, req policy.ApprovalRequest, timeout time.Duration) error {
@@ -166,6 +167,8 @@ func (c *callRun) takeSessionDecision(ctx workflow.Context, sd SessionDecision) 
 		err = sd.Decision.Approver().MayAct(c.state.Request.Groups)
 	case sd.Key != c.stickyKey:
 		return false // another tool's
+	case !c.approvalCounts(*sd.Decision):
+		return false // four eyes: people approve it one by one
 	default:
 		err = sd.Decision.Approver().MayDecide(c.state.Call.Requester, c.state.Request.Groups)
 	}

@@ -107,6 +107,9 @@ const (
 	// ErrTypeInvalidPin: a pin check or pin whose definition does not
 	// match its hash, or that names another server.
 	ErrTypeInvalidPin = "InvalidPin"
+	// ErrTypeNotAnotherApproval: a four-eyes call refused an approval that
+	// would not count (the same person again, or a group already counted).
+	ErrTypeNotAnotherApproval = "NotAnotherApproval"
 )
 
 // Metrics the workflows emit through the worker's metrics handler (not
@@ -290,6 +293,8 @@ type Result struct {
 	Comment   string    `json:"comment,omitempty"`
 	// Claim says which run of an agent-executed call took its approval.
 	Claim *Claim `json:"claim,omitempty"`
+	// Approvals are those of a four-eyes call.
+	Approvals *Approvals `json:"approvals,omitempty"`
 	// Args are the arguments the tool ran with; OriginalArgs are the
 	// agent's when an approver edited them.
 	Args         json.RawMessage `json:"args,omitempty"`
@@ -314,6 +319,21 @@ func (r Result) Call() policy.Call {
 	return policy.Call{ID: r.CallID, Session: r.Session, Tool: r.Tool, Args: r.Args, Requester: r.Requester, Execution: r.Execution}
 }
 
+// Approvals are the approvals a four-eyes call needs and has been given.
+type Approvals struct {
+	Needed int             `json:"needed"`
+	Given  []ApprovalGiven `json:"given"`
+}
+
+// ApprovalGiven is one person's approval of a four-eyes call. Group is
+// the group it counts for, when the rule needs distinct groups.
+type ApprovalGiven struct {
+	By      string    `json:"by"`
+	Channel string    `json:"channel"`
+	At      time.Time `json:"at"`
+	Group   string    `json:"group,omitempty"`
+}
+
 // CallState is a call's live state, returned by QueryCall.
 type CallState struct {
 	Call    policy.Call             `json:"call"`
@@ -325,6 +345,8 @@ type CallState struct {
 	Decision     *policy.Decision `json:"decision,omitempty"`
 	// Claim is set once the agent took the approval (UpdateClaim).
 	Claim *Claim `json:"claim,omitempty"`
+	// Approvals counts the approvals of a call that needs more than one.
+	Approvals *Approvals `json:"approvals,omitempty"`
 	// Notices are the notices (waiting, reminders, escalation) sent.
 	Notices []NoticeRecord `json:"notices,omitempty"`
 	// Result is set once the call is final.

@@ -227,6 +227,13 @@ func (a *app) printWaiting(st tgclient.Status, asJSON bool) {
 	case workflows.StatusPending:
 		fmt.Fprintf(a.stdout, "waiting for a person: %s\ndeadline: %s\napprove: toolgate approve %s --by NAME\n",
 			w.Message, w.Deadline.Local().Format(time.RFC1123), w.CallID)
+		if ap := w.Approvals; ap != nil {
+			var by []string
+			for _, g := range ap.Given {
+				by = append(by, g.By)
+			}
+			fmt.Fprintf(a.stdout, "approvals: %d of %d %s\n", len(ap.Given), ap.Needed, strings.Join(by, ", "))
+		}
 		if p := w.Preview; p != nil {
 			fmt.Fprintf(a.stdout, "%s:\n%s\n", previewHeading(*p), strings.TrimRight(p.Text, "\n"))
 		}

@@ -140,5 +140,12 @@ func (a *app) decide(cmd *cobra.Command, callID string, d policy.Decision) error
 		return err
 	}
 	fmt.Fprintf(a.stdout, "call %s: %s by %s\n", callID, applied.Kind, applied.DecidedBy)
+	if applied.Kind.Approves() {
+		// A four-eyes call counts the approval and may wait for more.
+		if st, err := c.Status(cmd.Context(), callID); err == nil && st.State != nil && st.State.Approvals != nil && st.State.Decision == nil {
+			ap := st.State.Approvals
+			fmt.Fprintf(a.stdout, "%d of %d approvals: the call waits for another approver\n", len(ap.Given), ap.Needed)
+		}
+	}
 	return nil
 }

@@ -73,6 +73,7 @@ var topFields = []string{"workspace", "default", "rules", "tools", "redact", "af
 var ruleFields = []string{
 	"name", "tool", "tools", "when", "action", "reason", "message", "groups", "timeout",
 	"on_timeout", "remind_after", "escalate_after", "escalate_to", "sticky_by", "report_timeout", "examples",
+	"approvals", "distinct_groups",
 }
 
 // actionFields are the fields of a rule that say what it does; the
@@ -80,10 +81,12 @@ var ruleFields = []string{
 var actionFields = []string{
 	"action", "reason", "message", "groups", "timeout",
 	"on_timeout", "remind_after", "escalate_after", "escalate_to", "sticky_by",
+	"approvals", "distinct_groups",
 }
 
 // askOnly are the fields that only an ask rule may set.
-var askOnly = []string{"message", "groups", "timeout", "on_timeout", "remind_after", "escalate_after", "escalate_to", "sticky_by"}
+var askOnly = []string{"message", "groups", "timeout", "on_timeout", "remind_after", "escalate_after", "escalate_to", "sticky_by",
+	"approvals", "distinct_groups"}
 
 func (l *loader) policy(root *yaml.Node, opts Options) *Policy {
 	p := &Policy{name: l.file, byName: map[string]*rule{}}
@@ -182,6 +185,21 @@ func (l *loader) actionBody(r *rule, n *yaml.Node, f map[string]*yaml.Node, wher
 	}
 	r.groups = l.strList(f["groups"], where+": groups")
 	r.timeout = l.duration(f["timeout"], where+": timeout")
+	if n := f["approvals"]; n != nil {
+		r.approvals = l.positiveInt(n, where+": approvals")
+		if r.approvals > policy.MaxApprovals {
+			l.errorf(n, "%s: approvals must be at most %d", where, policy.MaxApprovals)
+		}
+	}
+	if n := f["distinct_groups"]; n != nil {
+		r.distinctGroups = l.boolean(n, where+": distinct_groups", false)
+		if r.distinctGroups && len(r.groups) < r.approvals {
+			l.errorf(n, "%s: distinct_groups needs at least as many groups (%d) as approvals (%d)", where, len(r.groups), r.approvals)
+		}
+		if r.distinctGroups && r.approvals < 2 {
+			l.errorf(n, "%s: distinct_groups is for a rule that needs approvals: 2 or more", where)
+		}
+	}
 	if n := f["on_timeout"]; n != nil {
 		switch s := l.str(n, where+": on_timeout"); s {
 		case "deny":

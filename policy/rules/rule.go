@@ -37,6 +37,9 @@ type rule struct {
 	onTimeout policy.TimeoutAction
 	stickyBy  []string
 	schedule  *Schedule
+	// approvals and distinctGroups: four eyes (ApprovalRequest.Approvals).
+	approvals      int
+	distinctGroups bool
 	// reportTimeout bounds the wait for the agent's report of an
 	// agent-executed call this rule allows or asks about; 0 leaves it to
 	// the tools section or the default.
@@ -72,6 +75,7 @@ func (r *rule) askVerdict(in *input, reason string) Verdict {
 			OnTimeout: r.onTimeout,
 			StickyKey: r.stickyKey(in),
 			Rule:      r.name,
+			Approvals: r.approvals, DistinctGroups: r.distinctGroups,
 		},
 	}
 	if s := r.schedule; s != nil {

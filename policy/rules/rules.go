@@ -101,6 +101,8 @@ func (v Verdict) MarshalJSON() ([]byte, error) {
 		RemindAfter   string   `json:"remind_after,omitempty"`
 		EscalateAfter string   `json:"escalate_after,omitempty"`
 		EscalateTo    []string `json:"escalate_to,omitempty"`
+		Approvals     int      `json:"approvals,omitempty"`
+		Distinct      bool     `json:"distinct_groups,omitempty"`
 	}
 	out := struct {
 		Action  Action   `json:"action"`
@@ -123,6 +125,8 @@ func (v Verdict) MarshalJSON() ([]byte, error) {
 			RemindAfter:   formatDuration(r.RemindAfter),
 			EscalateAfter: formatDuration(r.EscalateAfter),
 			EscalateTo:    r.EscalateTo,
+			Approvals:     r.Approvals,
+			Distinct:      r.DistinctGroups,
 		}
 	}
 	return json.Marshal(out)

@@ -153,6 +153,22 @@ func TestEvaluateApproval(t *testing.T) {
 	assert.Equal(t, &policy.ApprovalRequest{Message: "Pay 1000 to eve?", Rule: "ask-big-payments"}, req)
 }
 
+func TestFourEyesRules(t *testing.T) {
+	p := parse(t, `
+rules:
+  - name: payments
+    tool: send_money
+    action: ask
+    groups: [finance, risk]
+    approvals: 2
+    distinct_groups: true
+`)
+	v := p.Evaluate(call("send_money", `{}`))
+	require.NotNil(t, v.Request)
+	assert.Equal(t, 2, v.Request.Approvals)
+	assert.True(t, v.Request.DistinctGroups)
+}
+
 func TestAskFields(t *testing.T) {
 	p := parse(t, `
 rules:
