@@ -20,7 +20,9 @@ default: allow
 rules:
   - {name: two-keys, tool: write_file, action: ask, groups: [ops, finance], approvals: 2, distinct_groups: true}
 `)
-	as := func(name string) apiClient { return apiClient{t: t, base: "http://" + d.httpAddr, token: "token-" + name} }
+	as := func(name string) apiClient {
+		return apiClient{t: t, base: "http://" + d.httpAddr, token: "token-" + name}
+	}
 	agent, alice := as("agent-1"), as("alice")
 
 	r := agent.do("POST", "/v1/calls?wait=200ms", map[string]any{"session": "fe1", "call_id": "fe-1", "tool": "write_file",
