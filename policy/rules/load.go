@@ -210,6 +210,9 @@ func (l *loader) actionBody(r *rule, n *yaml.Node, f map[string]*yaml.Node, wher
 			l.errorf(n, "%s: on_timeout must be deny or allow, not %q", where, s)
 		}
 	}
+	if r.approvals > 1 && r.onTimeout == policy.TimeoutApprove {
+		l.errorf(f["on_timeout"], "%s: on_timeout: allow would approve at the deadline a call that needs %d approvals; a four-eyes rule denies on timeout", where, r.approvals)
+	}
 	r.stickyBy = l.strList(f["sticky_by"], where+": sticky_by")
 	for i, field := range r.stickyBy {
 		if slices.Contains(r.stickyBy[:i], field) {

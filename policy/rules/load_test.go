@@ -87,6 +87,7 @@ rules:
 		{"template unknown function", "rules:\n  - name: r\n    tool: x\n    action: ask\n    message: '{{shout .tool}}'\n", []string{`test.yaml:5: rule "r": message template: `, `"shout" not defined`}},
 		{"bad default", "default: maybe\n", []string{`test.yaml:1: default: unknown action "maybe"`}},
 		{"approvals on allow", "rules:\n  - {name: r, tool: x, action: allow, approvals: 2}\n", []string{`approvals is only for ask rules`}},
+		{"four eyes allowed on timeout", "rules:\n  - {name: r, tool: x, action: ask, approvals: 2, on_timeout: allow}\n", []string{`a four-eyes rule denies on timeout`}},
 		{"too many approvals", "rules:\n  - {name: r, tool: x, action: ask, approvals: 11}\n", []string{`approvals must be at most 10`}},
 		{"zero approvals", "rules:\n  - {name: r, tool: x, action: ask, approvals: 0}\n", []string{`approvals must be`}},
 		{"distinct groups without enough groups", "rules:\n  - {name: r, tool: x, action: ask, groups: [a], approvals: 2, distinct_groups: true}\n", []string{`distinct_groups needs at least as many groups (1) as approvals (2)`}},
