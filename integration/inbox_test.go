@@ -59,6 +59,8 @@ func TestInbox(t *testing.T) {
 		b.mark()
 		submitWaiting(t, agent, "inbox", "ib-approve")
 		b.waitJS(`!!document.querySelector('#pending a[href="/calls/ib-approve"]')`, "ib-approve in the list")
+		require.NoError(t, os.MkdirAll(filepath.Join(d.workspace, "notes"), 0o755))
+		require.NoError(t, os.WriteFile(filepath.Join(d.workspace, "notes", "todo.txt"), []byte("ship it tomorrow\nreview first\n"), 0o644))
 		submitWrite(t, agent, "demo", "ib-write")
 		b.waitJS(`!!document.querySelector('#pending a[href="/calls/ib-write"]')`, "ib-write in the list")
 		b.assertNotReloaded()
@@ -81,6 +83,11 @@ func TestInbox(t *testing.T) {
 	t.Run("deny with a reason", func(t *testing.T) {
 		b := b.in(t)
 		b.do(chromedp.Navigate(b.base+"/calls/ib-write"), chromedp.WaitVisible(chromedp.CSS("#decide")))
+		// What the write changes, as a highlighted diff above the arguments.
+		assert.Equal(t, "-ship it tomorrow", b.text("#preview .del"))
+		assert.Equal(t, "+ship it", b.text("#preview .add"))
+		assert.Equal(t, 2, evalJS[int](b, `document.querySelectorAll("#preview .del").length`))
+		assert.Equal(t, "rgb(230, 244, 234)", evalJS[string](b, `getComputedStyle(document.querySelector("#preview .add")).backgroundColor`), "added lines are highlighted")
 		b.keepScreenshot("inbox-call.png")
 		b.do(chromedp.SendKeys(chromedp.CSS("#reason"), "not on a Friday, please"), chromedp.Click(chromedp.CSS(`#decide button[value="deny"]`)))
 		b.waitJS(`document.querySelector("#decided")?.textContent.includes("by bob via inbox")`, "the denial on the call page")
