@@ -8,12 +8,8 @@ import (
 	"io"
 	"io/fs"
 	"os"
-	"strings"
 	"syscall"
 	"time"
-	"unicode/utf8"
-
-	"github.com/aymanbagabas/go-udiff"
 
 	"github.com/toolgate/toolgate/policy"
 )
@@ -39,33 +35,19 @@ func (w Workspace) previewWrite(_ context.Context, raw json.RawMessage) (policy.
 	if err != nil {
 		return policy.Preview{}, err
 	}
-	text := func(s string) (policy.Preview, error) { return policy.Preview{Kind: policy.PreviewText, Text: s}, nil }
-	newSize := int64(len(args.Content))
-	if args.Append {
-		newSize += size
-	}
-	switch {
-	case size > maxDiffedFile:
-		return text(fmt.Sprintf("%s: %d bytes now, %d bytes after this call (too large to diff)", args.Path, size, newSize))
-	case !isText(old) || !isText(args.Content):
-		return text(fmt.Sprintf("%s: binary content, %d bytes now, %d bytes after this call", args.Path, size, newSize))
+	if size > maxDiffedFile {
+		newSize := int64(len(args.Content))
+		if args.Append {
+			newSize += size
+		}
+		return policy.Preview{Kind: policy.PreviewText,
+			Text: fmt.Sprintf("%s: %d bytes now, %d bytes after this call (too large to diff)", args.Path, size, newSize)}, nil
 	}
 	content := args.Content
 	if args.Append {
 		content = old + args.Content
 	}
-	from := "a/" + args.Path
-	if !exists {
-		from = "/dev/null"
-	}
-	diff := udiff.Unified(from, "b/"+args.Path, old, content)
-	if diff == "" {
-		return text(args.Path + ": no change (the file already holds this content)")
-	}
-	if !exists {
-		diff = "new file " + args.Path + "\n" + diff
-	}
-	return policy.Preview{Kind: policy.PreviewDiff, Text: diff}, nil
+	return policy.FileChange(args.Path, old, content, exists), nil
 }
 
 // readForPreview reads a workspace file for a preview, at most
@@ -104,8 +86,6 @@ func (w Workspace) readForPreview(p string) (content string, size int64, exists 
 	}
 	return string(data), int64(len(data)), true, nil
 }
-
-func isText(s string) bool { return utf8.ValidString(s) && !strings.ContainsRune(s, 0) }
 
 // previewShell is shell's preview: the command, where and how it runs.
 func (w Workspace) previewShell(_ context.Context, raw json.RawMessage) (policy.Preview, error) {

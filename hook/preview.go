@@ -9,9 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"unicode/utf8"
-
-	"github.com/aymanbagabas/go-udiff"
 
 	"github.com/toolgate/toolgate/policy"
 )
@@ -94,25 +91,13 @@ func fileDiff(cwd, name string, change func(old string) (string, error)) *policy
 		return text(name + ": too large to diff")
 	case err != nil:
 		return text(fmt.Sprintf("%s: cannot be read here (%v)", name, err))
-	case !utf8.ValidString(old) || strings.ContainsRune(old, 0):
-		return text(name + ": binary content")
 	}
 	next, err := change(old)
 	if err != nil {
 		return text(fmt.Sprintf("%s: %v", name, err))
 	}
-	from := "a/" + name
-	if !exists {
-		from = "/dev/null"
-	}
-	diff := udiff.Unified(from, "b/"+name, old, next)
-	if diff == "" {
-		return text(name + ": no change")
-	}
-	if !exists {
-		diff = "new file " + name + "\n" + diff
-	}
-	return &policy.Preview{Kind: policy.PreviewDiff, Text: diff}
+	p := policy.FileChange(name, old, next, exists)
+	return &p
 }
 
 var errTooLarge = errors.New("too large")

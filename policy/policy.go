@@ -5,9 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
-	"unicode/utf8"
 )
 
 // Call is one request of an agent to run a tool.
@@ -151,53 +149,6 @@ type ApprovalRequest struct {
 
 // MaxApprovals bounds ApprovalRequest.Approvals.
 const MaxApprovals = 10
-
-// Kinds of Preview.
-const (
-	// PreviewDiff is a unified diff (--- a/PATH, +++ b/PATH, @@ hunks).
-	PreviewDiff = "diff"
-	// PreviewCommand is the command that will run, where, and why the
-	// policy asks.
-	PreviewCommand = "command"
-	// PreviewText is anything else (a binary or oversized file, say).
-	PreviewText = "text"
-)
-
-// Who computed a Preview.
-const (
-	ComputedByToolgate = "toolgate"
-	// ComputedByAgent: the agent's claim, for a tool it runs on files
-	// toolgate cannot read.
-	ComputedByAgent = "agent"
-)
-
-// MaxPreviewBytes bounds a Preview's text.
-const MaxPreviewBytes = 16 << 10
-
-// Preview is what a call will change, for the person who decides it.
-type Preview struct {
-	Kind       string `json:"kind"`
-	Text       string `json:"text"`
-	ComputedBy string `json:"computed_by"`
-	Truncated  bool   `json:"truncated,omitempty"`
-}
-
-// Bounded cuts the text to MaxPreviewBytes, at the end of a line where
-// there is one, and marks it truncated.
-func (p Preview) Bounded() Preview {
-	if len(p.Text) <= MaxPreviewBytes {
-		return p
-	}
-	cut := p.Text[:MaxPreviewBytes]
-	if i := strings.LastIndexByte(cut, '\n'); i > 0 {
-		cut = cut[:i+1]
-	}
-	for !utf8.ValidString(cut) { // a rune cut in two
-		cut = cut[:len(cut)-1]
-	}
-	p.Text, p.Truncated = cut, true
-	return p
-}
 
 // AgentStickyPrefix starts the sticky key of a call the agent runs itself:
 // a decision about the agent's own "shell" never covers toolgate's "shell",

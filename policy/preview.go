@@ -1,0 +1,80 @@
+package policy
+
+import (
+	"fmt"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/aymanbagabas/go-udiff"
+)
+
+// Kinds of Preview.
+const (
+	// PreviewDiff is a unified diff (--- a/PATH, +++ b/PATH, @@ hunks).
+	PreviewDiff = "diff"
+	// PreviewCommand is the command that will run, where, and why the
+	// policy asks.
+	PreviewCommand = "command"
+	// PreviewText is anything else (a binary or oversized file, say).
+	PreviewText = "text"
+)
+
+// Who computed a Preview.
+const (
+	ComputedByToolgate = "toolgate"
+	// ComputedByAgent: the agent's claim, for a tool it runs on files
+	// toolgate cannot read.
+	ComputedByAgent = "agent"
+)
+
+// MaxPreviewBytes bounds a Preview's text.
+const MaxPreviewBytes = 16 << 10
+
+// Preview is what a call will change, for the person who decides it.
+type Preview struct {
+	Kind       string `json:"kind"`
+	Text       string `json:"text"`
+	ComputedBy string `json:"computed_by"`
+	Truncated  bool   `json:"truncated,omitempty"`
+}
+
+// Bounded cuts the text to MaxPreviewBytes, at the end of a line where
+// there is one, and marks it truncated.
+func (p Preview) Bounded() Preview {
+	if len(p.Text) <= MaxPreviewBytes {
+		return p
+	}
+	cut := p.Text[:MaxPreviewBytes]
+	if i := strings.LastIndexByte(cut, '\n'); i > 0 {
+		cut = cut[:i+1]
+	}
+	for !utf8.ValidString(cut) { // a rune cut in two
+		cut = cut[:len(cut)-1]
+	}
+	p.Text, p.Truncated = cut, true
+	return p
+}
+
+// FileChange previews a file's change from old (its content; existed is
+// false for a file that is not there yet) to new: a unified diff against
+// a/PATH (or /dev/null, after a "new file PATH" line), or a line saying
+// the content is binary or unchanged.
+func FileChange(path, old, new string, existed bool) Preview {
+	if !isText(old) || !isText(new) {
+		return Preview{Kind: PreviewText, Text: fmt.Sprintf("%s: binary content, %d bytes now, %d bytes after this call", path, len(old), len(new))}
+	}
+	from := "a/" + path
+	if !existed {
+		from = "/dev/null"
+	}
+	diff := udiff.Unified(from, "b/"+path, old, new)
+	switch {
+	case diff == "":
+		return Preview{Kind: PreviewText, Text: path + ": no change (the file already holds this content)"}
+	case !existed:
+		diff = "new file " + path + "\n" + diff
+	}
+	return Preview{Kind: PreviewDiff, Text: diff}
+}
+
+func isText(s string) bool { return utf8.ValidString(s) && !strings.ContainsRune(s, 0) }
