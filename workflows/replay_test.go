@@ -43,6 +43,7 @@ var recordedScenarios = []string{
 	"agent-claim-no-report",
 	"agent-report-unknown",
 	"pins",
+	"four-eyes",
 }
 
 // newReplayer returns a replayer with every workflow registered under its

@@ -155,6 +155,7 @@ func run(ctx context.Context, logger *zap.Logger, outDir, only string) (err erro
 		{"session-continue-as-new", r.sessionContinueAsNew},
 		{"agent-claim", r.agentClaim},
 		{"pins", r.pins},
+		{"four-eyes", r.fourEyes},
 	}
 	wanted := map[string]bool{}
 	for _, name := range strings.Split(only, ",") {
@@ -524,6 +525,31 @@ func (r *recorder) pins(ctx context.Context) error {
 	return r.writeHistory(ctx, "pins", id, run.GetRunID())
 }
 
+// fourEyes: a call with a preview whose rule needs two approvers; alice's
+// approval is counted, bob's decides it.
+func (r *recorder) fourEyes(ctx context.Context) error {
+	id, err := r.tg.Submit(ctx, toolgate.CallRequest{CallID: "four-eyes-1", Session: "replay-four-eyes", Tool: "pay", Args: []byte(`{"amount":100}`), Requester: agent})
+	if err != nil {
+		return err
+	}
+	if err := r.waitPending(ctx, id); err != nil {
+		return err
+	}
+	for _, by := range []string{approver, "bob"} {
+		if _, err := r.tg.Decide(ctx, id, policy.Decision{Kind: policy.Approved, DecidedBy: by, Channel: "cli"}); err != nil {
+			return fmt.Errorf("%s approves %s: %w", by, id, err)
+		}
+	}
+	res, err := r.tg.Wait(ctx, id)
+	if err != nil {
+		return err
+	}
+	if res.Status != workflows.StatusOK || res.Approvals == nil || len(res.Approvals.Given) != 2 || res.Preview == nil {
+		return fmt.Errorf("call %s ended %+v, want ok after two approvals, with its preview", id, res)
+	}
+	return r.writeHistory(ctx, "four-eyes", workflows.CallWorkflowID(id), "")
+}
+
 // sessionEnd: two calls wait in a session that an admin ends; both are
 // denied, and a call that comes later is denied at its evaluation.
 func (r *recorder) sessionEnd(ctx context.Context) error {
@@ -680,6 +706,8 @@ func (recorderPolicy) EvaluateApproval(_ context.Context, call policy.Call) (*po
 		return &policy.ApprovalRequest{Message: "Write a file?", Rule: "ask-write"}, nil
 	case "slow":
 		return &policy.ApprovalRequest{Message: "Run the slow tool?", Rule: "ask-slow", Timeout: slowTimeout}, nil
+	case "pay":
+		return &policy.ApprovalRequest{Message: "Pay?", Rule: "two-keys", Approvals: 2}, nil
 	}
 	return nil, nil
 }
@@ -710,6 +738,11 @@ func recorderTools() (*tool.Registry, error) {
 		}},
 		{Name: "slow", Run: func(context.Context, tool.Input) (json.RawMessage, error) {
 			return json.RawMessage(`{"done":true}`), nil
+		}},
+		{Name: "pay", Run: func(context.Context, tool.Input) (json.RawMessage, error) {
+			return json.RawMessage(`{"paid":true}`), nil
+		}, Preview: func(context.Context, json.RawMessage) (policy.Preview, error) {
+			return policy.Preview{Kind: policy.PreviewText, Text: "pay 100 to acme"}, nil
 		}},
 	} {
 		if err := reg.Register(t); err != nil {
