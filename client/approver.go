@@ -39,6 +39,8 @@ type CallSummary struct {
 	RequestedAt time.Time `json:"requested_at"`
 	Deadline    time.Time `json:"deadline,omitzero"`
 	ClosedAt    time.Time `json:"closed_at,omitzero"`
+	// Approvals says how far a four-eyes call is: "1 of 2 approvals".
+	Approvals string `json:"approvals,omitempty"`
 }
 
 // PendingCall is a call waiting for a person.
@@ -200,6 +202,7 @@ func summaryFrom(e *workflowpb.WorkflowExecutionInfo) (CallSummary, error) {
 	decode(workflows.MemoRule, &s.Rule)
 	decode(workflows.MemoGroups, &s.Groups)
 	decode(workflows.MemoDeadline, &s.Deadline)
+	decode(workflows.MemoApprovals, &s.Approvals)
 	return s, nil
 }
 

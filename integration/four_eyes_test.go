@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -38,6 +39,9 @@ rules:
 	assert.Len(t, approvals["given"], 1)
 	view := alice.do("GET", "/v1/calls/fe-1", nil)
 	assert.Equal(t, "pending", view.body["status"], "one approval of two: it still waits")
+	require.Eventually(t, func() bool {
+		return strings.Contains(d.cli("pending", "--session", "fe1").stdout, "[1 of 2 approvals]")
+	}, 30*time.Second, 200*time.Millisecond, "the pending list says how far it is")
 
 	r = alice.do("POST", "/v1/calls/fe-1/decision", map[string]any{"decision": "approve"})
 	assert.Equal(t, http.StatusConflict, r.status, r.raw)

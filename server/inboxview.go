@@ -116,9 +116,13 @@ type pendingRow struct {
 }
 
 func newPendingRow(c tgclient.CallSummary, now time.Time) pendingRow {
+	msg := c.Message
+	if c.Approvals != "" { // four eyes: how far it is
+		msg = "[" + c.Approvals + "] " + msg
+	}
 	return pendingRow{
 		CallID: c.CallID, URL: callURL(c.CallID), Session: c.Session, Tool: c.Tool,
-		Args: c.Args, Message: c.Message, Age: ago(now.Sub(c.RequestedAt)),
+		Args: c.Args, Message: msg, Age: ago(now.Sub(c.RequestedAt)),
 	}
 }
 

@@ -256,6 +256,8 @@ const (
 	MemoRule     = "rule"
 	MemoGroups   = "groups"
 	MemoDeadline = "deadline"
+	// MemoApprovals says how far a four-eyes call is ("1 of 2 approvals").
+	MemoApprovals = "approvals"
 )
 
 // maxMemoArgs abridges arguments in the memo; the full ones are in the
@@ -270,6 +272,9 @@ func (c *callRun) upsertWaitingMemo(ctx workflow.Context, req policy.ApprovalReq
 	memo := map[string]any{
 		MemoMessage: req.Message, MemoArgs: args, MemoRule: req.Rule,
 		MemoGroups: req.Groups, MemoDeadline: c.state.Deadline,
+	}
+	if a := c.state.Approvals; a != nil {
+		memo[MemoApprovals] = a.progress()
 	}
 	if err := workflow.UpsertMemo(ctx, memo); err != nil {
 		workflow.GetLogger(ctx).Warn("Could not update the memo", "callID", c.state.Call.ID, "error", err)

@@ -80,6 +80,10 @@ func (c *callRun) countApproval(ctx workflow.Context, d policy.Decision) {
 	}
 	a.Given = append(a.Given, given)
 	if len(a.Given) < a.Needed {
+		// For the pending listings (people read them; nothing decides by them).
+		if err := workflow.UpsertMemo(ctx, map[string]any{MemoApprovals: a.progress()}); err != nil {
+			workflow.GetLogger(ctx).Warn("Could not update the memo", "callID", c.state.Call.ID, "error", err)
+		}
 		return
 	}
 	var names []string

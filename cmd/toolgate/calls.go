@@ -378,8 +378,12 @@ decide are listed and counted. --preview shows what each call will change
 			tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "CALL_ID\tSESSION\tTOOL\tAGE\tARGS\tMESSAGE")
 			for _, p := range calls {
+				msg := p.Message
+				if p.Approvals != "" {
+					msg = "[" + p.Approvals + "] " + msg
+				}
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", p.CallID, p.Session, p.Tool,
-					time.Since(p.RequestedAt).Round(time.Second), abridge(p.Args, 60), abridge(p.Message, 80))
+					time.Since(p.RequestedAt).Round(time.Second), abridge(p.Args, 60), abridge(msg, 80))
 			}
 			if err := tw.Flush(); err != nil {
 				return err
