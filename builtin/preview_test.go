@@ -93,3 +93,35 @@ func TestShellPreviewShowsTheCommandWhereItRuns(t *testing.T) {
 	assert.Equal(t, policy.PreviewCommand, p.Kind)
 	assert.Equal(t, "$ rm -rf build\nin "+root+", with /bin/sh -c, killed after 1m30s", p.Text)
 }
+
+// BenchmarkWriteFilePreview measures what a write_file preview adds to the
+// evaluation of a call that asks a person: reading the file through the
+// confined workspace and diffing it (a 64 KiB file, one line changed),
+// against the baseline of reading the same file alone.
+func BenchmarkWriteFilePreview(b *testing.B) {
+	base, err := filepath.EvalSymlinks(b.TempDir())
+	require.NoError(b, err)
+	ws := Workspace{Root: base}
+	var sb strings.Builder
+	for i := 0; sb.Len() < 64<<10; i++ {
+		sb.WriteString("line " + strings.Repeat("x", 40) + "\n")
+	}
+	old := sb.String()
+	require.NoError(b, os.WriteFile(filepath.Join(base, "big.txt"), []byte(old), 0o644))
+	changed := strings.Replace(old, "line", "LINE", 1)
+	args, _ := json.Marshal(map[string]any{"path": "big.txt", "content": changed})
+	b.Run("baseline_read", func(b *testing.B) {
+		for b.Loop() {
+			if _, _, _, err := ws.readForPreview("big.txt"); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("preview", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := ws.previewWrite(context.Background(), args); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}
