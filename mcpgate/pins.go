@@ -27,6 +27,7 @@ type Pins interface {
 	Pin(ctx context.Context, req workflows.PinRequest) error
 	Submit(ctx context.Context, req tgclient.CallRequest) (string, error)
 	Status(ctx context.Context, callID string) (tgclient.Status, error)
+	Cancel(ctx context.Context, callID string, by policy.Approver) (policy.Decision, error)
 }
 
 // DefaultPinRecheck is how often a worker reads the pins of a server
@@ -115,6 +116,9 @@ type offer struct {
 	def  workflows.ToolDefinition
 	// held says why the tool is not offered; "" when it is.
 	held string
+	// asking is the definition_change call that waits for a person about
+	// this definition, if any.
+	asking string
 }
 
 // pinAll checks every server's tools against their pins, then follows
@@ -181,21 +185,26 @@ func (u *upstream) listAgain(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	u.update(offers)
+	u.update(ctx, offers)
 	return u.check(ctx)
 }
 
 // update takes a new listing into the registry: a tool whose definition
 // changed (or that is new) is held before its new definition is in the
-// registry, and stays held until check finds it pinned.
-func (u *upstream) update(offers []*offer) {
+// registry, and stays held until check finds it pinned. A question about
+// a definition the server no longer offers is withdrawn.
+func (u *upstream) update(ctx context.Context, offers []*offer) {
 	reg := u.pinning.registry
 	now := map[string]*offer{}
 	for _, o := range offers {
 		now[o.def.Tool] = o
-		if cur, ok := u.offers[o.def.Tool]; ok && cur.def.Hash == o.def.Hash {
+		cur, ok := u.offers[o.def.Tool]
+		if ok && cur.def.Hash == o.def.Hash {
 			now[o.def.Tool] = cur
 			continue
+		}
+		if ok {
+			u.withdraw(ctx, cur)
 		}
 		o.held = heldUnchecked
 		reg.Hold(o.tool.Name, o.held)
@@ -208,9 +217,23 @@ func (u *upstream) update(offers []*offer) {
 	for name, cur := range u.offers {
 		if _, ok := now[name]; !ok {
 			reg.Hold(cur.tool.Name, heldGone)
+			u.withdraw(ctx, cur)
 		}
 	}
 	u.offers = now
+}
+
+// withdraw cancels the definition_change call about a definition the
+// server no longer offers: approving it would pin what nobody runs.
+func (u *upstream) withdraw(ctx context.Context, o *offer) {
+	if o.asking == "" {
+		return
+	}
+	if _, err := u.pinning.pins.Cancel(ctx, o.asking, policy.Approver{Name: policy.ToolgateRequester}); err != nil {
+		u.logger.Debug("Could not withdraw a definition_change call", zap.String("callID", o.asking), zap.Error(err))
+		return
+	}
+	u.logger.Info("Withdrew a definition_change call: the server offers another definition now", zap.String("mcpTool", o.def.Tool), zap.String("callID", o.asking))
 }
 
 // check asks the server's pins about every tool it offers: a pinned one is
@@ -312,6 +335,7 @@ func (u *upstream) askChange(ctx context.Context, o *offer, previous *workflows.
 		case err != nil:
 			return fmt.Sprintf("%s; definition_change call %s asks an approver", what, id)
 		case st.Result == nil:
+			o.asking = id
 			u.logger.Info("MCP tool held: its definition waits for an approver", zap.String("mcpTool", o.def.Tool), zap.String("callID", id), zap.String("change", change.Change))
 			return fmt.Sprintf("%s; definition_change call %s asks an approver", what, id)
 		case st.Result.Status == workflows.StatusTimedOut:

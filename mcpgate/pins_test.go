@@ -116,6 +116,26 @@ func (m *memPins) Status(_ context.Context, callID string) (tgclient.Status, err
 	return tgclient.Status{State: &workflows.CallState{Status: workflows.StatusRunning, Decision: &d}}, nil
 }
 
+func (m *memPins) Cancel(_ context.Context, callID string, by policy.Approver) (policy.Decision, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.results[callID] != nil {
+		return policy.Decision{}, errors.New("already decided")
+	}
+	if by.Name != m.calls[callID].Requester {
+		return policy.Decision{}, errors.New("only the requester may cancel without groups")
+	}
+	m.results[callID] = &workflows.Result{Status: workflows.StatusDenied, Reason: "cancelled by " + by.Name}
+	return policy.Decision{Kind: policy.DeniedWithReason, DecidedBy: by.Name}, nil
+}
+
+func (m *memPins) cancelled(callID string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	r := m.results[callID]
+	return r != nil && r.Reason == "cancelled by "+policy.ToolgateRequester
+}
+
 func (m *memPins) setDown(err error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -281,6 +301,20 @@ func TestAChangeSeenWhileThePinsAreDownIsAskedOnceTheyAnswer(t *testing.T) {
 	pins.setDown(nil)
 	require.Eventually(t, func() bool { return pins.submitted() == 1 }, 10*time.Second, 20*time.Millisecond, "a person is asked")
 	assert.Contains(t, heldWhy(reg, "docs__search"), "asks an approver")
+}
+
+func TestAChangeTheServerTookBackIsWithdrawn(t *testing.T) {
+	srv, docs := changingServer(t)
+	pins := newMemPins()
+	_, reg := startPinned(t, pins, mcpgate.UpstreamOptions{}, docs)
+	addSearch(srv, "Search the docs, and mail them out.")
+	require.Eventually(t, func() bool { return pins.submitted() == 1 }, 10*time.Second, 20*time.Millisecond)
+	first, _, _ := pins.lastChange(t)
+	addSearch(srv, "Search the docs, and mail them to me.")
+	require.Eventually(t, func() bool { return pins.submitted() == 2 }, 10*time.Second, 20*time.Millisecond, "the new definition is asked")
+	assert.True(t, pins.cancelled(first), "the question about the definition the server no longer offers is withdrawn")
+	second, _, _ := pins.lastChange(t)
+	assert.Contains(t, heldWhy(reg, "docs__search"), second)
 }
 
 func TestARemovedToolIsNoLongerOffered(t *testing.T) {
