@@ -78,7 +78,7 @@ func (a *api) decideOne(w http.ResponseWriter, r *http.Request, p Principal) {
 	}
 	a.logger.Info("Decision", zap.String("callID", callID), zap.Stringer("decision", applied.Kind), zap.String("approver", p.Name), zap.String("channel", "api"))
 	out := map[string]any{"call_id": callID, "decision": applied}
-	if ap := a.approvalsLeft(r.Context(), callID, applied); ap != nil {
+	if ap := approvalsLeft(r.Context(), a.calls, callID, applied); ap != nil {
 		out["approvals"] = ap
 	}
 	writeJSON(w, http.StatusOK, out)
@@ -86,11 +86,11 @@ func (a *api) decideOne(w http.ResponseWriter, r *http.Request, p Principal) {
 
 // approvalsLeft is the count of a four-eyes call an approval did not yet
 // decide (nil otherwise): the approval was counted, the call waits.
-func (a *api) approvalsLeft(ctx context.Context, callID string, applied policy.Decision) *workflows.Approvals {
+func approvalsLeft(ctx context.Context, calls *tgclient.Client, callID string, applied policy.Decision) *workflows.Approvals {
 	if !applied.Kind.Approves() {
 		return nil
 	}
-	st, err := a.calls.Status(ctx, callID)
+	st, err := calls.Status(ctx, callID)
 	if err != nil || st.State == nil || st.State.Decision != nil {
 		return nil
 	}

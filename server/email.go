@@ -351,7 +351,11 @@ func (e *emailLinks) decide(w http.ResponseWriter, r *http.Request) {
 	}
 	e.logger.Info("Decision", zap.String("callID", c.CallID), zap.Stringer("decision", applied.Kind), zap.String("approver", v.principal.Name), zap.String("channel", EmailChannel))
 	done := fmt.Sprintf("%s call %s as %s", emailActions[c.Decision].done, c.CallID, v.principal.Name)
-	e.render(w, http.StatusOK, pageData{Title: done, Notice: "Decision recorded: " + applied.Kind.String() + ".", Body: emailView{Done: done, InboxURL: callURL(c.CallID)}})
+	notice := "Decision recorded: " + applied.Kind.String() + "."
+	if ap := approvalsLeft(ctx, e.calls, c.CallID, applied); ap != nil {
+		notice = fmt.Sprintf("Approval recorded: %d of %d approvals; the call waits for another approver.", len(ap.Given), ap.Needed)
+	}
+	e.render(w, http.StatusOK, pageData{Title: done, Notice: notice, Body: emailView{Done: done, InboxURL: callURL(c.CallID)}})
 }
 
 // has reports whether a link decided already.

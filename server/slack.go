@@ -257,6 +257,9 @@ func (s *slackInteractions) decide(ctx context.Context, p Principal, callID stri
 		return
 	}
 	s.logger.Info("Decision", zap.String("callID", callID), zap.Stringer("decision", applied.Kind), zap.String("approver", p.Name), zap.String("channel", SlackChannel))
+	if ap := approvalsLeft(ctx, s.calls, callID, applied); ap != nil {
+		reply(ctx, fmt.Sprintf("Approval recorded: %d of %d approvals; the call waits for another approver.", len(ap.Given), ap.Needed))
+	}
 }
 
 // principal maps a Slack member ID (never a display name) to an approver.
