@@ -114,11 +114,12 @@ func (c *Client) status(ctx context.Context, callID string, wait time.Duration) 
 // stateOf rebuilds the live state a Waiting view shows.
 func stateOf(w tgclient.Waiting) *workflows.CallState {
 	st := &workflows.CallState{
-		Call:   policy.Call{ID: w.CallID, Session: w.Session, Tool: w.Tool, Requester: w.Requester, Args: w.Args, Execution: w.Execution},
+		Call: policy.Call{ID: w.CallID, Session: w.Session, Tool: w.Tool, Requester: w.Requester, ActingUser: w.User,
+			Args: w.Args, Execution: w.Execution},
 		Status: w.Status, WaitingSince: w.WaitingSince, Deadline: w.Deadline, Notices: w.Notices, Approvals: w.Approvals,
 	}
-	if w.Message != "" || w.Rule != "" || len(w.Groups) > 0 {
-		st.Request = &policy.ApprovalRequest{Message: w.Message, Rule: w.Rule, Groups: w.Groups, Preview: w.Preview}
+	if w.Message != "" || w.Rule != "" || len(w.Groups) > 0 || w.User != "" {
+		st.Request = &policy.ApprovalRequest{Message: w.Message, Rule: w.Rule, Groups: w.Groups, Preview: w.Preview, User: w.User != ""}
 	}
 	if w.Decision != "" {
 		kind, err := policy.ParseDecisionKind(w.Decision)
@@ -158,4 +159,27 @@ func (c *Client) Claim(ctx context.Context, callID, _ string, cl tgclient.Claim)
 		return err
 	}
 	return c.do(ctx, http.MethodPost, "/v1/calls/"+url.PathEscape(callID)+"/claim", cl, nil)
+}
+
+// DecideAsUser applies the decision of the person running the agent: the
+// token's owner (user is ignored), through POST /v1/calls/{id}/user-decision.
+func (c *Client) DecideAsUser(ctx context.Context, callID, _ string, d policy.Decision) (policy.Decision, error) {
+	body := map[string]string{"reason": d.Reason, "comment": d.Comment}
+	switch d.Kind {
+	case policy.Approved:
+		body["decision"] = "approve"
+	case policy.ApprovedForSession:
+		body["decision"] = "approve_for_session"
+	case policy.Denied, policy.DeniedWithReason:
+		body["decision"] = "deny"
+	case policy.DeniedAlways:
+		body["decision"] = "deny_always"
+	default:
+		return policy.Decision{}, fmt.Errorf("the person running the agent approves or denies, not %s", d.Kind)
+	}
+	var out struct {
+		Decision policy.Decision `json:"decision"`
+	}
+	err := c.do(ctx, http.MethodPost, "/v1/calls/"+url.PathEscape(callID)+"/user-decision", body, &out)
+	return out.Decision, err
 }

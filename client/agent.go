@@ -30,6 +30,10 @@ type Agent interface {
 	// by" by.Name, who must be its requester or may act on its groups; the
 	// API takes them from the token). A decided call is refused.
 	Cancel(ctx context.Context, callID string, by policy.Approver) (policy.Decision, error)
+	// DecideAsUser applies the decision of the person running the agent,
+	// taken in the agent's client (see Client.DecideAsUser); user is the
+	// call's acting user (the API takes it from the token's owner).
+	DecideAsUser(ctx context.Context, callID, user string, d policy.Decision) (policy.Decision, error)
 	// Claim takes an approved agent-executed call's approval for one run
 	// of its tool, once per call (see Client.Claim); requester must be the
 	// call's requester (the API takes it from the token).

@@ -245,6 +245,25 @@ func (c *Client) Decide(ctx context.Context, callID string, d policy.Decision) (
 	return c.updateCall(ctx, callID, workflows.UpdateDecide, workflows.DecideRequest{CallID: callID, Decision: d})
 }
 
+// DecideAsUser applies the decision of the person running the agent,
+// taken in the agent's own client (an MCP elicitation, a coding agent's
+// prompt): user must be the call's acting user and its rule must let them
+// decide (`user: true`), which the workflow checks. Only the kind, reason
+// and comment of d are used.
+func (c *Client) DecideAsUser(ctx context.Context, callID, user string, d policy.Decision) (policy.Decision, error) {
+	if err := ValidateID("call_id", callID); err != nil {
+		return policy.Decision{}, err
+	}
+	if d.Kind == policy.ApprovedWithEdits {
+		return policy.Decision{}, &RefusedError{Type: workflows.ErrTypeInvalidDecision, Message: "invalid decision: the person running the agent approves or denies; edits are a remote approver's"}
+	}
+	d = policy.Decision{Kind: d.Kind, Reason: d.Reason, Comment: d.Comment, DecidedBy: user, Channel: policy.ChannelClient, User: true}
+	if err := d.ValidateIncoming(); err != nil {
+		return policy.Decision{}, &RefusedError{Type: workflows.ErrTypeInvalidDecision, Message: "invalid decision: " + err.Error()}
+	}
+	return c.updateCall(ctx, callID, workflows.UpdateDecide, workflows.DecideRequest{CallID: callID, Decision: d})
+}
+
 // Cancel cancels a call that waits for a person: it ends denied,
 // "cancelled by <by>". Its requester may cancel it; anyone else needs
 // groups that cover it. A refusal changes nothing.

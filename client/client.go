@@ -90,6 +90,10 @@ type CallRequest struct {
 	Args json.RawMessage
 	// Requester names the agent; it can never decide this call.
 	Requester string
+	// ActingUser names the person running the agent (see
+	// policy.Call.ActingUser); the HTTP API takes it from the agent
+	// token's owner, whatever the request says. Optional.
+	ActingUser string
 	// Execution policy.ExecutionAgent: the agent runs the tool itself once
 	// the call is approved (the tool need not be registered), and reports
 	// the outcome with Report.
@@ -135,6 +139,14 @@ func (r *CallRequest) Validate() error {
 	}
 	if err := ValidateID("tool", r.Tool); err != nil {
 		return err
+	}
+	if r.ActingUser != "" {
+		if err := ValidateID("acting_user", r.ActingUser); err != nil {
+			return err
+		}
+		if r.ActingUser == r.Requester {
+			return &InputError{Field: "acting_user", Problem: "names the requester: the person running an agent is not the agent"}
+		}
 	}
 	if len(r.Args) == 0 {
 		r.Args = json.RawMessage("{}")
@@ -206,7 +218,8 @@ func (c *Client) Submit(ctx context.Context, req CallRequest) (string, error) {
 		return "", err
 	}
 	in := workflows.CallInput{
-		Call:     policy.Call{ID: req.CallID, Session: req.Session, Tool: req.Tool, Args: req.Args, Requester: req.Requester, Execution: req.Execution},
+		Call:     policy.Call{ID: req.CallID, Session: req.Session, Tool: req.Tool, Args: req.Args, Requester: req.Requester,
+			ActingUser: req.ActingUser, Execution: req.Execution},
 		NoReport: req.NoReport,
 		Preview:  req.Preview,
 	}
@@ -246,7 +259,7 @@ func (c *Client) checkSameCall(ctx context.Context, req CallRequest) error {
 		return err
 	}
 	if first.Session != req.Session || first.Tool != req.Tool || first.Requester != req.Requester ||
-		first.Execution != req.Execution || !sameJSON(first.Args, req.Args) {
+		first.ActingUser != req.ActingUser || first.Execution != req.Execution || !sameJSON(first.Args, req.Args) {
 		return &InputError{Field: "call_id", Problem: fmt.Sprintf("%q is already taken by another call; use a new call ID", req.CallID), Err: ErrCallIDTaken}
 	}
 	return nil
@@ -423,6 +436,9 @@ type Waiting struct {
 	Preview *policy.Preview `json:"preview,omitempty"`
 	// Approvals count a four-eyes call's approvals.
 	Approvals *workflows.Approvals `json:"approvals,omitempty"`
+	// User names the person running the agent when the call's rule lets
+	// them decide it in the agent's own client (channel "client").
+	User string `json:"user,omitempty"`
 }
 
 // WaitingView turns the status of a call without a Result (State set)
@@ -439,6 +455,7 @@ func WaitingView(s Status) Waiting {
 	}
 	if st.Request != nil {
 		w.Message, w.Rule, w.Groups, w.Preview = st.Request.Message, st.Request.Rule, st.Request.Groups, st.Request.Preview
+		w.User = policy.DecidersOf(st.Call, *st.Request, nil).User
 	}
 	return w
 }

@@ -154,6 +154,25 @@ func (f *fakeAgent) Status(_ context.Context, callID string) (client.Status, err
 	return c.st, nil
 }
 
+// DecideAsUser decides a waiting call as its acting user (the hook
+// records the outcome of the agent's own prompt).
+func (f *fakeAgent) DecideAsUser(_ context.Context, callID, user string, d policy.Decision) (policy.Decision, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c, ok := f.calls[callID]
+	switch {
+	case !ok:
+		return policy.Decision{}, client.ErrUnknownCall
+	case c.st.State == nil || c.st.State.Status != workflows.StatusPending:
+		return policy.Decision{}, &client.AlreadyDecidedError{CallID: callID, Message: "call " + callID + " was already decided"}
+	case c.st.State.Request == nil || !c.st.State.Request.User:
+		return policy.Decision{}, &client.RefusedError{Type: workflows.ErrTypeNotAuthorized, Message: "its rule does not let the person running the agent decide it"}
+	}
+	d.DecidedBy, d.Channel, d.User = c.req.ActingUser, policy.ChannelClient, true
+	f.decideLocked(callID, d)
+	return d, nil
+}
+
 // Cancel is not used by the hook: a waiting call stays for the retry.
 func (f *fakeAgent) Cancel(context.Context, string, policy.Approver) (policy.Decision, error) {
 	return policy.Decision{}, errors.New("not used by the hook")

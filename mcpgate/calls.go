@@ -34,11 +34,20 @@ func (h *handler) call(ctx context.Context, req *mcp.CallToolRequest) (*mcp.Call
 	if !known {
 		return nil, &jsonrpc.Error{Code: jsonrpc.CodeInvalidParams, Message: fmt.Sprintf("unknown tool %q", req.Params.Name)}
 	}
+	if callID := req.Params.RequestState; callID != "" {
+		// The retry of an input_required answer goes on with the call it
+		// named, never a new one.
+		res, ended := h.lookupCall(ctx, req, callID, true)
+		if !ended && res.InputRequests == nil && objectSchema(desc.OutputSchema) {
+			res.IsError, res.StructuredContent = true, nil
+		}
+		return res, nil
+	}
 	args := req.Params.Arguments
 	if len(args) == 0 || string(args) == "null" {
 		args = json.RawMessage("{}")
 	}
-	call := tgclient.CallRequest{CallID: tgclient.NewCallID(), Session: h.session(req.Session), Tool: req.Params.Name, Args: args, Requester: h.conn.Requester}
+	call := tgclient.CallRequest{CallID: tgclient.NewCallID(), Session: h.session(req.Session), Tool: req.Params.Name, Args: args, Requester: h.conn.Requester, ActingUser: h.conn.ActingUser}
 	log := h.g.opts.Logger.With(zap.String("callID", call.CallID), zap.String("session", call.Session), zap.String("tool", call.Tool), zap.String("requester", call.Requester))
 	key := requestKey(call.Requester, call.Session, call.Tool, call.Args)
 	if joined := h.g.waiting.join(key, call.CallID); joined != "" {
@@ -68,7 +77,7 @@ func (h *handler) call(ctx context.Context, req *mcp.CallToolRequest) (*mcp.Call
 // request waits on it or it was decided already.
 func (h *handler) awaitAsWaiter(ctx context.Context, req *mcp.CallToolRequest, desc tool.Descriptor, key, callID string) *mcp.CallToolResult {
 	res, ended := h.await(ctx, req, callID)
-	if !ended && objectSchema(desc.OutputSchema) {
+	if !ended && res.InputRequests == nil && objectSchema(desc.OutputSchema) {
 		// A client checks a result's structuredContent against the tool's
 		// output schema; a call still waiting has no output to check.
 		res.IsError, res.StructuredContent = true, nil
@@ -109,6 +118,16 @@ func (h *handler) await(ctx context.Context, req *mcp.CallToolRequest, callID st
 	defer cancel()
 	if token := req.Params.GetProgressToken(); token != nil && req.Session != nil {
 		stop := h.progress(wctx, req.Session, token, callID)
+		defer stop()
+	}
+	switch {
+	case req.Session == nil:
+	case speaksResultType(req):
+		if res, asked := h.askInRound(ctx, req, callID); asked {
+			return res, false
+		}
+	default:
+		stop := h.askUser(wctx, req, callID)
 		defer stop()
 	}
 	r, err := h.g.agent.Wait(wctx, callID)

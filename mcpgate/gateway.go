@@ -67,6 +67,10 @@ type Options struct {
 	// answers only the token's own calls. The gateway then leaves the
 	// ownership check of toolgate_wait and toolgate_status to it.
 	AgentNamesRequester bool
+	// ActingUser names the person running the agent on connections that do
+	// not authenticate one (stdio over Temporal); over the HTTP API and
+	// /mcp the agent token's owner is. Empty: nobody is asked in the client.
+	ActingUser string
 	// Session pins every connection to this toolgate session, so sticky
 	// decisions outlive reconnects. Default: each connection gets its own
 	// ("mcp-" and a random suffix).
@@ -129,6 +133,10 @@ type Conn struct {
 	// derived from the MCP session ID when the transport has one (HTTP),
 	// else "mcp-" + Requester.
 	Session string
+	// ActingUser is the person running the agent: asked in the client
+	// (elicitation) about calls whose rule says `user: true`. Over HTTP the
+	// agent token's owner; empty: nobody is asked in the client.
+	ActingUser string
 }
 
 // NewSessionID returns a fresh session name for one MCP connection.
@@ -141,7 +149,7 @@ func NewSessionID() string {
 // StdioConn is the Conn of a stdio connection: the configured requester,
 // and the pinned session or a fresh one.
 func (g *Gateway) StdioConn() Conn {
-	c := Conn{Session: g.opts.Session}
+	c := Conn{Session: g.opts.Session, ActingUser: g.opts.ActingUser}
 	if !g.opts.AgentNamesRequester {
 		c.Requester = g.opts.Requester
 	}
@@ -210,11 +218,11 @@ func ptr[T any](v T) *T { return &v }
 // session; without it each MCP session gets its own.
 func (g *Gateway) HTTPHandler(authenticate AgentAuth) http.Handler {
 	verify := func(_ context.Context, token string, _ *http.Request) (*auth.TokenInfo, error) {
-		name, known, agent := authenticate(token)
+		name, owner, known, agent := authenticate(token)
 		if !known || !agent {
 			return nil, fmt.Errorf("%w: not an agent token", auth.ErrInvalidToken)
 		}
-		return &auth.TokenInfo{UserID: name}, nil
+		return &auth.TokenInfo{UserID: name, Extra: map[string]any{tokenOwner: owner}}, nil
 	}
 	mcpHandler := mcp.NewStreamableHTTPHandler(func(r *http.Request) *mcp.Server {
 		ti := auth.TokenInfoFromContext(r.Context())
@@ -225,10 +233,14 @@ func (g *Gateway) HTTPHandler(authenticate AgentAuth) http.Handler {
 		if session != "" && tgclient.ValidateID("session", session) != nil {
 			return nil
 		}
-		return g.server(Conn{Requester: ti.UserID, Session: session}, httpProtocolVersions())
+		owner, _ := ti.Extra[tokenOwner].(string)
+		return g.server(Conn{Requester: ti.UserID, ActingUser: owner, Session: session}, httpProtocolVersions())
 	}, nil)
 	return guard(authenticate, auth.RequireBearerToken(verify, &auth.RequireBearerTokenOptions{AllowMissingExpiration: true})(mcpHandler))
 }
+
+// tokenOwner keys the agent token's owner in auth.TokenInfo.Extra.
+const tokenOwner = "owner"
 
 // handler answers one connection's requests.
 type handler struct {
@@ -282,7 +294,7 @@ func (h *handler) middleware(next mcp.MethodHandler) mcp.MethodHandler {
 			if ok && cr.Params != nil && cr.Params.Name != WaitTool && cr.Params.Name != StatusTool {
 				res, err := h.call(ctx, cr)
 				if err == nil && speaksResultType(cr) {
-					res = completed(res)
+					res = withResultType(res)
 				}
 				return res, err
 			}
@@ -353,28 +365,36 @@ func (h *handler) lookup(ctx context.Context, req *mcp.CallToolRequest, block bo
 			return refusedResult(fmt.Sprintf("unknown argument %q: %s takes only call_id", k, req.Params.Name)), nil
 		}
 	}
-	if err := tgclient.ValidateID("call_id", a.CallID); err != nil {
-		return refusedResult(err.Error()), nil
+	res, _ := h.lookupCall(ctx, req, a.CallID, block)
+	return res, nil
+}
+
+// lookupCall answers with a call of this connection's requester: its
+// result, or, when block, its result once it has one within the wait;
+// ended says the answer is final.
+func (h *handler) lookupCall(ctx context.Context, req *mcp.CallToolRequest, callID string, block bool) (res *mcp.CallToolResult, ended bool) {
+	if err := tgclient.ValidateID("call_id", callID); err != nil {
+		return refusedResult(err.Error()), true
 	}
-	st, err := h.g.agent.Status(ctx, a.CallID)
+	st, err := h.g.agent.Status(ctx, callID)
 	if err != nil {
-		return h.lookupError(a.CallID, err), nil
+		return h.lookupError(callID, err), gone(err)
 	}
 	if h.conn.Requester != "" && requester(st) != h.conn.Requester {
-		return unknownCall(a.CallID), nil
+		return unknownCall(callID), true
 	}
 	if r := final(st); r != nil || !block {
 		if r != nil {
-			h.g.waiting.ended(a.CallID)
-			return resultFor(*r), nil
+			h.g.waiting.ended(callID)
+			return resultFor(*r), true
 		}
-		return h.waitingResult(a.CallID, st), nil
+		return h.waitingResult(callID, st), false
 	}
-	res, ended := h.await(ctx, req, a.CallID)
+	res, ended = h.await(ctx, req, callID)
 	if ended {
-		h.g.waiting.ended(a.CallID)
+		h.g.waiting.ended(callID)
 	}
-	return res, nil
+	return res, ended
 }
 
 func (h *handler) lookupError(callID string, err error) *mcp.CallToolResult {

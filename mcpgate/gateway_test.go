@@ -31,16 +31,24 @@ type fakeAgent struct {
 	tools  []tool.Descriptor
 	decide func(req tgclient.CallRequest) *workflows.Result
 
+	// user: the calls' rule lets the acting user decide (user: true);
+	// evaluating: the first Status calls of each call see the policy
+	// still checking it.
+	user       bool
+	evaluating int
+
 	mu        sync.Mutex
 	calls     map[string]*fakeCall
 	submitted []tgclient.CallRequest
 	cancelled []string
+	byUser    []policy.Decision
 }
 
 type fakeCall struct {
 	req    tgclient.CallRequest
 	result *workflows.Result
 	done   chan struct{}
+	looks  int
 }
 
 var _ tgclient.Agent = (*fakeAgent)(nil)
@@ -116,13 +124,47 @@ func (f *fakeAgent) Status(_ context.Context, id string) (tgclient.Status, error
 		r := *c.result
 		return tgclient.Status{Result: &r}, nil
 	}
+	call := policy.Call{ID: id, Session: c.req.Session, Tool: c.req.Tool, Args: c.req.Args, Requester: c.req.Requester, ActingUser: c.req.ActingUser}
+	if c.looks++; c.looks <= f.evaluating {
+		return tgclient.Status{State: &workflows.CallState{Call: call, Status: workflows.StatusEvaluating}}, nil
+	}
 	return tgclient.Status{State: &workflows.CallState{
-		Call:   policy.Call{ID: id, Session: c.req.Session, Tool: c.req.Tool, Args: c.req.Args, Requester: c.req.Requester},
+		Call:   call,
 		Status: workflows.StatusPending,
-		Request: &policy.ApprovalRequest{Message: "create an issue in acme/app", Groups: []string{"ops"},
+		Request: &policy.ApprovalRequest{Message: "create an issue in acme/app", Groups: []string{"ops"}, User: f.user,
 			Preview: &policy.Preview{Kind: policy.PreviewText, Text: "a new issue in acme/app", ComputedBy: policy.ComputedByToolgate}},
 		Deadline: time.Date(2030, 1, 2, 15, 4, 0, 0, time.UTC),
 	}}, nil
+}
+
+// DecideAsUser decides a waiting call as the workflow does: only its
+// acting user, only when its rule says so.
+func (f *fakeAgent) DecideAsUser(_ context.Context, id, user string, d policy.Decision) (policy.Decision, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c, ok := f.calls[id]
+	switch {
+	case !ok:
+		return policy.Decision{}, fmt.Errorf("call %s: %w", id, tgclient.ErrUnknownCall)
+	case c.result != nil:
+		return policy.Decision{}, &tgclient.AlreadyDecidedError{CallID: id, Message: "call " + id + " was already decided"}
+	case !f.user || user == "" || user != c.req.ActingUser:
+		return policy.Decision{}, &tgclient.RefusedError{Type: workflows.ErrTypeNotAuthorized, Message: user + " may not decide call " + id}
+	}
+	d.DecidedBy, d.Channel, d.User = user, policy.ChannelClient, true
+	f.byUser = append(f.byUser, d)
+	r := workflows.Result{Status: workflows.StatusOK, Output: c.req.Args, Decision: d.Kind.String(), DecidedBy: user, Channel: d.Channel}
+	if !d.Kind.Approves() {
+		r = workflows.Result{Status: workflows.StatusDenied, Reason: d.Reason, Decision: d.Kind.String(), DecidedBy: user, Channel: d.Channel}
+	}
+	f.finish(c, r)
+	return d, nil
+}
+
+func (f *fakeAgent) userDecisions() []policy.Decision {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]policy.Decision(nil), f.byUser...)
 }
 
 func (f *fakeAgent) Report(context.Context, string, string, tgclient.Report) error {
@@ -478,14 +520,14 @@ func TestHTTPNeedsAnAgentToken(t *testing.T) {
 	})
 	f.tools = []tool.Descriptor{echo}
 	g := mcpgate.NewGateway(f, mcpgate.Options{})
-	srv := httptest.NewServer(g.HTTPHandler(func(token string) (string, bool, bool) {
+	srv := httptest.NewServer(g.HTTPHandler(func(token string) (string, string, bool, bool) {
 		switch token {
 		case "agent-token":
-			return "ci-bot", true, true
+			return "ci-bot", "", true, true
 		case "approver-token":
-			return "alice", true, false
+			return "alice", "", true, false
 		}
-		return "", false, false
+		return "", "", false, false
 	}))
 	defer srv.Close()
 

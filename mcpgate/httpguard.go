@@ -10,10 +10,11 @@ import (
 	"strings"
 )
 
-// AgentAuth names the agent a bearer token belongs to. known is false for
+// AgentAuth names the agent a bearer token belongs to, and the person
+// running it (owner; empty when the token names none). known is false for
 // a token toolgate does not know; agent is false for a known token whose
 // role may not submit calls (an approver's).
-type AgentAuth func(token string) (requester string, known, agent bool)
+type AgentAuth func(token string) (requester, owner string, known, agent bool)
 
 // maxPeekBytes bounds how much of a POST body the guard reads to tell an
 // initialize from other requests.
@@ -38,7 +39,7 @@ func guard(authenticate AgentAuth, next http.Handler) http.Handler {
 			http.Error(w, "Unauthorized: send Authorization: Bearer <agent token>", http.StatusUnauthorized)
 			return
 		}
-		_, known, agent := authenticate(fields[1])
+		_, _, known, agent := authenticate(fields[1])
 		switch {
 		case !known:
 			w.Header().Set("WWW-Authenticate", `Bearer realm="toolgate", error="invalid_token"`)

@@ -43,11 +43,16 @@ func speaksResultType(req *mcp.CallToolRequest) bool {
 	return true
 }
 
-// completed marks res as a complete result ("resultType": "complete").
-// The SDK sets it only on the results of tools registered with it; the
+// withResultType marks res as a complete result ("resultType":
+// "complete"), or "input_required" when it asks the client for input. The
+// SDK sets it only on the results of tools registered with it; the
 // gateway answers tools/call itself, and the SDK keeps the field
 // unexported, so it is set the one public way: decoding it.
-func completed(res *mcp.CallToolResult) *mcp.CallToolResult {
+func withResultType(res *mcp.CallToolResult) *mcp.CallToolResult {
+	kind := `"complete"`
+	if res.InputRequests != nil {
+		kind = `"input_required"`
+	}
 	b, err := json.Marshal(res)
 	if err != nil {
 		return res
@@ -56,7 +61,7 @@ func completed(res *mcp.CallToolResult) *mcp.CallToolResult {
 	if json.Unmarshal(b, &fields) != nil {
 		return res
 	}
-	fields["resultType"] = json.RawMessage(`"complete"`)
+	fields["resultType"] = json.RawMessage(kind)
 	if b, err = json.Marshal(fields); err != nil {
 		return res
 	}

@@ -115,6 +115,11 @@ type Decision struct {
 	DecidedAt time.Time `json:"decided_at,omitzero"`
 	// Comment is a free note for the audit trail; the model never sees it.
 	Comment string `json:"comment,omitempty"`
+	// User says the acting user took the decision in the agent's own
+	// client (ChannelClient). It stays set when a sticky decision is
+	// handed on through the session, so every later call holds it to the
+	// same rule: its own rule must let that user decide.
+	User bool `json:"user,omitempty"`
 }
 
 // Validate checks that a decision coming from outside is complete and
@@ -163,6 +168,9 @@ func (d Decision) ValidateIncoming() error {
 	}
 	if slices.Contains(ReservedChannels, d.Channel) {
 		return fmt.Errorf("channel %q is reserved for decisions toolgate takes itself", d.Channel)
+	}
+	if d.User != (d.Channel == ChannelClient) {
+		return fmt.Errorf("a decision of the person running the agent (user) comes through channel %q, and only such a decision does", ChannelClient)
 	}
 	for _, g := range d.DeciderGroups {
 		if err := CheckIdentity("decider group", g); err != nil {
@@ -232,4 +240,56 @@ func (a Approver) MayAct(groups []string) error {
 		return nil
 	}
 	return &NotInGroupsError{Asked: groups, Theirs: a.Groups}
+}
+
+// ChannelClient is the channel of a decision the acting user took in the
+// agent's own client (Decision.User): an MCP client's elicitation form, or
+// a coding agent's permission prompt. toolgate sets it on the agent's
+// paths only (the HTTP API takes the person from the agent token's
+// owner); the workflow accepts it only from the call's acting user, and
+// only when the call's rule lets the user decide.
+const ChannelClient = "client"
+
+// Deciders is who may decide one call at a moment.
+type Deciders struct {
+	// Requester submitted the call; it never decides it.
+	Requester string
+	// Groups are the remote approver groups asked (escalation included);
+	// empty: any approver.
+	Groups []string
+	// User is the acting user when the call's rule lets them decide, else
+	// empty.
+	User string
+}
+
+// DecidersOf is who may decide call, asked by req of groups (the request's
+// groups at this moment).
+func DecidersOf(call Call, req ApprovalRequest, groups []string) Deciders {
+	who := Deciders{Requester: call.Requester, Groups: groups}
+	if req.User {
+		who.User = call.ActingUser
+	}
+	return who
+}
+
+// ErrUserNotAsked refuses a decision from the agent's client for a call
+// whose rule does not let the person running the agent decide.
+var ErrUserNotAsked = errors.New("its rule does not let the person running the agent decide it (user: true)")
+
+// MayDecide says why d's author may not decide a call of who, or nil when
+// they may: the one rule for every path (a direct decision, a sticky
+// decision handed to another call, a bulk decision). A decision from the
+// agent's client must be the acting user's; any other is a remote
+// approver's, held to the groups and never the requester.
+func (d Decision) MayDecide(who Deciders) error {
+	if !d.User {
+		return d.Approver().MayDecide(who.Requester, who.Groups)
+	}
+	switch {
+	case who.User == "":
+		return ErrUserNotAsked
+	case d.DecidedBy != who.User:
+		return fmt.Errorf("the person running its agent is %s, not %s", who.User, d.DecidedBy)
+	}
+	return nil
 }

@@ -19,6 +19,11 @@ type Call struct {
 	// Requester names the agent (or token) that asked. It may never approve
 	// its own call.
 	Requester string `json:"requester,omitempty"`
+	// ActingUser names the person running the agent: the owner of the
+	// agent token the call came with, set by toolgate, never by the agent.
+	// A rule with `user: true` lets them decide the call in the agent's
+	// own client. Empty: no person is known to be at the agent.
+	ActingUser string `json:"acting_user,omitempty"`
 	// Execution says who runs the tool: "" (toolgate's worker) or
 	// ExecutionAgent (the agent runs it after the decision, then reports).
 	Execution Execution `json:"execution,omitempty"`
@@ -145,6 +150,10 @@ type ApprovalRequest struct {
 	// needs the approvals from different groups of Groups.
 	Approvals      int  `json:"approvals,omitempty"`
 	DistinctGroups bool `json:"distinct_groups,omitempty"`
+	// User lets the person running the agent (the call's ActingUser)
+	// decide it too, in the agent's own client (ChannelClient). Remote
+	// approvers of Groups still may; the first decision wins.
+	User bool `json:"user,omitempty"`
 }
 
 // MaxApprovals bounds ApprovalRequest.Approvals.

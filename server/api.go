@@ -60,6 +60,7 @@ func (a *api) table() []route {
 		{"GET", "/v1/pending", a.pending, approvers},
 		{"POST", "/v1/calls/{call_id}/decision", a.decideOne, approvers},
 		{"POST", "/v1/calls/{call_id}/cancel", a.cancelCall, everyone},
+		{"POST", "/v1/calls/{call_id}/user-decision", a.userDecision, []Role{RoleAgent}},
 		{"POST", "/v1/calls/{call_id}/claim", a.claim, agents},
 		{"POST", "/v1/calls/{call_id}/report", a.report, agents},
 		{"POST", "/v1/decisions", a.decideBulk, approvers},
@@ -165,7 +166,7 @@ func (a *api) submit(w http.ResponseWriter, r *http.Request, p Principal) {
 		return
 	}
 	id, err := a.calls.Submit(r.Context(), tgclient.CallRequest{CallID: req.CallID, Session: req.Session, Tool: req.Tool, Args: req.Args,
-		Requester: p.Name, Execution: req.Execution, NoReport: req.Report != nil && !*req.Report, Preview: req.Preview})
+		Requester: p.Name, ActingUser: p.Owner, Execution: req.Execution, NoReport: req.Report != nil && !*req.Report, Preview: req.Preview})
 	if err != nil {
 		writeError(w, a.mapError(err))
 		return

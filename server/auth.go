@@ -37,6 +37,10 @@ type Principal struct {
 	Name   string
 	Role   Role
 	Groups []string
+	// Owner, for an agent token, is the person running that agent: the
+	// acting user of its calls, who may decide those whose rule says
+	// `user: true`, in the agent's own client.
+	Owner string
 }
 
 // mayDecide reports whether p may decide a call asked of groups, for
@@ -66,6 +70,9 @@ type TokenEntry struct {
 	Role Role   `yaml:"role"`
 	// Groups are the approver groups of an approver; "*" is every group.
 	Groups []string `yaml:"groups,omitempty"`
+	// Owner, for an agent token, names the person running the agent
+	// (Principal.Owner).
+	Owner string `yaml:"owner,omitempty"`
 	// SHA256 is the hex SHA-256 of the token (`toolgate token new` prints it).
 	SHA256 string `yaml:"sha256"`
 }
@@ -95,6 +102,12 @@ func NewTokens(entries []TokenEntry) (*Tokens, error) {
 			return nil, fmt.Errorf("token %q: role %q is not agent, approver or admin", e.Name, e.Role)
 		case e.Role == RoleAgent && e.Name == policy.ToolgateRequester:
 			return nil, fmt.Errorf("token %q: the name is toolgate's own, for the calls it makes itself (definition changes)", e.Name)
+		case e.Owner != "" && e.Role != RoleAgent:
+			return nil, fmt.Errorf("token %q: owner is for agent tokens (the person running the agent); an %s decides as itself", e.Name, e.Role)
+		case e.Owner != "" && tgclient.ValidateID("owner", e.Owner) != nil:
+			return nil, fmt.Errorf("token %q: %w", e.Name, tgclient.ValidateID("owner", e.Owner))
+		case e.Owner != "" && e.Owner == e.Name:
+			return nil, fmt.Errorf("token %q: owner names the agent itself; it must name the person running it", e.Name)
 		case len(e.SHA256) != 64:
 			return nil, fmt.Errorf("token %q: sha256 must be 64 hex characters (see 'toolgate token new')", e.Name)
 		}
@@ -102,7 +115,7 @@ func NewTokens(entries []TokenEntry) (*Tokens, error) {
 		if _, dup := t.byHash[h]; dup {
 			return nil, fmt.Errorf("token %q: the same token is listed twice", e.Name)
 		}
-		t.byHash[h] = Principal{Name: e.Name, Role: e.Role, Groups: e.Groups}
+		t.byHash[h] = Principal{Name: e.Name, Role: e.Role, Groups: e.Groups, Owner: e.Owner}
 	}
 	return t, nil
 }
@@ -150,6 +163,9 @@ type DevTokens struct {
 const (
 	DevAgentName    = "dev-agent"
 	DevApproverName = "dev-approver"
+	// DevUserName is the owner of the dev agent token: the person at the
+	// agent, who decides the calls whose rule says `user: true`.
+	DevUserName = "dev-user"
 )
 
 // LoadOrCreateDevTokens reads dataDir/tokens.json, creating it (mode 0600)
@@ -175,7 +191,7 @@ func LoadOrCreateDevTokens(dataDir string) (DevTokens, *Tokens, bool, error) {
 		}
 	}
 	tokens, err := NewTokens([]TokenEntry{
-		{Name: DevAgentName, Role: RoleAgent, SHA256: HashToken(dt.Agent)},
+		{Name: DevAgentName, Role: RoleAgent, Owner: DevUserName, SHA256: HashToken(dt.Agent)},
 		{Name: DevApproverName, Role: RoleApprover, Groups: []string{"*"}, SHA256: HashToken(dt.Approver)},
 	})
 	return dt, tokens, created, err

@@ -117,21 +117,8 @@ func Decide(ctx context.Context, calls *tgclient.Client, p Principal, callID str
 func (a *api) cancelCall(w http.ResponseWriter, r *http.Request, p Principal) {
 	callID := r.PathValue("call_id")
 	if p.Role == RoleAgent {
-		st, err := a.calls.Status(r.Context(), callID)
-		if err != nil {
-			writeError(w, a.mapError(err))
-			return
-		}
-		// A finished call has its Result and no State.
-		var requester string
-		switch {
-		case st.Result != nil:
-			requester = st.Result.Requester
-		case st.State != nil:
-			requester = st.State.Call.Requester
-		}
-		if requester != p.Name { // another agent's call is as unknown as one that never was
-			writeError(w, notFound(callID))
+		if err := a.ownCall(r.Context(), p, callID); err != nil {
+			writeError(w, err)
 			return
 		}
 	}
@@ -141,6 +128,67 @@ func (a *api) cancelCall(w http.ResponseWriter, r *http.Request, p Principal) {
 		return
 	}
 	a.logger.Info("Call cancelled", zap.String("callID", callID), zap.String("approver", p.Name))
+	writeJSON(w, http.StatusOK, map[string]any{"call_id": callID, "decision": applied})
+}
+
+// ownCall refuses a call the agent p did not submit exactly like one that
+// never was.
+func (a *api) ownCall(ctx context.Context, p Principal, callID string) error {
+	st, err := a.calls.Status(ctx, callID)
+	if err != nil {
+		return a.mapError(err)
+	}
+	// A finished call has its Result and no State.
+	var requester string
+	switch {
+	case st.Result != nil:
+		requester = st.Result.Requester
+	case st.State != nil:
+		requester = st.State.Call.Requester
+	}
+	if requester != p.Name {
+		return notFound(callID)
+	}
+	return nil
+}
+
+// userDecision applies the decision of the person running the agent (the
+// agent token's owner), taken in the agent's own client: an MCP client's
+// elicitation form, a coding agent's permission prompt. The workflow takes
+// it only when the call's rule says `user: true`.
+func (a *api) userDecision(w http.ResponseWriter, r *http.Request, p Principal) {
+	var req decisionRequest
+	if err := decodeBody(w, r, &req); err != nil {
+		writeError(w, err)
+		return
+	}
+	callID := r.PathValue("call_id")
+	switch {
+	case req.CallID != "" && req.CallID != callID:
+		writeError(w, badRequest("call_id", fmt.Sprintf("names %q but the URL names %q", req.CallID, callID)))
+		return
+	case len(req.Args) > 0:
+		writeError(w, badRequest("args", "the person running the agent approves or denies; edited arguments are a remote approver's"))
+		return
+	case p.Owner == "":
+		writeError(w, &apiError{http.StatusForbidden, "forbidden", fmt.Sprintf("agent token %s names no owner: add owner: PERSON to its tokens-file entry so the person running the agent may decide its calls", p.Name)})
+		return
+	}
+	if err := a.ownCall(r.Context(), p, callID); err != nil {
+		writeError(w, err)
+		return
+	}
+	d, err := req.toDecision(p, policy.ChannelClient)
+	if err != nil {
+		writeError(w, err)
+		return
+	}
+	applied, err := a.calls.DecideAsUser(r.Context(), callID, p.Owner, d)
+	if err != nil {
+		writeError(w, a.mapError(err))
+		return
+	}
+	a.logger.Info("Decision", zap.String("callID", callID), zap.Stringer("decision", applied.Kind), zap.String("user", p.Owner), zap.String("agent", p.Name), zap.String("channel", policy.ChannelClient))
 	writeJSON(w, http.StatusOK, map[string]any{"call_id": callID, "decision": applied})
 }
 

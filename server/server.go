@@ -40,15 +40,16 @@ type Config struct {
 	Ready func(context.Context) error
 }
 
-// Agent names the holder of a bearer token (mcpgate.AgentAuth): known
+// Agent names the holder of a bearer token and the person running it
+// (mcpgate.AgentAuth): known
 // says toolgate knows the token, agent that its role (agent or admin) may
 // submit calls.
-func (t *Tokens) Agent(token string) (name string, known, agent bool) {
+func (t *Tokens) Agent(token string) (name, owner string, known, agent bool) {
 	p, known := t.Lookup(token)
 	if !known {
-		return "", false, false
+		return "", "", false, false
 	}
-	return p.Name, true, p.Role == RoleAgent || p.Role == RoleAdmin
+	return p.Name, p.Owner, true, p.Role == RoleAgent || p.Role == RoleAdmin
 }
 
 // New returns the HTTP handler.

@@ -47,6 +47,9 @@ func (c *callRun) validateApproval(d policy.Decision) error {
 	case policy.ApprovedWithEdits:
 		return temporal.NewApplicationError(fmt.Sprintf("call %s needs %d approvals of the same arguments: it cannot be edited; deny it with a reason instead", id, a.Needed), ErrTypeInvalidDecision)
 	}
+	if u := c.state.Call.ActingUser; u != "" && d.DecidedBy == u {
+		return temporal.NewApplicationError(fmt.Sprintf("%s runs the agent that asked for call %s; its %d approvals must come from other people", u, id, a.Needed), ErrTypeSelfApproval)
+	}
 	if slices.ContainsFunc(a.Given, func(g ApprovalGiven) bool { return g.By == d.DecidedBy }) {
 		return temporal.NewApplicationError(fmt.Sprintf("%s already approved call %s (%s); another person must", d.DecidedBy, id, a.progress()), ErrTypeNotAnotherApproval)
 	}

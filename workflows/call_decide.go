@@ -83,10 +83,20 @@ func (c *callRun) validateDecision(ctx workflow.Context, req DecideRequest) erro
 	if c.checkingEdit {
 		return temporal.NewApplicationError("call "+c.state.Call.ID+" is being decided: another approver's edited arguments are being checked", ErrTypeNotWaiting)
 	}
-	if err := req.Decision.Approver().MayDecide(c.state.Call.Requester, c.state.Request.Groups); err != nil {
+	if err := req.Decision.MayDecide(c.deciders()); err != nil {
 		return refusalOf(req.Decision.DecidedBy, c.state.Call.ID, err)
 	}
 	return c.validateApproval(req.Decision)
+}
+
+// deciders is who may decide the call now: its groups at this moment
+// (escalation included), its acting user if its rule says so, never its
+// requester.
+func (c *callRun) deciders() policy.Deciders {
+	if c.state.Request == nil {
+		return policy.Deciders{Requester: c.state.Call.Requester}
+	}
+	return policy.DecidersOf(c.state.Call, *c.state.Request, c.state.Request.Groups)
 }
 
 // refusalOf turns a policy.Approver refusal into the update's error.
@@ -199,7 +209,7 @@ func (c *callRun) checkEditAtDecision(ctx workflow.Context, d policy.Decision) e
 	case ev.Denied:
 		return refuse("the policy denies them: " + ev.Reason)
 	case ev.Ask != nil:
-		if err := d.Approver().MayDecide(c.state.Call.Requester, ev.Ask.Groups); err != nil {
+		if err := d.MayDecide(policy.DecidersOf(edited, *ev.Ask, ev.Ask.Groups)); err != nil {
 			return refuse(fmt.Sprintf("with them the call is asked of %v: %v", ev.Ask.Groups, err))
 		}
 	}

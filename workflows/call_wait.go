@@ -60,7 +60,7 @@ func (c *callRun) askForDecision(ctx workflow.Context, req policy.ApprovalReques
 // stickyCovers reports whether a sticky decision found at evaluation may
 // decide this call: its author could have decided it directly.
 func (c *callRun) stickyCovers(d policy.Decision) bool {
-	return c.approvalCounts(d) && d.Approver().MayDecide(c.state.Call.Requester, c.state.Request.Groups) == nil
+	return c.approvalCounts(d) && d.MayDecide(c.deciders()) == nil
 }
 
 func (c *callRun) waitForPerson(ctx workflow.Context, req policy.ApprovalRequest, timeout time.Duration) error {
@@ -111,7 +111,7 @@ func (c *callRun) waitForPerson(ctx workflow.Context, req policy.ApprovalRequest
 func (c *callRun) joinRoom(ctx workflow.Context) error {
 	req := c.state.Request
 	reg := Registration{CallID: c.state.Call.ID, Tool: c.state.Call.Tool, StickyKey: c.stickyKey, Requester: c.state.Call.Requester,
-		Groups: req.Groups, RequestedAt: c.requestedAt, Timeout: req.EffectiveTimeout()}
+		User: c.deciders().User, Groups: req.Groups, RequestedAt: c.requestedAt, Timeout: req.EffectiveTimeout()}
 	if req.EscalateAfter > 0 && len(req.EscalateTo) > 0 {
 		reg.EscalateTo, reg.EscalateAfter = req.EscalateTo, req.EscalateAfter
 	}
@@ -170,7 +170,7 @@ func (c *callRun) takeSessionDecision(ctx workflow.Context, sd SessionDecision) 
 	case !c.approvalCounts(*sd.Decision):
 		return false // four eyes: people approve it one by one
 	default:
-		err = sd.Decision.Approver().MayDecide(c.state.Call.Requester, c.state.Request.Groups)
+		err = sd.Decision.MayDecide(c.deciders())
 	}
 	if err != nil {
 		workflow.GetLogger(ctx).Info("The session's decision does not cover the call; it waits for a person",

@@ -11,6 +11,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/toolgate/toolgate/activities"
+	"github.com/toolgate/toolgate/policy"
 )
 
 // WaitingRoom is where the calls of one session that wait for a person
@@ -145,6 +146,7 @@ type CallProfile struct {
 	Tool          string        `json:"tool"`
 	Key           string        `json:"key"`
 	Requester     string        `json:"requester,omitempty"`
+	User          string        `json:"user,omitempty"`
 	Groups        []string      `json:"groups,omitempty"`
 	EscalateTo    []string      `json:"escalate_to,omitempty"`
 	EscalateAfter time.Duration `json:"escalate_after,omitempty"`
@@ -324,7 +326,7 @@ func (r *roomRun) owe(callID string) {
 
 // profileOf returns the index of reg's profile, adding it when new.
 func (r *roomRun) profileOf(reg Registration) int {
-	p := CallProfile{Tool: reg.Tool, Key: reg.StickyKey, Requester: reg.Requester, Groups: reg.Groups,
+	p := CallProfile{Tool: reg.Tool, Key: reg.StickyKey, Requester: reg.Requester, User: reg.User, Groups: reg.Groups,
 		EscalateTo: reg.EscalateTo, EscalateAfter: reg.EscalateAfter, Timeout: reg.Timeout}
 	if i := slices.IndexFunc(r.state.Profiles, func(q CallProfile) bool { return sameProfile(p, q) }); i >= 0 {
 		return i
@@ -334,7 +336,7 @@ func (r *roomRun) profileOf(reg Registration) int {
 }
 
 func sameProfile(a, b CallProfile) bool {
-	return a.Tool == b.Tool && a.Key == b.Key && a.Requester == b.Requester && slices.Equal(a.Groups, b.Groups) &&
+	return a.Tool == b.Tool && a.Key == b.Key && a.Requester == b.Requester && a.User == b.User && slices.Equal(a.Groups, b.Groups) &&
 		slices.Equal(a.EscalateTo, b.EscalateTo) && a.EscalateAfter == b.EscalateAfter && a.Timeout == b.Timeout
 }
 
@@ -361,7 +363,7 @@ func (r *roomRun) answerFor(ctx workflow.Context, callID string) (answer, bool) 
 	switch d := news.StickyFor(p.Key); {
 	case news.End != nil && news.End.Approver().MayAct(groups) == nil:
 		return answer{callID: callID, message: SessionDecision{Decision: news.End, Ended: true}}, true
-	case news.End == nil && d != nil && d.Decision.Approver().MayDecide(p.Requester, groups) == nil:
+	case news.End == nil && d != nil && d.Decision.MayDecide(policy.Deciders{Requester: p.Requester, Groups: groups, User: p.User}) == nil:
 		return answer{callID: callID, message: SessionDecision{Decision: &d.Decision, Key: d.Key}}, true
 	}
 	return answer{}, false

@@ -306,6 +306,7 @@ func fromSticky(d StickyDecision) *policy.Decision {
 		// The author's groups go along, so the call can tell who may
 		// have decided it.
 		DeciderGroups: d.Decision.DeciderGroups,
+		User:          d.Decision.User,
 		Channel:       "session",
 		Comment:       fmt.Sprintf("sticky decision %s taken by %s via %s on call %s", d.Decision.Kind, d.Decision.DecidedBy, d.Decision.Channel, d.FromCall),
 	}

@@ -378,6 +378,8 @@ type Registration struct {
 	Tool      string `json:"tool"`
 	StickyKey string `json:"sticky_key"`
 	Requester string `json:"requester,omitempty"`
+	// User is the acting user when the call's rule lets them decide.
+	User string `json:"user,omitempty"`
 	// Groups may decide the call; EscalateTo may too, EscalateAfter after
 	// RequestedAt. Timeout is the call's deadline after RequestedAt.
 	Groups        []string      `json:"groups,omitempty"`

@@ -11,18 +11,18 @@ import (
 func (a *app) tokenCommand() *cobra.Command {
 	cmd := &cobra.Command{Use: "token", Short: "Make API tokens"}
 	var (
-		name, role string
-		groups     []string
+		name, role, owner string
+		groups            []string
 	)
 	newCmd := &cobra.Command{
-		Use:   "new --name NAME --role agent|approver|admin [--groups g1,g2]",
+		Use:   "new --name NAME --role agent|approver|admin [--groups g1,g2] [--owner PERSON]",
 		Short: "Print a new token and the entry to add to the tokens file",
 		Long: `Print a new random token, and the tokens-file entry that holds only its
 SHA-256 hash. Give the token to its owner; keep the entry in the file that
 'toolgate serve --tokens' (or 'dev --tokens') reads.`,
 		Args: exactArgs(),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			entry := server.TokenEntry{Name: name, Role: server.Role(role), Groups: groups}
+			entry := server.TokenEntry{Name: name, Role: server.Role(role), Groups: groups, Owner: owner}
 			token := server.NewToken("tg_")
 			entry.SHA256 = server.HashToken(token)
 			if _, err := server.NewTokens([]server.TokenEntry{entry}); err != nil {
@@ -39,6 +39,7 @@ SHA-256 hash. Give the token to its owner; keep the entry in the file that
 	newCmd.Flags().StringVar(&name, "name", "", "who holds the token; recorded as the requester or approver")
 	newCmd.Flags().StringVar(&role, "role", "", "agent, approver or admin")
 	newCmd.Flags().StringSliceVar(&groups, "groups", nil, "approver groups (\"*\" for all)")
+	newCmd.Flags().StringVar(&owner, "owner", "", "for an agent token: the person running the agent, who may decide its calls whose rule says user: true")
 	_ = newCmd.MarkFlagRequired("name")
 	_ = newCmd.MarkFlagRequired("role")
 	cmd.AddCommand(newCmd)

@@ -73,7 +73,7 @@ var topFields = []string{"workspace", "default", "rules", "tools", "redact", "af
 var ruleFields = []string{
 	"name", "tool", "tools", "when", "action", "reason", "message", "groups", "timeout",
 	"on_timeout", "remind_after", "escalate_after", "escalate_to", "sticky_by", "report_timeout", "examples",
-	"approvals", "distinct_groups",
+	"approvals", "distinct_groups", "user",
 }
 
 // actionFields are the fields of a rule that say what it does; the
@@ -81,12 +81,12 @@ var ruleFields = []string{
 var actionFields = []string{
 	"action", "reason", "message", "groups", "timeout",
 	"on_timeout", "remind_after", "escalate_after", "escalate_to", "sticky_by",
-	"approvals", "distinct_groups",
+	"approvals", "distinct_groups", "user",
 }
 
 // askOnly are the fields that only an ask rule may set.
 var askOnly = []string{"message", "groups", "timeout", "on_timeout", "remind_after", "escalate_after", "escalate_to", "sticky_by",
-	"approvals", "distinct_groups"}
+	"approvals", "distinct_groups", "user"}
 
 func (l *loader) policy(root *yaml.Node, opts Options) *Policy {
 	p := &Policy{name: l.file, byName: map[string]*rule{}}
@@ -198,6 +198,12 @@ func (l *loader) actionBody(r *rule, n *yaml.Node, f map[string]*yaml.Node, wher
 		}
 		if r.distinctGroups && r.approvals < 2 {
 			l.errorf(n, "%s: distinct_groups is for a rule that needs approvals: 2 or more", where)
+		}
+	}
+	if n := f["user"]; n != nil {
+		r.user = l.boolean(n, where+": user", false)
+		if r.user && r.approvals > 1 {
+			l.errorf(n, "%s: user: true cannot go with approvals: %d; the person running the agent never counts toward four eyes", where, r.approvals)
 		}
 	}
 	if n := f["on_timeout"]; n != nil {

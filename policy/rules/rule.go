@@ -40,6 +40,8 @@ type rule struct {
 	// approvals and distinctGroups: four eyes (ApprovalRequest.Approvals).
 	approvals      int
 	distinctGroups bool
+	// user lets the person running the agent decide (ApprovalRequest.User).
+	user bool
 	// reportTimeout bounds the wait for the agent's report of an
 	// agent-executed call this rule allows or asks about; 0 leaves it to
 	// the tools section or the default.
@@ -76,6 +78,7 @@ func (r *rule) askVerdict(in *input, reason string) Verdict {
 			StickyKey: r.stickyKey(in),
 			Rule:      r.name,
 			Approvals: r.approvals, DistinctGroups: r.distinctGroups,
+			User: r.user,
 		},
 	}
 	if s := r.schedule; s != nil {

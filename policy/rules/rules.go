@@ -103,6 +103,7 @@ func (v Verdict) MarshalJSON() ([]byte, error) {
 		EscalateTo    []string `json:"escalate_to,omitempty"`
 		Approvals     int      `json:"approvals,omitempty"`
 		Distinct      bool     `json:"distinct_groups,omitempty"`
+		User          bool     `json:"user,omitempty"`
 	}
 	out := struct {
 		Action  Action   `json:"action"`
@@ -127,6 +128,7 @@ func (v Verdict) MarshalJSON() ([]byte, error) {
 			EscalateTo:    r.EscalateTo,
 			Approvals:     r.Approvals,
 			Distinct:      r.DistinctGroups,
+			User:          r.User,
 		}
 	}
 	return json.Marshal(out)

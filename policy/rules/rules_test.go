@@ -169,6 +169,25 @@ rules:
 	assert.True(t, v.Request.DistinctGroups)
 }
 
+func TestUserRules(t *testing.T) {
+	p := parse(t, `
+default: ask
+rules:
+  - name: edits
+    tool: write_file
+    action: ask
+    groups: [ops]
+    user: true
+`)
+	v := p.Evaluate(call("write_file", `{}`))
+	require.NotNil(t, v.Request)
+	assert.True(t, v.Request.User, "the person running the agent may decide, beside ops")
+	assert.Equal(t, []string{"ops"}, v.Request.Groups)
+	v = p.Evaluate(call("shell", `{}`))
+	require.NotNil(t, v.Request)
+	assert.False(t, v.Request.User, "remote approvers only, by default")
+}
+
 func TestAskFields(t *testing.T) {
 	p := parse(t, `
 rules:
