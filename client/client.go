@@ -218,7 +218,7 @@ func (c *Client) Submit(ctx context.Context, req CallRequest) (string, error) {
 		return "", err
 	}
 	in := workflows.CallInput{
-		Call:     policy.Call{ID: req.CallID, Session: req.Session, Tool: req.Tool, Args: req.Args, Requester: req.Requester,
+		Call: policy.Call{ID: req.CallID, Session: req.Session, Tool: req.Tool, Args: req.Args, Requester: req.Requester,
 			ActingUser: req.ActingUser, Execution: req.Execution},
 		NoReport: req.NoReport,
 		Preview:  req.Preview,
