@@ -19,13 +19,13 @@ import (
 
 // apiTokens are the tokens of the API tests, written to a tokens file as
 // hashes.
-var apiTokens = map[string]struct{ role, groups string }{
-	"agent-1":  {"agent", ""},
-	"agent-2":  {"agent", ""},
-	"alice":    {"approver", "[ops]"},
-	"bob":      {"approver", `["*"]`},
-	"root":     {"admin", ""},
-	"finance1": {"approver", "[finance]"},
+var apiTokens = map[string]struct{ role, groups, owner string }{
+	"agent-1":  {"agent", "", "dana"}, // dana runs agent-1
+	"agent-2":  {"agent", "", ""},
+	"alice":    {"approver", "[ops]", ""},
+	"bob":      {"approver", `["*"]`, ""},
+	"root":     {"admin", "", ""},
+	"finance1": {"approver", "[finance]", ""},
 }
 
 func writeTokensFile(t *testing.T, dir string) string {
@@ -35,6 +35,9 @@ func writeTokensFile(t *testing.T, dir string) string {
 		fmt.Fprintf(&b, "  - name: %s\n    role: %s\n    sha256: %s\n", name, tok.role, sha256hex("token-"+name))
 		if tok.groups != "" {
 			fmt.Fprintf(&b, "    groups: %s\n", tok.groups)
+		}
+		if tok.owner != "" {
+			fmt.Fprintf(&b, "    owner: %s\n", tok.owner)
 		}
 	}
 	path := filepath.Join(dir, "tokens.yaml")

@@ -51,6 +51,8 @@ type clientStep struct {
 	} `json:"error"`
 	// Progress are the messages of a call's progress notifications.
 	Progress []string `json:"progress"`
+	// Message is an elicited question's.
+	Message string `json:"message"`
 }
 
 // runClient runs a client script with a plan and returns its steps.

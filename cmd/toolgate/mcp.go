@@ -14,8 +14,8 @@ import (
 
 func (a *app) mcpCommand() *cobra.Command {
 	var (
-		wait               time.Duration
-		session, requester string
+		wait                     time.Duration
+		session, requester, user string
 	)
 	cmd := &cobra.Command{
 		Use:   "mcp [--api URL --token TOKEN] [--wait DUR] [--session S]",
@@ -33,6 +33,9 @@ It talks to a running toolgate like the other agent verbs: over the HTTP API
 with an agent token (--api/TOOLGATE_API and --token/TOOLGATE_TOKEN: the
 token names the agent; the way for production), else over Temporal
 (--temporal-address/TEMPORAL_ADDRESS; --requester names the agent).
+A call whose policy rule says user: true is also asked of the person running
+the agent, in the MCP client (elicitation), when the client can ask: over the
+HTTP API that person is the agent token's owner, over Temporal --user.
 One connection is one toolgate session, unless --session pins one so that
 "approve for session" decisions outlive restarts of the client. Logs go to
 stderr; stdout carries only MCP.`,
@@ -49,7 +52,15 @@ stderr; stdout carries only MCP.`,
 			if wait <= 0 {
 				return usageError("--wait must be positive")
 			}
-			opts := mcpgate.Options{Wait: wait, Session: session, Requester: requester, Logger: a.logger.Named("mcp")}
+			if user != "" {
+				if a.api.url != "" {
+					return usageError("--user is for Temporal: over --api the agent token's owner is the person running the agent")
+				}
+				if err := tgclient.ValidateID("user", user); err != nil {
+					return usageError("--%v", err)
+				}
+			}
+			opts := mcpgate.Options{Wait: wait, Session: session, Requester: requester, ActingUser: user, Logger: a.logger.Named("mcp")}
 			var agent tgclient.Agent
 			if a.api.url != "" {
 				if a.api.token == "" {
@@ -79,6 +90,7 @@ stderr; stdout carries only MCP.`,
 	f.DurationVar(&wait, "wait", mcpgate.DefaultWait, "how long a tool call waits for a decision before it answers with its call ID (most clients give up at 60s)")
 	f.StringVar(&session, "session", "", "toolgate session of every call (default: a new one per connection)")
 	f.StringVar(&requester, "requester", mcpgate.DefaultRequester, "who asks, over Temporal (over --api the token names the agent)")
+	f.StringVar(&user, "user", "", "the person running the agent, over Temporal: asked in the client about calls whose rule says user: true (over --api: the token's owner)")
 	a.conn.addFlags(cmd)
 	a.api.add(cmd)
 	return cmd

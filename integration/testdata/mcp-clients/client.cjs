@@ -5,6 +5,9 @@
 //   {"transport": "http", "url": "...", "token": "..."}
 //   "versions": ["2025-06-18"] (the versions the client supports) or
 //   "negotiation": "auto" (2026-07-28 first, as the OpenAI Agents SDK does)
+//   "elicit": {"action": "accept", "content": {...}} (the client declares
+//             form elicitation and answers every question so; each question
+//             is printed as {"op": "elicited", "message": ...})
 //   "steps": [{"op": "list"}, {"op": "call", "name": "...", "args": {...},
 //             "timeoutMs": 1500 (the client gives up then, and says so)}
 //             (a call prints the messages of the progress notifications it got),
@@ -24,7 +27,14 @@ let lastCallId;
   const options = {};
   if (plan.versions) options.supportedProtocolVersions = plan.versions;
   if (plan.negotiation) options.versionNegotiation = { mode: plan.negotiation };
+  if (plan.elicit) options.capabilities = { elicitation: { form: {} } };
   const client = new Client({ name: 'toolgate-test', version: '1.0.0' }, options);
+  if (plan.elicit) {
+    client.setRequestHandler('elicitation/create', async (request) => {
+      say({ op: 'elicited', message: request.params.message, schema: request.params.requestedSchema });
+      return plan.elicit;
+    });
+  }
   await client.connect(transport);
   say({ op: 'connect', protocol: client.getNegotiatedProtocolVersion ? client.getNegotiatedProtocolVersion() : transport.protocolVersion });
   for (const step of plan.steps) {
