@@ -95,6 +95,12 @@ type Config struct {
 	NoReport bool
 	// Dialect is the agent's protocol; 0 means ClaudeCode.
 	Dialect Dialect
+	// ActingUser names the person running the agent, over Temporal (over
+	// the HTTP API the agent token's owner is). A call whose rule lets
+	// that person decide (`user: true`) is handed to Claude Code's own
+	// permission prompt ("ask"), and what the prompt decided is recorded
+	// as theirs.
+	ActingUser string
 	// Logger logs to stderr (stdout is the protocol); nil means none.
 	Logger *zap.Logger
 }
@@ -141,9 +147,12 @@ func (c Config) Run(ctx context.Context, stdin io.Reader, stdout, stderr io.Writ
 		case EventPostToolUse, EventPostToolUseFailure, EventPermissionDenied:
 			c.post(ctx, ev)
 			return 0
+		case EventUserPromptSubmit, EventStop, EventSessionEnd:
+			c.turnEnded(ctx, ev)
+			return 0
 		case EventPreToolUse, "":
 		default:
-			c.Logger.Warn("hook event not handled; configure toolgate for PreToolUse and PostToolUse only", zap.String("event", ev.HookEventName))
+			c.Logger.Warn("hook event not handled; configure toolgate for the events 'toolgate hook claude-code --print-settings' lists", zap.String("event", ev.HookEventName))
 			return 0
 		}
 	}
@@ -271,7 +280,7 @@ func (at attempt) try(ctx, wctx context.Context, gen int) (p permission, done bo
 	log := at.log.With(zap.String("callID", callID))
 	req := client.CallRequest{
 		CallID: callID, Session: ev.SessionID, Tool: ev.ToolName, Args: at.args,
-		Requester: c.Requester, Execution: policy.ExecutionAgent, Preview: previewOf(ev),
+		Requester: c.Requester, ActingUser: c.ActingUser, Execution: policy.ExecutionAgent, Preview: previewOf(ev),
 	}
 	if _, err := at.agent.Submit(wctx, req); err != nil {
 		var inputErr *client.InputError
@@ -282,6 +291,11 @@ func (at attempt) try(ctx, wctx context.Context, gen int) (p permission, done bo
 			return c.failure(fmt.Errorf("toolgate refused the call: %w", err)), true
 		}
 		return c.failure(fmt.Errorf("submit the call to toolgate: %w", err)), true
+	}
+	if at.mayAskUser() {
+		if w, ok := at.waitingForUser(wctx, callID); ok {
+			return at.handToUser(log, callID, w), true
+		}
 	}
 	st, err := at.agent.WaitDecided(wctx, callID)
 	if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {

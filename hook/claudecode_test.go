@@ -74,14 +74,15 @@ func (f *fakeAgent) Submit(_ context.Context, req client.CallRequest) (string, e
 	c := &fakeCall{req: req, decided: make(chan struct{})}
 	f.calls[req.CallID] = c
 	verdict := f.verdict(req)
-	if verdict == "ask" {
+	if verdict == "ask" || verdict == "user" {
 		if k, ok := f.sticky[req.Session+"/"+req.Tool]; ok {
 			f.decideLocked(req.CallID, policy.Decision{Kind: k, DecidedBy: "alice", Channel: "session"})
 			return req.CallID, nil
 		}
 		c.st = client.Status{State: &workflows.CallState{
-			Call: policy.Call{ID: req.CallID, Session: req.Session, Tool: req.Tool, Args: req.Args}, Status: workflows.StatusPending,
-			Request:  &policy.ApprovalRequest{Message: "Run " + req.Tool + "?"},
+			Call:     policy.Call{ID: req.CallID, Session: req.Session, Tool: req.Tool, Args: req.Args, Requester: req.Requester, ActingUser: req.ActingUser},
+			Status:   workflows.StatusPending,
+			Request:  &policy.ApprovalRequest{Message: "Run " + req.Tool + "?", Rule: "edits", User: verdict == "user"},
 			Deadline: time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC),
 		}}
 		return req.CallID, nil
@@ -173,9 +174,25 @@ func (f *fakeAgent) DecideAsUser(_ context.Context, callID, user string, d polic
 	return d, nil
 }
 
-// Cancel is not used by the hook: a waiting call stays for the retry.
-func (f *fakeAgent) Cancel(context.Context, string, policy.Approver) (policy.Decision, error) {
-	return policy.Decision{}, errors.New("not used by the hook")
+// Cancel withdraws a waiting call (the hook does for a call handed to the
+// prompt that Claude Code refused without asking).
+func (f *fakeAgent) Cancel(_ context.Context, callID string, by policy.Approver) (policy.Decision, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c, ok := f.calls[callID]
+	if !ok || c.st.State == nil || c.st.State.Status != workflows.StatusPending {
+		return policy.Decision{}, &client.AlreadyDecidedError{CallID: callID, Message: "call " + callID + " is not waiting"}
+	}
+	d := policy.Decision{Kind: policy.DeniedWithReason, Reason: "cancelled by " + by.Name, DecidedBy: by.Name, Channel: workflows.ChannelCancel}
+	f.decideLocked(callID, d)
+	return d, nil
+}
+
+// result is the call's Result, once it has one.
+func (f *fakeAgent) result(callID string) *workflows.Result {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.calls[callID].st.Result
 }
 
 // Claim answers as the call's workflow does: one run per approval, the
@@ -217,7 +234,11 @@ func (f *fakeAgent) Report(_ context.Context, callID, requester string, r client
 	if r.Error != "" {
 		status = workflows.StatusError
 	}
-	c.st = client.Status{Result: &workflows.Result{CallID: callID, Status: status, Execution: policy.ExecutionAgent, Output: r.Output, Claim: c.claim}}
+	res := &workflows.Result{CallID: callID, Status: status, Execution: policy.ExecutionAgent, Output: r.Output, Claim: c.claim}
+	if d := c.st.State.Decision; d != nil {
+		res.Decision, res.DecidedBy, res.Channel = d.Kind.String(), d.DecidedBy, d.Channel
+	}
+	c.st = client.Status{Result: res}
 	return nil
 }
 

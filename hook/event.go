@@ -20,6 +20,12 @@ const (
 	// EventPermissionDenied: Claude Code's auto mode refused a tool use
 	// after the hooks (toolgate's allow included); the tool did not run.
 	EventPermissionDenied = "PermissionDenied"
+	// The events that follow a turn: a call handed to Claude Code's
+	// permission prompt that saw no PostToolUse by then was not approved
+	// there.
+	EventUserPromptSubmit = "UserPromptSubmit"
+	EventStop             = "Stop"
+	EventSessionEnd       = "SessionEnd"
 )
 
 // maxEventBytes bounds what the hook reads from stdin. Arguments over

@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/toolgate/toolgate/client"
+	"github.com/toolgate/toolgate/policy"
 )
 
 // post reports a tool's outcome (PostToolUse, PostToolUseFailure, PermissionDenied) as the
@@ -24,14 +25,15 @@ func (c Config) post(ctx context.Context, ev Event) {
 		return
 	}
 	store := stateStore{dir: c.StateDir}
-	var callID string
+	var u use
 	if err := store.update(ev.SessionID, func(st *sessionState) error {
-		callID = st.Uses[ev.ToolUseID].CallID
+		u = st.Uses[ev.ToolUseID]
 		return nil
 	}); err != nil {
 		log.Warn("cannot read the hook state; the call will end unknown", zap.Error(err))
 		return
 	}
+	callID := u.CallID
 	if callID == "" {
 		log.Info("no toolgate call allowed this tool use; nothing to report")
 		return
@@ -49,17 +51,37 @@ func (c Config) post(ctx context.Context, ev Event) {
 		return
 	}
 	defer closeFn()
+	if u.User {
+		if ev.HookEventName == EventPermissionDenied {
+			// Refused without asking anyone (auto mode, a headless run):
+			// the tool did not run, so the call is withdrawn.
+			if _, err := agent.Cancel(rctx, callID, policy.Approver{Name: c.Requester}); err != nil {
+				log.Info("the prompt's call could not be withdrawn", zap.Error(err))
+			}
+			c.forgetUse(log, store, ev)
+			return
+		}
+		if !c.userApproved(rctx, agent, log, callID, rep.Run) {
+			c.forgetUse(log, store, ev)
+			return
+		}
+	}
 	if err := agent.Report(rctx, callID, c.Requester, rep); err != nil {
 		log.Warn("report refused or failed; the call will end unknown after its report timeout", zap.Error(err))
 		return
 	}
+	c.forgetUse(log, store, ev)
+	log.Info("reported the tool's outcome", zap.Bool("failed", rep.Error != ""))
+}
+
+// forgetUse drops the tool use from the session state.
+func (c Config) forgetUse(log *zap.Logger, store stateStore, ev Event) {
 	if err := store.update(ev.SessionID, func(st *sessionState) error {
 		delete(st.Uses, ev.ToolUseID)
 		return nil
 	}); err != nil {
-		log.Warn("reported, but the hook state was not updated", zap.Error(err))
+		log.Warn("the hook state was not updated", zap.Error(err))
 	}
-	log.Info("reported the tool's outcome", zap.Bool("failed", rep.Error != ""))
 }
 
 // reportOf is the Report of a tool's outcome: its error when the event

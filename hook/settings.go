@@ -33,6 +33,11 @@ func ClaudeCodeSettings(command string) []byte {
 		EventPostToolUse:        report,
 		EventPostToolUseFailure: report,
 		EventPermissionDenied:   report,
+		// A call handed to the permission prompt that no tool run
+		// followed by the turn's end was not approved there.
+		EventUserPromptSubmit: report,
+		EventStop:             report,
+		EventSessionEnd:       report,
 	}}
 	b, err := json.MarshalIndent(settings, "", "  ")
 	if err != nil {

@@ -43,6 +43,9 @@ type keyState struct {
 type use struct {
 	CallID string    `json:"call_id"`
 	At     time.Time `json:"at"`
+	// User: the hook answered "ask", handing the call to the agent's own
+	// permission prompt; its outcome is the user's decision.
+	User bool `json:"user,omitempty"`
 }
 
 // stateStore keeps the session state files under dir. Every change is a

@@ -72,6 +72,11 @@ the tool) when stdout cannot be written or the flags are wrong.
 PostToolUse, PostToolUseFailure, PermissionDenied: report the tool's
 outcome (its response, its error, or that it did not run) to the call that
 allowed that tool_use_id; always exit 0.
+A call whose rule says user: true is, for Claude Code, handed to its own
+permission prompt ("ask"): the person running the agent (the agent token's
+owner over --api, else --user) decides there, and the hook records it:
+approved when the tool's PostToolUse comes, not approved when the turn ends
+without it (UserPromptSubmit, Stop, SessionEnd).
 --print-settings: print the hook settings for the agent and exit.`,
 		Args: exactArgs(),
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -82,6 +87,14 @@ allowed that tool_use_id; always exit 0.
 				// Codex has no "ask" for a hook: failing open would run
 				// the tool unseen.
 				return usageError("hook codex: --fail-open is not available for Codex, whose hooks cannot hand a call to the user: the tool would run unseen, so it is blocked")
+			}
+			if cfg.ActingUser != "" {
+				if api.url != "" {
+					return usageError("--user is for Temporal: over --api the agent token's owner is the person running the agent")
+				}
+				if err := tgclient.ValidateID("user", cfg.ActingUser); err != nil {
+					return usageError("--%v", err)
+				}
 			}
 			cfg.Logger = a.logger.Named("hook")
 			cfg.Connect = a.hookConnect(api)
@@ -96,6 +109,7 @@ allowed that tool_use_id; always exit 0.
 	f.BoolVar(&printSettings, "print-settings", false, "print the agent's hook settings for this command (fail closed) and exit")
 	f.DurationVar(&cfg.Wait, "wait", hook.DefaultWait, "how long PreToolUse waits for a decision; keep it below the hook's timeout (Claude Code: 600s)")
 	f.StringVar(&cfg.Requester, "requester", defaultRequester, "who asks, over Temporal (over --api the token's name)")
+	f.StringVar(&cfg.ActingUser, "user", "", "the person running the agent, over Temporal: decides at the agent's prompt the calls whose rule says user: true (over --api: the token's owner)")
 	f.StringVar(&cfg.StateDir, "state-dir", hook.DefaultStateDir(), "where the hook keeps its per-session state")
 	f.BoolVar(&cfg.FailOpen, "fail-open", false, "when toolgate cannot decide, ask the user through the agent's permission prompt instead of denying")
 	f.BoolVar(&cfg.NoReport, "no-report", false, "calls end at the decision; for setups without the PostToolUse hook")

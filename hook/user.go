@@ -1,0 +1,161 @@
+package hook
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/toolgate/toolgate/client"
+	"github.com/toolgate/toolgate/policy"
+	"github.com/toolgate/toolgate/workflows"
+)
+
+// The person at the agent: a call whose rule lets the person running the
+// agent decide (`user: true`) is handed to Claude Code's own permission
+// prompt (PreToolUse answers "ask"), where only that person can answer:
+// the model cannot. What the prompt decided is recorded as their decision
+// (channel client): the tool's PostToolUse (or PostToolUseFailure) means
+// they approved it; a turn that ends without one (UserPromptSubmit, Stop,
+// SessionEnd) means they did not. Codex has no "ask" answer, so there the
+// call waits for a remote approver as any other.
+
+// userPoll is how often the hook looks whether the policy still checks a
+// new call.
+const userPoll = 100 * time.Millisecond
+
+// mayAskUser reports whether this attempt can be handed to the agent's
+// prompt and its outcome recorded: Claude Code's protocol, with reports.
+func (at attempt) mayAskUser() bool {
+	return at.c.Dialect == ClaudeCode && !at.c.NoReport && at.ev.ToolUseID != ""
+}
+
+// waitingForUser waits while the policy checks the call, and returns it
+// when it waits for a person and its rule lets the acting user decide.
+func (at attempt) waitingForUser(ctx context.Context, callID string) (client.Waiting, bool) {
+	for {
+		st, err := at.agent.Status(ctx, callID)
+		if err != nil || st.State == nil {
+			return client.Waiting{}, false
+		}
+		switch st.State.Status {
+		case workflows.StatusPending:
+			w := client.WaitingView(st)
+			return w, w.User != ""
+		case workflows.StatusEvaluating:
+		default:
+			return client.Waiting{}, false
+		}
+		select {
+		case <-ctx.Done():
+			return client.Waiting{}, false
+		case <-time.After(userPoll):
+		}
+	}
+}
+
+// handToUser answers "ask": Claude Code asks its user. The tool_use_id
+// maps to the call, marked as the user's to decide, for the events that
+// tell what the prompt decided. The attempt's generation stays: an
+// identical attempt after a refusal finds the same call and asks again.
+func (at attempt) handToUser(log *zap.Logger, callID string, w client.Waiting) permission {
+	err := at.store.update(at.ev.SessionID, func(s *sessionState) error {
+		s.Uses[at.ev.ToolUseID] = use{CallID: callID, At: time.Now().UTC(), User: true}
+		return nil
+	})
+	if err != nil {
+		// Without the mapping the prompt's answer cannot be recorded, and
+		// an approval there would run the tool unrecorded: deny instead.
+		return at.c.failure(fmt.Errorf("hand call %s to the permission prompt: %w", callID, err))
+	}
+	log.Info("call handed to the agent's permission prompt", zap.String("user", w.User))
+	return permission{decision: "ask", reason: userQuestion(callID, w)}
+}
+
+// userQuestion is what Claude Code's prompt shows beside the tool use.
+func userQuestion(callID string, w client.Waiting) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "toolgate call %s: ", callID)
+	if w.Message != "" {
+		b.WriteString(w.Message)
+	} else {
+		fmt.Fprintf(&b, "run %s?", w.Tool)
+	}
+	fmt.Fprintf(&b, " Rule %q lets %s, who runs this agent, decide it here; toolgate records the answer.", w.Rule, w.User)
+	return b.String()
+}
+
+// userApproved records that the person approved the call at the prompt
+// (its tool ran) and takes the approval for this run, so the report that
+// follows completes it. It reports whether the call may be reported.
+func (c Config) userApproved(ctx context.Context, agent client.Agent, log *zap.Logger, callID, run string) bool {
+	_, err := agent.DecideAsUser(ctx, callID, c.ActingUser, policy.Decision{Kind: policy.Approved, Comment: "approved at Claude Code's permission prompt"})
+	var decided *client.AlreadyDecidedError
+	switch {
+	case errors.As(err, &decided):
+		log.Info("the call was decided in toolgate before the prompt's answer", zap.String("decision", decided.Decision), zap.String("by", decided.DecidedBy))
+	case err != nil:
+		log.Warn("the prompt's approval was not recorded", zap.Error(err))
+	}
+	if err := agent.Claim(ctx, callID, c.Requester, client.Claim{Run: run}); err != nil {
+		log.Warn("the tool ran once its user approved it at the prompt, but toolgate holds another outcome for the call; not reported", zap.Error(err))
+		return false
+	}
+	return true
+}
+
+// turnEnded records, for every call of the session handed to the prompt
+// that no tool run followed, that its user did not approve it.
+func (c Config) turnEnded(ctx context.Context, ev Event) {
+	log := c.Logger.With(zap.String("event", ev.HookEventName), zap.String("session", ev.SessionID))
+	if client.ValidateID("session_id", ev.SessionID) != nil {
+		log.Warn("hook event without a valid session_id; nothing to record")
+		return
+	}
+	store := stateStore{dir: c.StateDir}
+	asked := map[string]string{} // tool_use_id -> call ID
+	if err := store.update(ev.SessionID, func(st *sessionState) error {
+		for id, u := range st.Uses {
+			if u.User {
+				asked[id] = u.CallID
+			}
+		}
+		return nil
+	}); err != nil || len(asked) == 0 {
+		if err != nil {
+			log.Warn("cannot read the hook state", zap.Error(err))
+		}
+		return
+	}
+	rctx, cancel := context.WithTimeout(ctx, reportTimeout)
+	defer cancel()
+	agent, closeFn, err := c.Connect(rctx)
+	if err != nil {
+		log.Warn("toolgate is unreachable; the calls the prompt refused wait for their approvers", zap.Error(err))
+		return
+	}
+	defer closeFn()
+	done := map[string]bool{}
+	for id, callID := range asked {
+		_, err := agent.DecideAsUser(rctx, callID, c.ActingUser, policy.Decision{Kind: policy.DeniedWithReason,
+			Reason: "the person running the agent did not approve it at Claude Code's permission prompt"})
+		var decided *client.AlreadyDecidedError
+		if err != nil && !errors.As(err, &decided) {
+			log.Warn("the prompt's refusal was not recorded", zap.String("callID", callID), zap.Error(err))
+			continue
+		}
+		done[id] = true
+		log.Info("recorded that the prompt did not approve the call", zap.String("callID", callID))
+	}
+	if err := store.update(ev.SessionID, func(st *sessionState) error {
+		for id := range done {
+			delete(st.Uses, id)
+		}
+		return nil
+	}); err != nil {
+		log.Warn("recorded, but the hook state was not updated", zap.Error(err))
+	}
+}

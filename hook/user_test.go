@@ -1,0 +1,112 @@
+package hook
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/toolgate/toolgate/client"
+	"github.com/toolgate/toolgate/policy"
+	"github.com/toolgate/toolgate/workflows"
+)
+
+// A call whose rule says user: true goes to Claude Code's own permission
+// prompt; what the prompt decided is recorded as dana's.
+
+func newUserHookEnv(t *testing.T) *hookEnv {
+	e := newHookEnv(t)
+	e.agent.verdict = func(req client.CallRequest) string {
+		if req.Tool == "Edit" {
+			return "user"
+		}
+		return byCommand(req)
+	}
+	e.cfg.ActingUser = "dana"
+	return e
+}
+
+const editInput = `{"file_path":"/home/u/repo/a.go","old_string":"x","new_string":"y"}`
+
+func stop(event string) string {
+	return `{"session_id":"3f2b6c1e-7d2a-4c55-9a51-0c1d2e3f4a5b","hook_event_name":"` + event + `"}`
+}
+
+func TestAUserRuleAsksAtThePromptAndRecordsTheApproval(t *testing.T) {
+	e := newUserHookEnv(t)
+
+	d := e.decision(pre("toolu_1", "Edit", editInput))
+
+	assert.Equal(t, "ask", d.PermissionDecision, "Claude Code asks its user")
+	callID := e.agent.submitted()[0].CallID
+	assert.Equal(t, "dana", e.agent.submitted()[0].ActingUser)
+	assert.Contains(t, d.PermissionDecisionReason, "toolgate call "+callID+": Run Edit?")
+	assert.Contains(t, d.PermissionDecisionReason, `Rule "edits" lets dana, who runs this agent, decide it here`)
+
+	r := e.run(post("toolu_1", "Edit", editInput, `{"filePath":"/home/u/repo/a.go"}`))
+	require.Equal(t, 0, r.code)
+	res := e.agent.result(callID)
+	require.NotNil(t, res, "the tool ran: approved at the prompt, claimed and reported")
+	assert.Equal(t, workflows.StatusOK, res.Status)
+	assert.Equal(t, "dana", res.DecidedBy)
+	assert.Equal(t, policy.ChannelClient, res.Channel)
+	require.Len(t, e.agent.claimsOf(callID), 1)
+	assert.Equal(t, "toolu_1", e.agent.claimsOf(callID)[0].Run)
+
+	e.run(stop(EventStop))
+	assert.Equal(t, workflows.StatusOK, e.agent.result(callID).Status, "a reported call is not refused at the turn's end")
+}
+
+func TestATurnThatEndsWithoutTheToolRecordsTheRefusal(t *testing.T) {
+	for _, event := range []string{EventUserPromptSubmit, EventStop, EventSessionEnd} {
+		t.Run(event, func(t *testing.T) {
+			e := newUserHookEnv(t)
+			require.Equal(t, "ask", e.decision(pre("toolu_1", "Edit", editInput)).PermissionDecision)
+			callID := e.agent.submitted()[0].CallID
+
+			require.Equal(t, 0, e.run(stop(event)).code)
+
+			res := e.agent.result(callID)
+			require.NotNil(t, res)
+			assert.Equal(t, workflows.StatusDenied, res.Status)
+			assert.Equal(t, "dana", res.DecidedBy)
+			assert.Contains(t, res.Reason, "did not approve it at Claude Code's permission prompt")
+		})
+	}
+}
+
+// The model tries the refused edit again: the same call, asked again.
+func TestARetriedAttemptIsAskedAgain(t *testing.T) {
+	e := newUserHookEnv(t)
+	require.Equal(t, "ask", e.decision(pre("toolu_1", "Edit", editInput)).PermissionDecision)
+	require.Equal(t, "ask", e.decision(pre("toolu_2", "Edit", editInput)).PermissionDecision)
+	assert.Equal(t, e.agent.submitted()[0].CallID, e.agent.submitted()[1].CallID, "one call, still waiting")
+}
+
+func TestClaudeCodeRefusingWithoutAskingWithdrawsTheCall(t *testing.T) {
+	e := newUserHookEnv(t)
+	require.Equal(t, "ask", e.decision(pre("toolu_1", "Edit", editInput)).PermissionDecision)
+	callID := e.agent.submitted()[0].CallID
+
+	e.run(`{"session_id":"3f2b6c1e-7d2a-4c55-9a51-0c1d2e3f4a5b","hook_event_name":"PermissionDenied","tool_name":"Edit","tool_input":` + editInput + `,"tool_use_id":"toolu_1","reason":"no prompt in -p mode"}`)
+
+	res := e.agent.result(callID)
+	require.NotNil(t, res)
+	assert.Equal(t, workflows.StatusDenied, res.Status)
+	assert.Equal(t, "cancelled by claude-code", res.Reason)
+}
+
+// Codex has no "ask": the call waits for a remote approver; a rule
+// without user: true is never handed to the prompt.
+func TestOnlyClaudeCodeAndOnlyAUserRuleAsksAtThePrompt(t *testing.T) {
+	e := newUserHookEnv(t)
+	e.cfg.Dialect = Codex
+	d := e.decision(pre("toolu_1", "Edit", editInput))
+	assert.Equal(t, "deny", d.PermissionDecision)
+	assert.Contains(t, d.PermissionDecisionReason, "waiting for a person")
+
+	e = newUserHookEnv(t)
+	d = e.decision(pre("toolu_1", "Bash", `{"command":"git push"}`))
+	assert.Equal(t, "deny", d.PermissionDecision, "remote approvers only: still waiting")
+	assert.Contains(t, d.PermissionDecisionReason, "waiting for a person")
+}
