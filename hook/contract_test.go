@@ -260,6 +260,12 @@ func TestTheSettingsBlockWhenTheHookFails(t *testing.T) {
 		require.Len(t, settings.Hooks[ev], 1, ev)
 		assert.Empty(t, settings.Hooks[ev][0].Hooks[0].OnFailure, "the tool already ran (or never will): nothing to block")
 	}
+	for _, ev := range []string{EventUserPromptSubmit, EventStop, EventSessionEnd} {
+		require.Len(t, settings.Hooks[ev], 1, ev)
+		h := settings.Hooks[ev][0].Hooks[0]
+		assert.Empty(t, h.OnFailure, ev)
+		assert.Equal(t, "toolgate hook claude-code || true", h.Command, "%s only records: it never blocks the prompt or the stop", ev)
+	}
 	codex := CodexConfig("toolgate hook codex")
 	assert.Contains(t, codex, `timeout = 600`)
 	assert.NotContains(t, codex, "timeoutSec", "Codex 0.171.0 ignores timeoutSec")

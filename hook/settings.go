@@ -15,7 +15,9 @@ const PreToolUseTimeout = 600
 // "block": a hook that could not run (not on PATH, killed, timed out,
 // unreadable output) blocks the tool instead of leaving it to Claude
 // Code's own permissions. The other events report what already happened,
-// so their failures block nothing.
+// so their failures block nothing; those of a turn's end (which record
+// that a call handed to the permission prompt was not approved there)
+// cannot even exit 2.
 func ClaudeCodeSettings(command string) []byte {
 	type handler struct {
 		Type      string `json:"type"`
@@ -28,6 +30,10 @@ func ClaudeCodeSettings(command string) []byte {
 		Hooks   []handler `json:"hooks"`
 	}
 	report := []matcher{{Matcher: "*", Hooks: []handler{{Type: "command", Command: command, Timeout: 60}}}}
+	// The turn's end only records: whatever becomes of the command (a
+	// typo exits 2), it must never block the prompt or keep the agent
+	// from stopping.
+	turnEnd := []matcher{{Matcher: "*", Hooks: []handler{{Type: "command", Command: command + " || true", Timeout: 60}}}}
 	settings := map[string]map[string][]matcher{"hooks": {
 		EventPreToolUse:         {{Matcher: "*", Hooks: []handler{{Type: "command", Command: command, Timeout: PreToolUseTimeout, OnFailure: "block"}}}},
 		EventPostToolUse:        report,
@@ -35,9 +41,9 @@ func ClaudeCodeSettings(command string) []byte {
 		EventPermissionDenied:   report,
 		// A call handed to the permission prompt that no tool run
 		// followed by the turn's end was not approved there.
-		EventUserPromptSubmit: report,
-		EventStop:             report,
-		EventSessionEnd:       report,
+		EventUserPromptSubmit: turnEnd,
+		EventStop:             turnEnd,
+		EventSessionEnd:       turnEnd,
 	}}
 	b, err := json.MarshalIndent(settings, "", "  ")
 	if err != nil {

@@ -18,6 +18,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	tgclient "github.com/toolgate/toolgate/client"
+	"github.com/toolgate/toolgate/policy"
 	"github.com/toolgate/toolgate/workflows"
 )
 
@@ -396,4 +397,35 @@ func tail(s string, n int) string {
 		return s
 	}
 	return "…" + s[len(s)-n:]
+}
+
+// TestRealClaudeCodeHandsAUserRuleToItsPrompt: a call whose rule lets the
+// person running the agent decide is answered "ask", so Claude Code itself
+// asks. In a headless run (-p) nobody can answer, Claude Code refuses it,
+// and toolgate records that the tool did not run.
+func TestRealClaudeCodeHandsAUserRuleToItsPrompt(t *testing.T) {
+	cc := claudeCodeAgent(t)
+	marks := t.TempDir()
+	d := startDevWithPolicy(t, fmt.Sprintf(`
+default: deny
+rules:
+  - {name: at-the-prompt, tool: Bash, when: "args.command.startsWith('touch %s/')", action: ask, groups: [ops], user: true}
+`, marks))
+	c := d.client()
+	settings := strings.ReplaceAll(printedSettings(t, cc.name), "toolgate hook claude-code", "toolgate hook claude-code --user dana")
+	mark := filepath.Join(marks, "asked")
+	model := &modelStandIn{command: "touch " + mark, callID: "call_cc_user"}
+	home, project := t.TempDir(), t.TempDir()
+	before := callsOf(t, c, cc.requester)
+	out := cc.run(t, home, project, settings, []string{"PATH=" + filepath.Dir(binary) + ":/usr/local/bin:/usr/bin:/bin",
+		"TEMPORAL_ADDRESS=" + d.address(), "XDG_STATE_HOME=" + filepath.Join(home, "state")}, model)
+
+	_, err := os.Stat(mark)
+	assert.True(t, os.IsNotExist(err), "nobody approved at the prompt: the tool did not run; the agent printed:\n%s", tail(out, 4000))
+	assert.Contains(t, model.toldModel(), `lets dana, who runs this agent, decide it here`, "the prompt's text, which headless Claude Code hands the model")
+	r := finalOf(t, c, cc.requester, before)
+	assert.Equal(t, workflows.StatusDenied, r.Status)
+	assert.Equal(t, "dana", r.DecidedBy, "the turn ended without the tool: recorded as the user's refusal")
+	assert.Equal(t, policy.ChannelClient, r.Channel)
+	assert.Contains(t, r.Reason, "did not approve it at Claude Code's permission prompt")
 }
