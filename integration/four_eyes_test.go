@@ -39,6 +39,7 @@ rules:
 	assert.Len(t, approvals["given"], 1)
 	view := alice.do("GET", "/v1/calls/fe-1", nil)
 	assert.Equal(t, "pending", view.body["status"], "one approval of two: it still waits")
+	assert.Contains(t, d.cli("status", "fe-1").stdout, "approvals: 1 of 2 (alice)")
 	require.Eventually(t, func() bool {
 		return strings.Contains(d.cli("pending", "--session", "fe1").stdout, "[1 of 2 approvals]")
 	}, 30*time.Second, 200*time.Millisecond, "the pending list says how far it is")

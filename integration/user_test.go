@@ -129,6 +129,11 @@ func TestTheActingUserDecidesInRealMCPClients(t *testing.T) {
 		assert.Equal(t, http.StatusForbidden, r.status, "a remote-only rule: %s", r.raw)
 		assert.Contains(t, r.raw, "user: true")
 
+		r = agent1.do("POST", "/v1/calls?wait=1s", map[string]any{"session": "u1", "call_id": "u-w1", "tool": "write_file", "args": map[string]any{"path": "z", "content": "z"}})
+		require.Equal(t, http.StatusAccepted, r.status, r.raw)
+		assert.Equal(t, "dana", r.body["user"], "the waiting call says who may decide it at the agent")
+		assert.Contains(t, d.in(t).cli("status", "u-w1").stdout, "also asked of: dana, who runs the agent")
+
 		r = agent2.do("POST", "/v1/calls?wait=1s", map[string]any{"session": "u2", "call_id": "u-w2", "tool": "write_file", "args": map[string]any{"path": "y", "content": "y"}})
 		require.Equal(t, http.StatusAccepted, r.status, r.raw)
 		r = agent2.do("POST", "/v1/calls/u-w2/user-decision", map[string]any{"decision": "approve"})

@@ -208,6 +208,9 @@ func NoticeBlocks(n activities.Notice, publicURL string) []slack.Block {
 	if need := n.Request.Approvals; need > 1 {
 		fields = append(fields, mrkdwn(fmt.Sprintf("*Approvals*\n%d people must approve (four eyes)", need)))
 	}
+	if user := policy.DecidersOf(n.Call, n.Request, nil).User; user != "" {
+		fields = append(fields, mrkdwn("*Also asked of*\n"+escape(user)+", who runs the agent, in its client"))
+	}
 	blocks = append(blocks, slack.NewSectionBlock(nil, fields, nil))
 	if p := n.Request.Preview; p != nil {
 		blocks = append(blocks, previewBlock(*p, callPageURL(publicURL, n.Call.ID)))

@@ -86,6 +86,24 @@ func TestSlackNotifyPostsButtonsForTheCall(t *testing.T) {
 	assert.Equal(t, []string{"approve", "approve_for_session", "deny", "deny_always", "deny_with_reason"}, ids)
 }
 
+func TestSlackSaysWhoElseDecides(t *testing.T) {
+	s, fake := slackChannel(t)
+	n := notice(activities.NoticeWaiting, 1, "finance", "risk")
+	n.Request.Approvals = 2
+	_, err := s.Notify(context.Background(), n)
+	require.NoError(t, err)
+	n = notice(activities.NoticeWaiting, 1, "ops")
+	n.Call.ID, n.Call.ActingUser, n.Request.User = "call-43", "dana", true
+	_, err = s.Notify(context.Background(), n)
+	require.NoError(t, err)
+
+	posts := fake.Calls("chat.postMessage")
+	require.Len(t, posts, 2)
+	assert.Contains(t, posts[0].AllText(), "*Approvals*\n2 people must approve (four eyes)")
+	assert.NotContains(t, posts[0].AllText(), "Also asked of")
+	assert.Contains(t, posts[1].AllText(), "*Also asked of*\ndana, who runs the agent, in its client")
+}
+
 func TestSlackReminderAndEscalationSaySo(t *testing.T) {
 	s, fake := slackChannel(t)
 	_, err := s.Notify(context.Background(), notice(activities.NoticeReminder, 2, "ops"))

@@ -341,6 +341,35 @@ func TestTheCallPageHighlightsThePreview(t *testing.T) {
 	}
 }
 
+// A four-eyes call says how far it is, on its page and in the list; a
+// call its agent's user may decide says so.
+func TestTheInboxShowsApprovalsAndTheActingUser(t *testing.T) {
+	i, _ := newTestInbox(t)
+	sess := i.sessions.create(Principal{Name: "bob", Role: RoleApprover, Groups: []string{"*"}})
+	now := time.Date(2026, 1, 1, 9, 0, 0, 0, time.UTC)
+	pending := tgclient.Status{State: &workflows.CallState{
+		Call:      policy.Call{ID: "c1", Session: "s1", Tool: "send_money", Args: json.RawMessage(`{}`), Requester: "agent-1", ActingUser: "dana"},
+		Status:    workflows.StatusPending,
+		Request:   &policy.ApprovalRequest{Message: "Pay?", Groups: []string{"finance", "risk"}, Approvals: 2},
+		Approvals: &workflows.Approvals{Needed: 2, Given: []workflows.ApprovalGiven{{By: "alice", Channel: "slack", Group: "finance", At: now}}},
+	}}
+	rec := httptest.NewRecorder()
+	i.render(rec, http.StatusOK, "call", i.pageData(sess, "Call c1", newCallView(pending, sess.principal, now, decisionForm{})))
+	body := rec.Body.String()
+	assert.Contains(t, body, `<dd id="approvals">1 of 2 approvals: alice via slack for finance</dd>`)
+	assert.NotContains(t, body, `id="user"`, "no user: true, nobody asked at the agent")
+
+	pending.State.Request, pending.State.Approvals = &policy.ApprovalRequest{Message: "Write?", Groups: []string{"ops"}, User: true}, nil
+	rec = httptest.NewRecorder()
+	i.render(rec, http.StatusOK, "call", i.pageData(sess, "Call c1", newCallView(pending, sess.principal, now, decisionForm{})))
+	assert.Contains(t, rec.Body.String(), `<dd id="user">dana, who runs the agent, in the agent's own client</dd>`)
+
+	rec = httptest.NewRecorder()
+	list := newPendingView(tgclient.Page{Calls: []tgclient.CallSummary{{CallID: "c1", Session: "s1", Tool: "send_money", Message: "Pay?", Approvals: "1 of 2 approvals", RequestedAt: now}}, Total: 1}, "", now)
+	i.render(rec, http.StatusOK, "list", i.pageData(sess, "list", list))
+	assert.Contains(t, rec.Body.String(), "[1 of 2 approvals] Pay?")
+}
+
 func TestDecisionForm(t *testing.T) {
 	cases := []struct {
 		form    decisionForm

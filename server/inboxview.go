@@ -169,7 +169,10 @@ type callView struct {
 	// Preview is what the call will change (or changed, once final).
 	Preview *previewView
 	// Approvals says how far a four-eyes call is: "1 of 2 approvals: alice".
-	Approvals     string
+	Approvals string
+	// User is the person running the agent, when the rule lets them
+	// decide the call in the agent's client.
+	User          string
 	Age, TimeLeft string
 	Deadline      string
 	Decided       string
@@ -209,6 +212,7 @@ func newCallView(st tgclient.Status, p Principal, now time.Time, form decisionFo
 		if cs.Request != nil {
 			v.Message, v.Rule, v.Groups = cs.Request.Message, cs.Request.Rule, cs.Request.Groups
 			v.Preview = newPreviewView(cs.Request.Preview)
+			v.User = policy.DecidersOf(cs.Call, *cs.Request, nil).User
 		}
 		v.Approvals = approvalsText(cs.Approvals)
 		v.Notified = notified(cs.Notices)

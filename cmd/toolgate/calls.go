@@ -232,7 +232,10 @@ func (a *app) printWaiting(st tgclient.Status, asJSON bool) {
 			for _, g := range ap.Given {
 				by = append(by, g.By)
 			}
-			fmt.Fprintf(a.stdout, "approvals: %d of %d %s\n", len(ap.Given), ap.Needed, strings.Join(by, ", "))
+			fmt.Fprintf(a.stdout, "approvals: %d of %d (%s)\n", len(ap.Given), ap.Needed, strings.Join(by, ", "))
+		}
+		if w.User != "" {
+			fmt.Fprintf(a.stdout, "also asked of: %s, who runs the agent, in the agent's own client\n", w.User)
 		}
 		if p := w.Preview; p != nil {
 			fmt.Fprintf(a.stdout, "%s:\n%s\n", previewHeading(*p), strings.TrimRight(p.Text, "\n"))
