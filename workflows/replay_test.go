@@ -44,6 +44,8 @@ var recordedScenarios = []string{
 	"agent-report-unknown",
 	"pins",
 	"four-eyes",
+	"user-decision",
+	"user-decision-sticky",
 }
 
 // newReplayer returns a replayer with every workflow registered under its

@@ -156,6 +156,7 @@ func run(ctx context.Context, logger *zap.Logger, outDir, only string) (err erro
 		{"agent-claim", r.agentClaim},
 		{"pins", r.pins},
 		{"four-eyes", r.fourEyes},
+		{"user-decision", r.userDecision},
 	}
 	wanted := map[string]bool{}
 	for _, name := range strings.Split(only, ",") {
@@ -550,6 +551,45 @@ func (r *recorder) fourEyes(ctx context.Context) error {
 	return r.writeHistory(ctx, "four-eyes", workflows.CallWorkflowID(id), "")
 }
 
+// userDecision: the person running the agent approves a call for the
+// session in the agent's client; the next call of the tool takes that
+// sticky decision at its evaluation.
+func (r *recorder) userDecision(ctx context.Context) error {
+	const session, user = "replay-user", "dana"
+	first, err := r.tg.Submit(ctx, toolgate.CallRequest{CallID: "user-1", Session: session, Tool: "edit", Args: []byte(`{"n":1}`), Requester: agent, ActingUser: user})
+	if err != nil {
+		return err
+	}
+	if err := r.waitPending(ctx, first); err != nil {
+		return err
+	}
+	if _, err := r.tg.DecideAsUser(ctx, first, user, policy.Decision{Kind: policy.ApprovedForSession}); err != nil {
+		return fmt.Errorf("%s approves %s for the session: %w", user, first, err)
+	}
+	if res, err := r.tg.Wait(ctx, first); err != nil || res.Status != workflows.StatusOK || res.Channel != policy.ChannelClient {
+		return fmt.Errorf("call %s ended %+v (%v), want ok, decided in the client", first, res, err)
+	}
+	// The session learns the sticky decision by a signal sent while the
+	// tool runs.
+	if err := eventually(ctx, "session "+session+" holds the user's sticky decision", func(ctx context.Context) (bool, error) {
+		v, err := r.tg.Session(ctx, session)
+		return err == nil && len(v.Sticky) == 1, nil
+	}); err != nil {
+		return err
+	}
+	second, err := r.tg.Submit(ctx, toolgate.CallRequest{CallID: "user-2", Session: session, Tool: "edit", Args: []byte(`{"n":2}`), Requester: agent, ActingUser: user})
+	if err != nil {
+		return err
+	}
+	if res, err := r.tg.Wait(ctx, second); err != nil || res.Status != workflows.StatusOK || res.DecidedBy != user {
+		return fmt.Errorf("call %s ended %+v (%v), want ok by the user's sticky decision", second, res, err)
+	}
+	if err := r.writeHistory(ctx, "user-decision", workflows.CallWorkflowID(first), ""); err != nil {
+		return err
+	}
+	return r.writeHistory(ctx, "user-decision-sticky", workflows.CallWorkflowID(second), "")
+}
+
 // sessionEnd: two calls wait in a session that an admin ends; both are
 // denied, and a call that comes later is denied at its evaluation.
 func (r *recorder) sessionEnd(ctx context.Context) error {
@@ -708,6 +748,8 @@ func (recorderPolicy) EvaluateApproval(_ context.Context, call policy.Call) (*po
 		return &policy.ApprovalRequest{Message: "Run the slow tool?", Rule: "ask-slow", Timeout: slowTimeout}, nil
 	case "pay":
 		return &policy.ApprovalRequest{Message: "Pay?", Rule: "two-keys", Approvals: 2}, nil
+	case "edit":
+		return &policy.ApprovalRequest{Message: "Edit?", Rule: "at-the-agent", User: true}, nil
 	}
 	return nil, nil
 }
@@ -733,6 +775,7 @@ func recorderTools() (*tool.Registry, error) {
 	reg := tool.NewRegistry()
 	for _, t := range []tool.Tool{
 		{Name: "echo", Run: func(_ context.Context, in tool.Input) (json.RawMessage, error) { return in.Args, nil }},
+		{Name: "edit", Run: func(_ context.Context, in tool.Input) (json.RawMessage, error) { return in.Args, nil }},
 		{Name: "write", Run: func(context.Context, tool.Input) (json.RawMessage, error) {
 			return json.RawMessage(`{"written":true}`), nil
 		}},
