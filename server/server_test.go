@@ -90,15 +90,26 @@ func TestTokensFile(t *testing.T) {
 	_, ok = tokens.Lookup("S3CRET")
 	assert.False(t, ok)
 
-	for name, body := range map[string]string{
-		"unknown field": "tokens:\n  - name: a\n    role: agent\n    token: plain\n",
-		"bad role":      "tokens:\n  - name: a\n    role: root\n    sha256: " + HashToken("x") + "\n",
-		"bad hash":      "tokens:\n  - name: a\n    role: agent\n    sha256: abc\n",
+	owned := filepath.Join(dir, "owned.yaml")
+	require.NoError(t, os.WriteFile(owned, []byte("tokens:\n  - name: claude\n    role: agent\n    owner: dana\n    sha256: "+HashToken("agent")+"\n"), 0o600))
+	tokens, err = LoadTokens(owned)
+	require.NoError(t, err)
+	p, _ = tokens.Lookup("agent")
+	assert.Equal(t, Principal{Name: "claude", Role: RoleAgent, Owner: "dana"}, p, "the agent's owner is the person running it")
+
+	for name, tc := range map[string]struct{ body, want string }{
+		"unknown field":     {"tokens:\n  - name: a\n    role: agent\n    token: plain\n", "field token not found"},
+		"bad role":          {"tokens:\n  - name: a\n    role: root\n    sha256: " + HashToken("x") + "\n", "not agent, approver or admin"},
+		"bad hash":          {"tokens:\n  - name: a\n    role: agent\n    sha256: abc\n", "64 hex characters"},
+		"owner of approver": {"tokens:\n  - name: a\n    role: approver\n    owner: dana\n    sha256: " + HashToken("x") + "\n", "owner is for agent tokens"},
+		"owner is agent":    {"tokens:\n  - name: a\n    role: agent\n    owner: a\n    sha256: " + HashToken("x") + "\n", "owner names the agent itself"},
+		"bad owner":         {"tokens:\n  - name: a\n    role: agent\n    owner: \"dana smith\"\n    sha256: " + HashToken("x") + "\n", "owner"},
 	} {
 		path := filepath.Join(dir, strings.ReplaceAll(name, " ", "-"))
-		require.NoError(t, os.WriteFile(path, []byte(body), 0o600))
+		require.NoError(t, os.WriteFile(path, []byte(tc.body), 0o600))
 		_, err := LoadTokens(path)
-		assert.Error(t, err, name)
+		require.Error(t, err, name)
+		assert.Contains(t, err.Error(), tc.want, name)
 	}
 }
 
