@@ -164,22 +164,8 @@ func (c *Client) Claim(ctx context.Context, callID, _ string, cl tgclient.Claim)
 // DecideAsUser applies the decision of the person running the agent: the
 // token's owner (user is ignored), through POST /v1/calls/{id}/user-decision.
 func (c *Client) DecideAsUser(ctx context.Context, callID, _ string, d policy.Decision) (policy.Decision, error) {
-	body := map[string]string{"reason": d.Reason, "comment": d.Comment}
-	switch d.Kind {
-	case policy.Approved:
-		body["decision"] = "approve"
-	case policy.ApprovedForSession:
-		body["decision"] = "approve_for_session"
-	case policy.Denied, policy.DeniedWithReason:
-		body["decision"] = "deny"
-	case policy.DeniedAlways:
-		body["decision"] = "deny_always"
-	default:
-		return policy.Decision{}, fmt.Errorf("the person running the agent approves or denies, not %s", d.Kind)
+	if d.Kind == policy.ApprovedWithEdits {
+		return policy.Decision{}, fmt.Errorf("the person running the agent approves or denies; edits are a remote approver's")
 	}
-	var out struct {
-		Decision policy.Decision `json:"decision"`
-	}
-	err := c.do(ctx, http.MethodPost, "/v1/calls/"+url.PathEscape(callID)+"/user-decision", body, &out)
-	return out.Decision, err
+	return c.decide(ctx, callID, "user-decision", d)
 }

@@ -131,6 +131,12 @@ func (c *Client) Pending(ctx context.Context, f tgclient.ListFilter, p tgclient.
 // Decide applies a decision. The API records the token's name as the
 // decider; d.DecidedBy is not sent.
 func (c *Client) Decide(ctx context.Context, callID string, d policy.Decision) (policy.Decision, error) {
+	return c.decide(ctx, callID, "decision", d)
+}
+
+// decide sends d in the API's words to the call's route (decision, or
+// user-decision) and returns the decision recorded.
+func (c *Client) decide(ctx context.Context, callID, route string, d policy.Decision) (policy.Decision, error) {
 	body := map[string]any{"reason": d.Reason, "comment": d.Comment}
 	switch d.Kind {
 	case policy.Approved:
@@ -149,7 +155,7 @@ func (c *Client) Decide(ctx context.Context, callID string, d policy.Decision) (
 	var out struct {
 		Decision policy.Decision `json:"decision"`
 	}
-	err := c.do(ctx, http.MethodPost, "/v1/calls/"+url.PathEscape(callID)+"/decision", body, &out)
+	err := c.do(ctx, http.MethodPost, "/v1/calls/"+url.PathEscape(callID)+"/"+route, body, &out)
 	return out.Decision, err
 }
 

@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"encoding/json"
+	"time"
 
 	"github.com/toolgate/toolgate/policy"
 	"github.com/toolgate/toolgate/tool"
@@ -63,3 +64,28 @@ type Report struct {
 }
 
 var _ Agent = (*Client)(nil)
+
+// WaitingForPerson waits while the policy checks a new call, looking every
+// poll, and returns the call as it waits for a person. ok is false when it
+// does not (the policy or a sticky decision decided it at once), when it
+// cannot be looked at, or when ctx ends.
+func WaitingForPerson(ctx context.Context, agent Agent, callID string, poll time.Duration) (w Waiting, ok bool) {
+	for {
+		st, err := agent.Status(ctx, callID)
+		if err != nil || st.State == nil {
+			return Waiting{}, false
+		}
+		switch st.State.Status {
+		case workflows.StatusPending:
+			return WaitingView(st), true
+		case workflows.StatusEvaluating:
+		default:
+			return Waiting{}, false
+		}
+		select {
+		case <-ctx.Done():
+			return Waiting{}, false
+		case <-time.After(poll):
+		}
+	}
+}

@@ -11,7 +11,6 @@ import (
 
 	"github.com/toolgate/toolgate/client"
 	"github.com/toolgate/toolgate/policy"
-	"github.com/toolgate/toolgate/workflows"
 )
 
 // The person at the agent: a call whose rule lets the person running the
@@ -33,28 +32,11 @@ func (at attempt) mayAskUser() bool {
 	return at.c.Dialect == ClaudeCode && !at.c.NoReport && at.ev.ToolUseID != ""
 }
 
-// waitingForUser waits while the policy checks the call, and returns it
-// when it waits for a person and its rule lets the acting user decide.
+// waitingForUser returns the call when it waits for a person and its rule
+// lets the acting user decide.
 func (at attempt) waitingForUser(ctx context.Context, callID string) (client.Waiting, bool) {
-	for {
-		st, err := at.agent.Status(ctx, callID)
-		if err != nil || st.State == nil {
-			return client.Waiting{}, false
-		}
-		switch st.State.Status {
-		case workflows.StatusPending:
-			w := client.WaitingView(st)
-			return w, w.User != ""
-		case workflows.StatusEvaluating:
-		default:
-			return client.Waiting{}, false
-		}
-		select {
-		case <-ctx.Done():
-			return client.Waiting{}, false
-		case <-time.After(userPoll):
-		}
-	}
+	w, ok := client.WaitingForPerson(ctx, at.agent, callID, userPoll)
+	return w, ok && w.User != ""
 }
 
 // handToUser answers "ask": Claude Code asks its user. The tool_use_id

@@ -11,7 +11,6 @@ import (
 
 	tgclient "github.com/toolgate/toolgate/client"
 	"github.com/toolgate/toolgate/policy"
-	"github.com/toolgate/toolgate/workflows"
 )
 
 // Asking the person at the client: a call whose rule lets the person
@@ -76,7 +75,7 @@ func (h *handler) askUser(ctx context.Context, req *mcp.CallToolRequest, callID 
 	go func() {
 		defer close(done)
 		log := h.g.opts.Logger.With(zap.String("callID", callID))
-		w, ok := h.waitingForPerson(ctx, callID)
+		w, ok := tgclient.WaitingForPerson(ctx, h.g.agent, callID, evaluatingPoll)
 		if !ok || w.User == "" {
 			return
 		}
@@ -107,7 +106,7 @@ func (h *handler) askInRound(ctx context.Context, req *mcp.CallToolRequest, call
 	if req.Params.RequestState != "" || !clientElicits(req) {
 		return nil, false
 	}
-	w, ok := h.waitingForPerson(ctx, callID)
+	w, ok := tgclient.WaitingForPerson(ctx, h.g.agent, callID, evaluatingPoll)
 	if !ok || w.User == "" {
 		return nil, false
 	}
@@ -144,30 +143,6 @@ func clientElicits(req *mcp.CallToolRequest) bool {
 	}
 	e := c.Elicitation
 	return e.Form != nil || e.URL == nil // {} is form, for clients before 2025-11-25
-}
-
-// waitingForPerson waits while the policy checks a new call, and returns
-// the call as it waits for a person; ok is false when it does not (it was
-// decided at once) or cannot be looked at.
-func (h *handler) waitingForPerson(ctx context.Context, callID string) (tgclient.Waiting, bool) {
-	for {
-		st, err := h.g.agent.Status(ctx, callID)
-		if err != nil || st.State == nil {
-			return tgclient.Waiting{}, false
-		}
-		switch st.State.Status {
-		case workflows.StatusPending:
-			return tgclient.WaitingView(st), true
-		case workflows.StatusEvaluating:
-		default:
-			return tgclient.Waiting{}, false
-		}
-		select {
-		case <-ctx.Done():
-			return tgclient.Waiting{}, false
-		case <-time.After(evaluatingPoll):
-		}
-	}
 }
 
 // maxQuestionPreview bounds the preview quoted in the question.

@@ -60,15 +60,23 @@ func (d decisionRequest) toDecision(p Principal, channel string) (policy.Decisio
 	return out, nil
 }
 
-func (a *api) decideOne(w http.ResponseWriter, r *http.Request, p Principal) {
-	var req decisionRequest
+// readDecision decodes the decision of one call's route; the body may
+// name the call, but only as the URL does.
+func readDecision(w http.ResponseWriter, r *http.Request) (req decisionRequest, callID string, err error) {
 	if err := decodeBody(w, r, &req); err != nil {
-		writeError(w, err)
-		return
+		return req, "", err
 	}
-	callID := r.PathValue("call_id")
+	callID = r.PathValue("call_id")
 	if req.CallID != "" && req.CallID != callID {
-		writeError(w, badRequest("call_id", fmt.Sprintf("names %q but the URL names %q", req.CallID, callID)))
+		return req, "", badRequest("call_id", fmt.Sprintf("names %q but the URL names %q", req.CallID, callID))
+	}
+	return req, callID, nil
+}
+
+func (a *api) decideOne(w http.ResponseWriter, r *http.Request, p Principal) {
+	req, callID, err := readDecision(w, r)
+	if err != nil {
+		writeError(w, err)
 		return
 	}
 	applied, err := Decide(r.Context(), a.calls, p, callID, req, "api")
@@ -157,16 +165,12 @@ func (a *api) ownCall(ctx context.Context, p Principal, callID string) error {
 // elicitation form, a coding agent's permission prompt. The workflow takes
 // it only when the call's rule says `user: true`.
 func (a *api) userDecision(w http.ResponseWriter, r *http.Request, p Principal) {
-	var req decisionRequest
-	if err := decodeBody(w, r, &req); err != nil {
+	req, callID, err := readDecision(w, r)
+	if err != nil {
 		writeError(w, err)
 		return
 	}
-	callID := r.PathValue("call_id")
 	switch {
-	case req.CallID != "" && req.CallID != callID:
-		writeError(w, badRequest("call_id", fmt.Sprintf("names %q but the URL names %q", req.CallID, callID)))
-		return
 	case len(req.Args) > 0:
 		writeError(w, badRequest("args", "the person running the agent approves or denies; edited arguments are a remote approver's"))
 		return
