@@ -142,12 +142,10 @@ func (f *fakeAgent) Status(_ context.Context, id string) (tgclient.Status, error
 func (f *fakeAgent) DecideAsUser(_ context.Context, id, user string, d policy.Decision) (policy.Decision, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	c, ok := f.calls[id]
+	c, err := f.waitingLocked(id)
 	switch {
-	case !ok:
-		return policy.Decision{}, fmt.Errorf("call %s: %w", id, tgclient.ErrUnknownCall)
-	case c.result != nil:
-		return policy.Decision{}, &tgclient.AlreadyDecidedError{CallID: id, Message: "call " + id + " was already decided"}
+	case err != nil:
+		return policy.Decision{}, err
 	case !f.user || user == "" || user != c.req.ActingUser:
 		return policy.Decision{}, &tgclient.RefusedError{Type: workflows.ErrTypeNotAuthorized, Message: user + " may not decide call " + id}
 	}
@@ -159,6 +157,18 @@ func (f *fakeAgent) DecideAsUser(_ context.Context, id, user string, d policy.De
 	}
 	f.finish(c, r)
 	return d, nil
+}
+
+// waitingLocked is call id while it waits, else the workflow's refusal.
+func (f *fakeAgent) waitingLocked(id string) (*fakeCall, error) {
+	c, ok := f.calls[id]
+	switch {
+	case !ok:
+		return nil, fmt.Errorf("call %s: %w", id, tgclient.ErrUnknownCall)
+	case c.result != nil:
+		return nil, &tgclient.AlreadyDecidedError{CallID: id, Message: "call " + id + " was already decided"}
+	}
+	return c, nil
 }
 
 func (f *fakeAgent) userDecisions() []policy.Decision {
@@ -176,12 +186,9 @@ func (f *fakeAgent) Report(context.Context, string, string, tgclient.Report) err
 func (f *fakeAgent) Cancel(_ context.Context, id string, by policy.Approver) (policy.Decision, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	c, ok := f.calls[id]
-	switch {
-	case !ok:
-		return policy.Decision{}, fmt.Errorf("call %s: %w", id, tgclient.ErrUnknownCall)
-	case c.result != nil:
-		return policy.Decision{}, &tgclient.AlreadyDecidedError{CallID: id, Message: "call " + id + " was already decided"}
+	c, err := f.waitingLocked(id)
+	if err != nil {
+		return policy.Decision{}, err
 	}
 	f.cancelled = append(f.cancelled, id)
 	d := policy.Decision{Kind: policy.DeniedWithReason, Reason: "cancelled by " + by.Name, DecidedBy: by.Name, Channel: workflows.ChannelCancel}
