@@ -97,3 +97,27 @@ func (s *CallSuite) TestTheActingUserNeverCountsTowardFourEyes() {
 	s.Require().NotNil(rs[0].Approvals)
 	s.Equal([]string{"bob", "carol"}, []string{rs[0].Approvals.Given[0].By, rs[0].Approvals.Given[1].By})
 }
+
+// The same through the waiting room, for calls that wait at once: the
+// user's approval for the session releases the one whose rule lets that
+// user decide, and leaves the remote-only one to its approvers.
+func (s *CallSuite) TestAUsersStickyApprovalReleasesOnlyWaitingCallsTheUserMayDecide() {
+	s.policy.askFor = func(c policy.Call) (policy.ApprovalRequest, bool) {
+		return policy.ApprovalRequest{Message: "write?", User: c.ID != "c3"}, true
+	}
+	decideAt(s.env, time.Hour, "c2", userDecision(policy.ApprovedForSession, "alice"))
+	decideAt(s.env, 2*time.Hour, "c3", decision(policy.Denied, "bob"))
+	rs := s.runSession(harnessInput{Calls: []CallInput{
+		userCall("c1", `{"path":"a","content":"x"}`),
+		userCall("c2", `{"path":"b","content":"x"}`),
+		userCall("c3", `{"path":"c","content":"x"}`),
+	}})
+
+	s.Equal(StatusOK, rs[0].Status)
+	s.Equal("alice", rs[0].DecidedBy)
+	s.Equal("session", rs[0].Channel)
+	s.Equal(time.Hour, rs[0].DecidedAt.Sub(s.start), "released when the user decided")
+	s.Equal(policy.ChannelClient, rs[1].Channel)
+	s.Equal(StatusDenied, rs[2].Status, "still waiting for its approvers until bob denied it")
+	s.Equal("bob", rs[2].DecidedBy)
+}
