@@ -2,6 +2,8 @@ package mcpgate_test
 
 import (
 	"context"
+	"errors"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -229,4 +231,82 @@ func TestADecisionElsewhereWinsOverTheOpenQuestion(t *testing.T) {
 	assert.Contains(t, text(t, res), "not today")
 	time.Sleep(1500 * time.Millisecond) // the client's late answer, if it were sent
 	assert.Empty(t, f.userDecisions())
+}
+
+// cuttable is an HTTP client whose connections can all be cut at once, as
+// a network that drops: no request ends cleanly, no notification is sent.
+type cuttable struct {
+	mu    sync.Mutex
+	conns []net.Conn
+	cut   bool
+}
+
+func (c *cuttable) client(token string) *http.Client {
+	dialer := &net.Dialer{}
+	tr := &http.Transport{DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if c.cut {
+			return nil, errors.New("the network is down")
+		}
+		conn, err := dialer.DialContext(ctx, network, addr)
+		if err == nil {
+			c.conns = append(c.conns, conn)
+		}
+		return conn, err
+	}}
+	return &http.Client{Transport: &bearer{token: token, base: tr}}
+}
+
+func (c *cuttable) cutAll() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.cut = true
+	for _, conn := range c.conns {
+		_ = conn.Close()
+	}
+}
+
+// A client whose connection drops while its user is asked loses the
+// question, not the call: a client that comes back to the same session
+// and asks the same call joins it, and is asked again.
+func TestAClientThatDropsIsAskedAgainWhenItComesBack(t *testing.T) {
+	f, g := userGateway(true)
+	g = mcpgate.NewGateway(f, mcpgate.Options{Wait: 10 * time.Second, ProgressInterval: time.Hour})
+	srv := httptest.NewServer(g.HTTPHandler(func(token string) (string, string, bool, bool) {
+		return "claude", "alice", token == "agent-token", token == "agent-token"
+	}))
+	t.Cleanup(srv.Close)
+	connectVia := func(hc *http.Client, a *asker) *mcp.ClientSession {
+		tr := &mcp.StreamableClientTransport{Endpoint: srv.URL + "?session=my-repo", HTTPClient: hc, MaxRetries: -1}
+		cs, err := mcp.NewClient(&mcp.Implementation{Name: "test-agent", Version: "1"}, &mcp.ClientOptions{ElicitationHandler: a.handle}).Connect(context.Background(), tr, nil)
+		require.NoError(t, err)
+		return cs
+	}
+	args := map[string]any{"repo": "acme/app", "title": "x"}
+
+	asked := make(chan struct{})
+	first := &asker{answer: func(ctx context.Context) (*mcp.ElicitResult, error) {
+		close(asked)
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}}
+	network := &cuttable{}
+	dropped := connectVia(network.client("agent-token"), first)
+	go func() { _, _ = dropped.CallTool(context.Background(), &mcp.CallToolParams{Name: "github__create_issue", Arguments: args}) }()
+	<-asked
+	network.cutAll()
+
+	again := answering(map[string]any{"decision": "approve"})
+	back := connectVia((&cuttable{}).client("agent-token"), again)
+	defer back.Close()
+	res := callTool(t, back, "github__create_issue", args)
+
+	assert.False(t, res.IsError, text(t, res))
+	require.Len(t, f.submissions(), 1, "the same call: no second one was asked for")
+	assert.Equal(t, "my-repo", f.submissions()[0].Session)
+	require.Len(t, again.questions(), 1, "asked again")
+	require.Len(t, f.userDecisions(), 1)
+	assert.Equal(t, policy.Approved, f.userDecisions()[0].Kind)
+	assert.Empty(t, f.cancelled, "the drop cancelled nothing")
 }

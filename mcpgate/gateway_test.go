@@ -611,12 +611,17 @@ func TestHTTPNeedsAnAgentToken(t *testing.T) {
 type bearer struct {
 	token string
 	calls atomic.Int32
+	// base carries the requests; nil is http.DefaultTransport.
+	base http.RoundTripper
 }
 
 func (b *bearer) RoundTrip(r *http.Request) (*http.Response, error) {
 	r = r.Clone(r.Context())
 	r.Header.Set("Authorization", "Bearer "+b.token)
 	b.calls.Add(1)
+	if b.base != nil {
+		return b.base.RoundTrip(r)
+	}
 	return http.DefaultTransport.RoundTrip(r)
 }
 
