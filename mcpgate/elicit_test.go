@@ -293,7 +293,9 @@ func TestAClientThatDropsIsAskedAgainWhenItComesBack(t *testing.T) {
 	}}
 	network := &cuttable{}
 	dropped := connectVia(network.client("agent-token"), first)
-	go func() { _, _ = dropped.CallTool(context.Background(), &mcp.CallToolParams{Name: "github__create_issue", Arguments: args}) }()
+	go func() {
+		_, _ = dropped.CallTool(context.Background(), &mcp.CallToolParams{Name: "github__create_issue", Arguments: args})
+	}()
 	<-asked
 	network.cutAll()
 
