@@ -161,7 +161,7 @@ func question(w tgclient.Waiting) string {
 		if len(text) > maxQuestionPreview {
 			text, cut = strings.ToValidUTF8(text[:maxQuestionPreview], ""), true
 		}
-		fmt.Fprintf(&b, "\n\nWhat it changes (%s):\n%s", previewSource(p), text)
+		fmt.Fprintf(&b, "\n\n%s:\n%s", p.Heading(), text)
 		if cut {
 			b.WriteString("\n[cut; the inbox shows all of it]")
 		}
@@ -170,13 +170,6 @@ func question(w tgclient.Waiting) string {
 		fmt.Fprintf(&b, "\n\nApprovers of %s are asked too; the first decision counts.", strings.Join(w.Groups, ", "))
 	}
 	return b.String()
-}
-
-func previewSource(p *policy.Preview) string {
-	if p.ComputedBy == policy.ComputedByAgent {
-		return "computed by the agent"
-	}
-	return "computed by toolgate"
 }
 
 // answerOf turns the form's answer into the user's decision; answered is

@@ -99,7 +99,7 @@ func TestTheUserApprovesInTheClient(t *testing.T) {
 			assert.Equal(t, "alice", call.ActingUser, "the call names the person at the client")
 			assert.Contains(t, q.Message, "claude asks to run github__create_issue (call "+call.CallID+")")
 			assert.Contains(t, q.Message, "create an issue in acme/app")
-			assert.Contains(t, q.Message, "What it changes (computed by toolgate):\na new issue in acme/app")
+			assert.Contains(t, q.Message, "Preview:\na new issue in acme/app")
 			assert.Contains(t, q.Message, "Approvers of ops are asked too")
 			require.Len(t, f.userDecisions(), 1)
 			d := f.userDecisions()[0]

@@ -263,7 +263,7 @@ func (e *Email) Message(n activities.Notice, to Approver) ([]byte, error) {
 		Preview: previewText(n.Request.Preview),
 	}
 	if p := n.Request.Preview; p != nil {
-		v.PreviewTitle = PreviewHeading(*p)
+		v.PreviewTitle = p.Heading()
 	}
 	if len(n.Groups) > 0 {
 		v.AskedOf = strings.Join(n.Groups, ", ")

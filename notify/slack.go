@@ -283,7 +283,7 @@ func previewBlock(p policy.Preview, inboxURL string) slack.Block {
 			text = text[:len(text)-1]
 		}
 	}
-	s := "*" + PreviewHeading(p) + "*\n```" + strings.ReplaceAll(escape(text), "```", "`\u200b``") + "```"
+	s := "*" + p.Heading() + "*\n```" + strings.ReplaceAll(escape(text), "```", "`\u200b``") + "```"
 	if cutShort {
 		s += "\n_cut short_"
 		if inboxURL != "" {

@@ -91,22 +91,6 @@ func callPageURL(publicURL, callID string) string {
 	return strings.TrimRight(publicURL, "/") + "/calls/" + url.PathEscape(callID)
 }
 
-// PreviewHeading names what a preview shows, for a heading, saying when
-// the agent computed it (its claim).
-func PreviewHeading(p policy.Preview) string {
-	h := "Preview"
-	switch p.Kind {
-	case policy.PreviewDiff:
-		h = "What it changes"
-	case policy.PreviewCommand:
-		h = "What it runs"
-	}
-	if p.ComputedBy == policy.ComputedByAgent {
-		h += " (computed by the agent)"
-	}
-	return h
-}
-
 // previewText is a preview's text for a message, saying when it was cut.
 func previewText(p *policy.Preview) string {
 	if p == nil {

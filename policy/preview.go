@@ -78,3 +78,19 @@ func FileChange(path, old, new string, existed bool) Preview {
 }
 
 func isText(s string) bool { return utf8.ValidString(s) && !strings.ContainsRune(s, 0) }
+
+// Heading names what the preview shows, for a heading, saying when the
+// agent computed it (its claim).
+func (p Preview) Heading() string {
+	h := "Preview"
+	switch p.Kind {
+	case PreviewDiff:
+		h = "What it changes"
+	case PreviewCommand:
+		h = "What it runs"
+	}
+	if p.ComputedBy == ComputedByAgent {
+		h += " (computed by the agent)"
+	}
+	return h
+}

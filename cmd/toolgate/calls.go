@@ -14,7 +14,6 @@ import (
 	"github.com/spf13/cobra"
 
 	tgclient "github.com/toolgate/toolgate/client"
-	"github.com/toolgate/toolgate/notify"
 	"github.com/toolgate/toolgate/policy"
 	"github.com/toolgate/toolgate/workflows"
 )
@@ -418,7 +417,7 @@ decide are listed and counted. --preview shows what each call will change
 
 // previewHeading names a preview for the terminal.
 func previewHeading(p policy.Preview) string {
-	h := notify.PreviewHeading(p)
+	h := p.Heading()
 	if p.Truncated {
 		h += " (cut short)"
 	}
