@@ -28,6 +28,12 @@ func (c Config) post(ctx context.Context, ev Event) {
 	var u use
 	if err := store.update(ev.SessionID, func(st *sessionState) error {
 		u = st.Uses[ev.ToolUseID]
+		if u.User && ev.HookEventName != EventPermissionDenied {
+			// Kept even if toolgate cannot be told now: the turn's end
+			// records the approval then, not a refusal.
+			u.Ran = true
+			st.Uses[ev.ToolUseID] = u
+		}
 		return nil
 	}); err != nil {
 		log.Warn("cannot read the hook state; the call will end unknown", zap.Error(err))

@@ -44,8 +44,11 @@ type use struct {
 	CallID string    `json:"call_id"`
 	At     time.Time `json:"at"`
 	// User: the hook answered "ask", handing the call to the agent's own
-	// permission prompt; its outcome is the user's decision.
+	// permission prompt; its outcome is the user's decision. Ran: the
+	// tool's PostToolUse came, so the prompt approved it, even if toolgate
+	// could not be told then.
 	User bool `json:"user,omitempty"`
+	Ran  bool `json:"ran,omitempty"`
 }
 
 // stateStore keeps the session state files under dir. Every change is a

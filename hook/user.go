@@ -90,7 +90,10 @@ func (c Config) userApproved(ctx context.Context, agent client.Agent, log *zap.L
 }
 
 // turnEnded records, for every call of the session handed to the prompt
-// that no tool run followed, that its user did not approve it.
+// and not yet recorded, what the prompt decided: not approved when no
+// tool run followed; approved when one did but toolgate could not be told
+// at its PostToolUse (the call then ends unknown at its report timeout,
+// its outcome never reported).
 func (c Config) turnEnded(ctx context.Context, ev Event) {
 	log := c.Logger.With(zap.String("event", ev.HookEventName), zap.String("session", ev.SessionID))
 	if client.ValidateID("session_id", ev.SessionID) != nil {
@@ -98,11 +101,11 @@ func (c Config) turnEnded(ctx context.Context, ev Event) {
 		return
 	}
 	store := stateStore{dir: c.StateDir}
-	asked := map[string]string{} // tool_use_id -> call ID
+	asked := map[string]use{} // by tool_use_id
 	if err := store.update(ev.SessionID, func(st *sessionState) error {
 		for id, u := range st.Uses {
 			if u.User {
-				asked[id] = u.CallID
+				asked[id] = u
 			}
 		}
 		return nil
@@ -116,21 +119,24 @@ func (c Config) turnEnded(ctx context.Context, ev Event) {
 	defer cancel()
 	agent, closeFn, err := c.Connect(rctx)
 	if err != nil {
-		log.Warn("toolgate is unreachable; the calls the prompt refused wait for their approvers", zap.Error(err))
+		log.Warn("toolgate is unreachable; the calls handed to the prompt wait for their approvers", zap.Error(err))
 		return
 	}
 	defer closeFn()
 	done := map[string]bool{}
-	for id, callID := range asked {
-		_, err := agent.DecideAsUser(rctx, callID, c.ActingUser, policy.Decision{Kind: policy.DeniedWithReason,
-			Reason: "the person running the agent did not approve it at Claude Code's permission prompt"})
+	for id, u := range asked {
+		d := policy.Decision{Kind: policy.DeniedWithReason, Reason: "the person running the agent did not approve it at Claude Code's permission prompt"}
+		if u.Ran {
+			d = policy.Decision{Kind: policy.Approved, Comment: "approved at Claude Code's permission prompt; toolgate was not told how the tool went"}
+		}
+		_, err := agent.DecideAsUser(rctx, u.CallID, c.ActingUser, d)
 		var decided *client.AlreadyDecidedError
 		if err != nil && !errors.As(err, &decided) {
-			log.Warn("the prompt's refusal was not recorded", zap.String("callID", callID), zap.Error(err))
+			log.Warn("the prompt's answer was not recorded", zap.String("callID", u.CallID), zap.Error(err))
 			continue
 		}
 		done[id] = true
-		log.Info("recorded that the prompt did not approve the call", zap.String("callID", callID))
+		log.Info("recorded the prompt's answer at the turn's end", zap.String("callID", u.CallID), zap.Bool("ran", u.Ran))
 	}
 	if err := store.update(ev.SessionID, func(st *sessionState) error {
 		for id := range done {

@@ -1,6 +1,8 @@
 package hook
 
 import (
+	"context"
+	"errors"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -109,4 +111,27 @@ func TestOnlyClaudeCodeAndOnlyAUserRuleAsksAtThePrompt(t *testing.T) {
 	d = e.decision(pre("toolu_1", "Bash", `{"command":"git push"}`))
 	assert.Equal(t, "deny", d.PermissionDecision, "remote approvers only: still waiting")
 	assert.Contains(t, d.PermissionDecisionReason, "waiting for a person")
+}
+
+// toolgate down at the PostToolUse: the turn's end records the approval,
+// not a refusal, since the tool ran.
+func TestATurnEndRecordsAnApprovalToolgateMissedAtPostToolUse(t *testing.T) {
+	e := newUserHookEnv(t)
+	require.Equal(t, "ask", e.decision(pre("toolu_1", "Edit", editInput)).PermissionDecision)
+	callID := e.agent.submitted()[0].CallID
+	up := e.cfg.Connect
+	e.cfg.Connect = func(context.Context) (client.Agent, func(), error) {
+		return nil, nil, errors.New("dial tcp 127.0.0.1:7700: connect: connection refused")
+	}
+	require.Equal(t, 0, e.run(post("toolu_1", "Edit", editInput, `{"filePath":"/home/u/repo/a.go"}`)).code)
+	e.cfg.Connect = up
+
+	e.run(stop(EventStop))
+
+	st, err := e.agent.Status(context.Background(), callID)
+	require.NoError(t, err)
+	require.NotNil(t, st.State)
+	assert.Equal(t, workflows.StatusApproved, st.State.Status, "approved, waiting for a report that will not come (it ends unknown)")
+	assert.Equal(t, "dana", st.State.Decision.DecidedBy)
+	assert.Contains(t, st.State.Decision.Comment, "toolgate was not told how the tool went")
 }
