@@ -52,6 +52,13 @@ rules:
     escalate_after: 2s
     escalate_to: [finance]
     timeout: 4s
+  - name: two-keys
+    tool: shell
+    when: args.command.startsWith('echo two')
+    action: ask
+    groups: [ops, finance]
+    approvals: 2
+    distinct_groups: true
   - name: shell
     tool: shell
     action: ask
@@ -450,6 +457,29 @@ func TestChannels(t *testing.T) {
 		got := e.waitResponses("sl-3-late", 1)
 		assert.Contains(t, got[0].Text(), "already decided: denied_with_reason by alice via api")
 		assert.Equal(t, "denied", e.result("sl-3")["status"])
+	})
+
+	t.Run("four eyes: the clicked message shows the count, the second click decides", func(t *testing.T) {
+		e.submit("ch-four", "fe-sl", "echo two fe-sl")
+		post := e.waitPosts("fe-sl", 1, 30*time.Second)[0]
+		msgTS := e.messageTS(post)
+		assert.Contains(t, post.AllText(), "2 people must approve (four eyes)")
+
+		assert.Equal(t, http.StatusOK, e.slackPost(click(post, msgTS, "U_ALICE", "approve", e.slack.ResponseURL("fe-sl-alice")), time.Now(), slackSecret))
+		assert.Contains(t, e.waitResponses("fe-sl-alice", 1)[0].Text(), "Approval recorded: 1 of 2 approvals")
+		counted := e.waitUpdate(msgTS)
+		assert.Contains(t, counted.AllText(), "1 of 2 approvals: alice via slack for ops; waiting for another approver")
+		assert.Contains(t, counted.Form.Get("blocks"), `"type":"actions"`, "the buttons stay for the second approver")
+		assert.Equal(t, "pending", e.status("fe-sl"))
+
+		assert.Equal(t, http.StatusOK, e.slackPost(click(post, msgTS, "U_BOB", "approve", e.slack.ResponseURL("fe-sl-bob")), time.Now(), slackSecret))
+		r := e.result("fe-sl")
+		assert.Equal(t, "ok", r["status"])
+		assert.Equal(t, "bob", r["decided_by"])
+		require.Eventually(t, func() bool { return len(e.updates(msgTS)) >= 2 }, 30*time.Second, 20*time.Millisecond)
+		final := e.updates(msgTS)[len(e.updates(msgTS))-1]
+		assert.Contains(t, final.Text(), "approved by bob via slack")
+		assert.NotContains(t, final.Form.Get("blocks"), `"type":"actions"`)
 	})
 
 	t.Run("a timeout updates the Slack message", func(t *testing.T) {

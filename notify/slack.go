@@ -176,6 +176,16 @@ func ParseSlackAction(blockID, actionID, value string) (callID, action string, o
 	return "", "", false
 }
 
+// CountedBlocks is the message of a four-eyes call that counted an
+// approval and waits for more: the notice's, buttons and all, with how far
+// it is (progress, e.g. "1 of 2 approvals: alice via slack") under its
+// header.
+func CountedBlocks(n activities.Notice, progress, publicURL string) []slack.Block {
+	blocks := NoticeBlocks(n, publicURL)
+	counted := slack.NewSectionBlock(mrkdwn(":ballot_box_with_check: *"+escape(progress)+"*"), nil, nil)
+	return slices.Insert(blocks, 1, slack.Block(counted))
+}
+
 // NoticeBlocks is the Block Kit message of a notice: what is asked, the
 // call's facts, its abridged arguments and the decision buttons.
 func NoticeBlocks(n activities.Notice, publicURL string) []slack.Block {

@@ -95,14 +95,23 @@ func (a *api) decideOne(w http.ResponseWriter, r *http.Request, p Principal) {
 // approvalsLeft is the count of a four-eyes call an approval did not yet
 // decide (nil otherwise): the approval was counted, the call waits.
 func approvalsLeft(ctx context.Context, calls *tgclient.Client, callID string, applied policy.Decision) *workflows.Approvals {
+	if st := countedState(ctx, calls, callID, applied); st != nil {
+		return st.Approvals
+	}
+	return nil
+}
+
+// countedState is the call as it stands after an approval that a
+// four-eyes call counted and that did not yet decide it; nil otherwise.
+func countedState(ctx context.Context, calls *tgclient.Client, callID string, applied policy.Decision) *workflows.CallState {
 	if !applied.Kind.Approves() {
 		return nil
 	}
 	st, err := calls.Status(ctx, callID)
-	if err != nil || st.State == nil || st.State.Decision != nil {
+	if err != nil || st.State == nil || st.State.Decision != nil || st.State.Approvals == nil {
 		return nil
 	}
-	return st.State.Approvals
+	return st.State
 }
 
 // Decide applies p's decision through the call's validated update, which

@@ -16,8 +16,10 @@ import (
 	"github.com/slack-go/slack"
 	"go.uber.org/zap"
 
+	"github.com/toolgate/toolgate/activities"
 	tgclient "github.com/toolgate/toolgate/client"
 	"github.com/toolgate/toolgate/notify"
+	"github.com/toolgate/toolgate/workflows"
 )
 
 // SlackChannel is the channel Slack decisions record.
@@ -59,6 +61,8 @@ type slackInteractions struct {
 	now       func() time.Time
 	// running counts the goroutines still working on clicks (for tests).
 	running sync.WaitGroup
+	// publicURL is the base of the links in messages.
+	publicURL string
 }
 
 // newSlackInteractions returns the endpoint, or nil when Slack is not
@@ -81,6 +85,7 @@ func newSlackInteractions(cfg Config) *slackInteractions {
 		logger:    cfg.Logger.Named("slack"),
 		errs:      &api{calls: cfg.Calls, tokens: cfg.Tokens, logger: cfg.Logger},
 		now:       time.Now,
+		publicURL: n.PublicURL,
 	}
 }
 
@@ -187,7 +192,28 @@ func (s *slackInteractions) blockActions(w http.ResponseWriter, ic slack.Interac
 		s.async(func(ctx context.Context) { s.openReasonModal(ctx, p, callID, ic, reply) })
 		return
 	}
-	s.async(func(ctx context.Context) { s.decide(ctx, p, callID, decisionRequest{Decision: action}, reply) })
+	s.async(func(ctx context.Context) {
+		if st := s.decide(ctx, p, callID, decisionRequest{Decision: action}, reply); st != nil {
+			s.showCount(ctx, *st, ic.Channel.ID, ic.Message.Timestamp)
+		}
+	})
+}
+
+// showCount updates the clicked message of a four-eyes call that counted
+// an approval: the same question and buttons, and how far it is. (The
+// other channels' messages update at the decision.)
+func (s *slackInteractions) showCount(ctx context.Context, st workflows.CallState, channel, ts string) {
+	if channel == "" || ts == "" || st.Request == nil || st.Approvals == nil {
+		return
+	}
+	n := activities.Notice{Kind: activities.NoticeWaiting, Call: st.Call, Request: *st.Request, Groups: st.Request.Groups, Deadline: st.Deadline}
+	progress := approvalsText(st.Approvals) + "; waiting for another approver"
+	_, _, _, err := s.api.UpdateMessageContext(ctx, channel, ts,
+		slack.MsgOptionText(fmt.Sprintf("%s call %s: %s", st.Call.Tool, st.Call.ID, progress), false),
+		slack.MsgOptionBlocks(notify.CountedBlocks(n, progress, s.publicURL)...))
+	if err != nil {
+		s.logger.Warn("Could not show the count on the Slack message", zap.String("callID", st.Call.ID), zap.Error(err))
+	}
 }
 
 // openReasonModal opens the "deny with reason" modal, after checking that
@@ -247,19 +273,22 @@ func (s *slackInteractions) viewSubmission(w http.ResponseWriter, ic slack.Inter
 }
 
 // decide applies a decision through Decide, as every channel does; a
-// refusal goes back to the user.
-func (s *slackInteractions) decide(ctx context.Context, p Principal, callID string, req decisionRequest, reply func(context.Context, string)) {
+// refusal goes back to the user. It returns the call as it stands when the
+// decision was an approval that a four-eyes call counted and still waits.
+func (s *slackInteractions) decide(ctx context.Context, p Principal, callID string, req decisionRequest, reply func(context.Context, string)) *workflows.CallState {
 	applied, err := Decide(ctx, s.calls, p, callID, req, SlackChannel)
 	if err != nil {
 		msg := asAPIError(s.errs.mapError(err)).message
 		s.logger.Info("Slack decision refused", zap.String("callID", callID), zap.String("approver", p.Name), zap.String("decision", req.Decision), zap.String("refusal", msg))
 		reply(ctx, ":warning: "+strings.TrimSuffix(msg, ".")+". Nothing was recorded.")
-		return
+		return nil
 	}
 	s.logger.Info("Decision", zap.String("callID", callID), zap.Stringer("decision", applied.Kind), zap.String("approver", p.Name), zap.String("channel", SlackChannel))
-	if ap := approvalsLeft(ctx, s.calls, callID, applied); ap != nil {
-		reply(ctx, fmt.Sprintf("Approval recorded: %d of %d approvals; the call waits for another approver.", len(ap.Given), ap.Needed))
+	st := countedState(ctx, s.calls, callID, applied)
+	if st != nil {
+		reply(ctx, fmt.Sprintf("Approval recorded: %d of %d approvals; the call waits for another approver.", len(st.Approvals.Given), st.Approvals.Needed))
 	}
+	return st
 }
 
 // principal maps a Slack member ID (never a display name) to an approver.
