@@ -126,7 +126,8 @@ func (a *app) devTokens(dataDir, tokensFile string) (string, error) {
 	if !created {
 		return fmt.Sprintf("  tokens     in %s (agent and approver)\n", path), nil
 	}
-	return fmt.Sprintf("  tokens     created in %s:\n    agent     %s\n    approver  %s  (sign in to the inbox with it)\n", path, dt.Agent, dt.Approver), nil
+	return fmt.Sprintf("  tokens     created in %s:\n    agent     %s  (run by %s: decides at the agent where a rule says user: true)\n    approver  %s  (sign in to the inbox with it)\n",
+		path, dt.Agent, server.DevUserName, dt.Approver), nil
 }
 
 func (a *app) workerCommand() *cobra.Command {
