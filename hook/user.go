@@ -2,6 +2,7 @@ package hook
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/toolgate/toolgate/client"
 	"github.com/toolgate/toolgate/policy"
+	"github.com/toolgate/toolgate/workflows"
 )
 
 // The person at the agent: a call whose rule lets the person running the
@@ -71,14 +73,21 @@ func userQuestion(callID string, w client.Waiting) string {
 }
 
 // userApproved records that the person approved the call at the prompt
-// (its tool ran) and takes the approval for this run, so the report that
-// follows completes it. It reports whether the call may be reported.
-func (c Config) userApproved(ctx context.Context, agent client.Agent, log *zap.Logger, callID, run string) bool {
+// (its tool ran, with the arguments ran) and takes the approval for this
+// run, so the report that follows completes it. It reports whether the
+// call may be reported: not when toolgate holds another outcome, nor when
+// an approver decided first with edited arguments (the tool ran the
+// agent's).
+func (c Config) userApproved(ctx context.Context, agent client.Agent, log *zap.Logger, callID, run string, ran json.RawMessage) bool {
 	_, err := agent.DecideAsUser(ctx, callID, c.ActingUser, policy.Decision{Kind: policy.Approved, Comment: "approved at Claude Code's permission prompt"})
 	var decided *client.AlreadyDecidedError
 	switch {
 	case errors.As(err, &decided):
 		log.Info("the call was decided in toolgate before the prompt's answer", zap.String("decision", decided.Decision), zap.String("by", decided.DecidedBy))
+		if st, err := agent.Status(ctx, callID); err == nil && st.State != nil && st.State.Status == workflows.StatusApproved && !sameArgs(st.State.Call.Args, ran) {
+			log.Warn("the tool ran with the agent's arguments once its user approved it at the prompt, but an approver approved edited ones first; not reported")
+			return false
+		}
 	case err != nil:
 		log.Warn("the prompt's approval was not recorded", zap.Error(err))
 	}

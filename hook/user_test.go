@@ -135,3 +135,21 @@ func TestATurnEndRecordsAnApprovalToolgateMissedAtPostToolUse(t *testing.T) {
 	assert.Equal(t, "dana", st.State.Decision.DecidedBy)
 	assert.Contains(t, st.State.Decision.Comment, "toolgate was not told how the tool went")
 }
+
+// An approver approved edited arguments before the user approved at the
+// prompt: the tool ran the agent's arguments, so the approval of others is
+// not claimed for that run.
+func TestAnEditApprovedFirstIsNotClaimedForThePromptsRun(t *testing.T) {
+	e := newUserHookEnv(t)
+	require.Equal(t, "ask", e.decision(pre("toolu_1", "Edit", editInput)).PermissionDecision)
+	callID := e.agent.submitted()[0].CallID
+	edited := policy.Decision{Kind: policy.ApprovedWithEdits, DecidedBy: "bob", Channel: "inbox",
+		EditedArgs: []byte(`{"file_path":"/home/u/repo/b.go","old_string":"x","new_string":"y"}`)}
+	e.agent.decide(callID, edited)
+
+	e.run(post("toolu_1", "Edit", editInput, `{"filePath":"/home/u/repo/a.go"}`))
+
+	assert.Empty(t, e.agent.claimsOf(callID), "bob approved other arguments than the ones that ran")
+	_, reported := e.agent.report(callID)
+	assert.False(t, reported)
+}
