@@ -116,9 +116,10 @@ type EvaluateInput struct {
 	AgentPreview *policy.Preview `json:"agent_preview,omitempty"`
 }
 
-// Evaluate checks the tool and its arguments, then asks the policy. When
-// the policy would ask a person, it also looks up the session's sticky
-// decisions, so a call covered by one costs no round trip to the session.
+// Evaluate checks the tool and its arguments, then asks the policy. Given
+// the session, it also reads the session's owner, end and the sticky
+// decision of the call's key, so a call covered by one costs no round trip
+// to the session.
 func (a *Activities) Evaluate(ctx context.Context, in EvaluateInput) (Evaluation, error) {
 	call := in.Call
 	ev := Evaluation{
@@ -158,12 +159,18 @@ func (a *Activities) Evaluate(ctx context.Context, in EvaluateInput) (Evaluation
 	if req != nil || in.Preview {
 		ev.Preview = a.preview(ctx, call, req, in.AgentPreview)
 	}
-	if req != nil || ev.Quota != nil { // what a session holds matters
+	if in.Session != "" {
+		// Read on every call, auto-approved ones too: whose session it is
+		// holds whatever the policy says (a call started around the client
+		// must not run in another agent's session).
 		key := ""
 		if req != nil {
 			key = req.StickyKeyFor(call)
 		}
-		word := a.readSession(ctx, in.Session, key)
+		word, err := a.readSession(ctx, in.Session, key)
+		if err != nil {
+			return Evaluation{}, err // retried: the owner must be known
+		}
 		ev.Sticky, ev.SessionEnded, ev.SessionOwner = word.Sticky, word.End != nil, word.Owner
 	}
 	return ev, nil

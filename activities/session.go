@@ -74,19 +74,40 @@ const sessionReadTimeout = 2 * time.Second
 // readSession reads what the session says to a call of key from its memo,
 // which the server answers (strongly consistent, unlike a visibility
 // listing). A session that is no longer running has no sticky decisions,
-// but one that ended stays ended. Any failure means "nothing".
-func (a *Activities) readSession(ctx context.Context, workflowID, key string) SessionWord {
-	if a.Client == nil || workflowID == "" {
-		return SessionWord{}
+// but one that ended stays ended, and its owner stays its owner. A session
+// that was never opened says nothing; a read that fails is an error, as
+// the owner it would tell must not be guessed.
+func (a *Activities) readSession(ctx context.Context, workflowID, key string) (SessionWord, error) {
+	if a.Client == nil {
+		return SessionWord{}, nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, sessionReadTimeout)
 	defer cancel()
 	desc, err := a.Client.DescribeWorkflowExecution(ctx, workflowID, "")
-	if err != nil {
-		return SessionWord{}
+	var nf *serviceerror.NotFound
+	switch {
+	case errors.As(err, &nf):
+		return SessionWord{}, nil
+	case err != nil:
+		return SessionWord{}, fmt.Errorf("read session %s: %w", workflowID, err)
 	}
-	word, _ := sessionWordOf(desc.GetWorkflowExecutionInfo(), key)
-	return word
+	return sessionWordOf(desc.GetWorkflowExecutionInfo(), key)
+}
+
+// ReadSessionInput is the argument of ReadSession.
+type ReadSessionInput struct {
+	// Session is the session's workflow ID.
+	Session string `json:"session"`
+	// Key is the sticky key of the call that asks.
+	Key string `json:"key,omitempty"`
+}
+
+// ReadSession reads what the session says now to a call of the key: its
+// owner, its end and the sticky decision of the key (strongly consistent).
+// An agent-run call reads it when its approval is claimed, since the end
+// or a revoke voids an approval not yet taken.
+func (a *Activities) ReadSession(ctx context.Context, in ReadSessionInput) (SessionWord, error) {
+	return a.readSession(ctx, in.Session, in.Key)
 }
 
 // sessionWordOf reads a session's word to a call of key from its run's

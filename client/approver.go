@@ -245,6 +245,35 @@ func (c *Client) Decide(ctx context.Context, callID string, d policy.Decision) (
 	return c.updateCall(ctx, callID, workflows.UpdateDecide, workflows.DecideRequest{CallID: callID, Decision: d})
 }
 
+// CheckDecision asks the call's workflow whether it would take d now,
+// with the same check its decide update makes, and changes nothing: nil
+// when it would, its refusal (a *RefusedError) when not. A worker from
+// before this check answers nothing and so refuses nothing.
+func (c *Client) CheckDecision(ctx context.Context, callID string, d policy.Decision) error {
+	if err := ValidateID("call_id", callID); err != nil {
+		return err
+	}
+	if err := d.ValidateIncoming(); err != nil {
+		return &RefusedError{Type: workflows.ErrTypeInvalidDecision, Message: "invalid decision: " + err.Error()}
+	}
+	v, err := c.tc.QueryWorkflow(ctx, workflows.CallWorkflowID(callID), "", workflows.QueryCheckDecision, workflows.DecideRequest{CallID: callID, Decision: d})
+	var failed *serviceerror.QueryFailed
+	switch {
+	case errors.As(err, &failed) && strings.Contains(failed.Message, "unknown queryType"):
+		return nil
+	case err != nil:
+		return c.decideError(ctx, callID, err)
+	}
+	var check workflows.DecisionCheck
+	if err := v.Get(&check); err != nil {
+		return fmt.Errorf("decode the check of call %s: %w", callID, err)
+	}
+	if check.RefusalType != "" {
+		return &RefusedError{Type: check.RefusalType, Message: check.Refusal}
+	}
+	return nil
+}
+
 // DecideAsUser applies the decision of the person running the agent,
 // taken in the agent's own client (an MCP elicitation, a coding agent's
 // prompt): user must be the call's acting user and its rule must let them

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
@@ -25,17 +26,19 @@ type Claim struct {
 // Validate refuses a claim without a run name, or with one that is too
 // long.
 func (cl Claim) Validate() error {
-	if cl.Run == "" || len(cl.Run) > workflows.MaxRunBytes {
-		return &InputError{Field: "run", Problem: fmt.Sprintf("must name the run, in 1 to %d bytes", workflows.MaxRunBytes)}
+	if strings.TrimSpace(cl.Run) == "" || len(cl.Run) > workflows.MaxRunBytes {
+		return &InputError{Field: "run", Problem: fmt.Sprintf("must name the run, in 1 to %d bytes, not only spaces", workflows.MaxRunBytes)}
 	}
 	return nil
 }
 
 // IsApprovalUsed reports whether err says a call's approval cannot be
-// taken (any more): another run took it, or the call ended.
+// taken (any more): another run took it, the call ended, or the approval
+// was voided (its session ended, its sticky decision was revoked).
 func IsApprovalUsed(err error) bool {
 	var refused *RefusedError
-	return errors.As(err, &refused) && (refused.Type == workflows.ErrTypeAlreadyClaimed || refused.Type == workflows.ErrTypeNotWaiting)
+	return errors.As(err, &refused) && (refused.Type == workflows.ErrTypeAlreadyClaimed || refused.Type == workflows.ErrTypeNotWaiting ||
+		refused.Type == workflows.ErrTypeApprovalVoided)
 }
 
 // Claim takes an approved agent-executed call's approval for the run

@@ -3,7 +3,6 @@ package server
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 
@@ -216,10 +215,13 @@ type bulkRefusal struct {
 	Message string `json:"message"`
 }
 
-// decideBulk applies every decision or none: all are checked first (known,
-// waiting, valid, allowed); one refusal refuses the request. A decision
-// taken elsewhere between the check and the apply is the one race left; it
-// is reported per call.
+// decideBulk applies every decision or none: each call's workflow checks
+// its decision first, as its decide update will (known, waiting, valid,
+// allowed: groups, four eyes, the acting user); one refusal refuses the
+// request and nothing is applied. What changes between the check and the
+// apply (a decision taken elsewhere, a sticky decision of the same bulk
+// deciding a later call of it) is the one race left; it is reported per
+// call.
 func (a *api) decideBulk(w http.ResponseWriter, r *http.Request, p Principal) {
 	var req bulkRequest
 	if err := decodeBody(w, r, &req); err != nil {
@@ -274,6 +276,10 @@ func (a *api) checkDecidable(ctx context.Context, p Principal, d decisionRequest
 	if err := dec.Validate(); err != nil {
 		return &tgclient.RefusedError{Type: workflows.ErrTypeInvalidDecision, Message: "invalid decision: " + err.Error()}
 	}
+	if dec.Kind == policy.ApprovedWithEdits {
+		// Whether an edit holds is the policy's to say, when it is applied.
+		return badRequest("args", "edited arguments are decided one call at a time (POST /v1/calls/{call_id}/decision), not in a bulk")
+	}
 	st, err := a.calls.Status(ctx, d.CallID)
 	if err != nil {
 		return err
@@ -281,16 +287,7 @@ func (a *api) checkDecidable(ctx context.Context, p Principal, d decisionRequest
 	if st.Result != nil {
 		return a.calls.AlreadyDecided(ctx, d.CallID)
 	}
-	if st.State.Status != workflows.StatusPending {
-		return &tgclient.RefusedError{Type: workflows.ErrTypeNotWaiting, Message: fmt.Sprintf("call %s is not waiting for a decision (status %s)", d.CallID, st.State.Status)}
-	}
-	// The same rule as the workflow's, to refuse the whole batch up front;
-	// the workflow checks each decision again.
-	if err := p.approver().MayDecide(st.State.Call.Requester, st.State.Request.Groups); err != nil {
-		if errors.Is(err, policy.ErrSelfApproval) {
-			return &tgclient.RefusedError{Type: workflows.ErrTypeSelfApproval, Message: p.Name + " requested call " + d.CallID + " and cannot decide it"}
-		}
-		return &tgclient.RefusedError{Type: workflows.ErrTypeNotAuthorized, Message: fmt.Sprintf("%s may not decide call %s: %v", p.Name, d.CallID, err)}
-	}
-	return nil
+	// The workflow's own check of its decide update: groups, the requester,
+	// four eyes, the acting user, for-session on a four-eyes rule.
+	return a.calls.CheckDecision(ctx, d.CallID, dec)
 }

@@ -63,6 +63,8 @@ func (a *api) mapError(err error) error {
 			return &apiError{http.StatusConflict, "not_waiting", refused.Message}
 		case workflows.ErrTypeAlreadyClaimed:
 			return &apiError{http.StatusConflict, "already_claimed", refused.Message}
+		case workflows.ErrTypeApprovalVoided:
+			return &apiError{http.StatusConflict, "approval_void", refused.Message}
 		case workflows.ErrTypeNotAnotherApproval:
 			return &apiError{http.StatusConflict, "not_another_approval", refused.Message}
 		case workflows.ErrTypeSelfApproval:

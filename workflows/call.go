@@ -57,6 +57,7 @@ func ToolCallWorkflow(ctx workflow.Context, in CallInput) (Result, error) {
 	c.awaitTold(ctx)
 	c.handOverNotices(ctx)
 	c.leaveRoom(ctx)
+	c.awaitLeft(ctx)
 	return r, err
 }
 
@@ -77,8 +78,10 @@ type callRun struct {
 	// stickyKey is the key of the sticky decisions that may decide the
 	// call, once it asks.
 	stickyKey string
-	// joined: the call registered with its waiting room.
+	// joined: the call registered with its waiting room; left is its
+	// leave on the way there.
 	joined bool
+	left   workflow.Future
 	// told are the sticky decisions on their way to the session.
 	told []workflow.Future
 	// notices carries messages to the call's NoticesWorkflow, once one is
@@ -103,6 +106,10 @@ type callRun struct {
 	awaitingReport     bool
 	stopAwaitingReport workflow.CancelFunc
 	endsAtClaim        bool
+	// claiming names the run whose claim is being checked against the
+	// session; voided says why the approval no longer holds.
+	claiming string
+	voided   string
 }
 
 // showIdentity sets the call's identifying search attributes when whoever

@@ -21,6 +21,11 @@ func (c *callRun) registerHandlers(ctx workflow.Context) error {
 	if err := workflow.SetQueryHandler(ctx, QueryCall, func() (CallState, error) { return c.state, nil }); err != nil {
 		return err
 	}
+	if err := workflow.SetQueryHandler(ctx, QueryCheckDecision, func(req DecideRequest) (DecisionCheck, error) {
+		return checkOf(c.validateDecision(ctx, req)), nil
+	}); err != nil {
+		return err
+	}
 	if err := workflow.SetUpdateHandlerWithOptions(ctx, UpdateDecide, c.decide,
 		workflow.UpdateHandlerOptions{Validator: c.validateDecision}); err != nil {
 		return err
@@ -87,6 +92,18 @@ func (c *callRun) validateDecision(ctx workflow.Context, req DecideRequest) erro
 		return refusalOf(req.Decision.DecidedBy, c.state.Call.ID, err)
 	}
 	return c.validateApproval(req.Decision)
+}
+
+// checkOf is the DecisionCheck of a validator's answer.
+func checkOf(err error) DecisionCheck {
+	var appErr *temporal.ApplicationError
+	switch {
+	case err == nil:
+		return DecisionCheck{}
+	case errors.As(err, &appErr):
+		return DecisionCheck{RefusalType: appErr.Type(), Refusal: appErr.Message()}
+	}
+	return DecisionCheck{RefusalType: ErrTypeInvalidDecision, Refusal: err.Error()}
 }
 
 // deciders is who may decide the call now: its groups at this moment
@@ -186,10 +203,11 @@ func (c *callRun) decide(ctx workflow.Context, req DecideRequest) (policy.Decisi
 }
 
 // checkEditAtDecision runs the policy on edited arguments while the
-// approver waits for the answer. The edit is refused when the tool's
-// schema or the policy refuses it, or when the policy would ask groups
-// the approver is not in (an edit must not move a call to another group's
-// rule). On success the verdict is kept for the tool's run.
+// approver waits for the answer. The rule the edited arguments fall under
+// governs the edit: it is refused when the tool's schema or the policy
+// refuses them, when that rule would not let the approver decide (its
+// groups, its acting user), or when it needs more than one approval (four
+// eyes counts no edit). On success the verdict is kept for the tool's run.
 func (c *callRun) checkEditAtDecision(ctx workflow.Context, d policy.Decision) error {
 	c.checkingEdit = true
 	defer func() { c.checkingEdit = false }()
@@ -211,6 +229,12 @@ func (c *callRun) checkEditAtDecision(ctx workflow.Context, d policy.Decision) e
 	case ev.Ask != nil:
 		if err := d.MayDecide(policy.DecidersOf(edited, *ev.Ask, ev.Ask.Groups)); err != nil {
 			return refuse(fmt.Sprintf("with them the call is asked of %v: %v", ev.Ask.Groups, err))
+		}
+		if ev.Ask.Approvals > 1 && workflow.GetVersion(ctx, versionEditRuleGoverns, workflow.DefaultVersion, 1) >= 1 {
+			// Four eyes counts no edit: the edit alone would run
+			// arguments that need more people.
+			return refuse(fmt.Sprintf("with them the call falls under rule %s, which needs %d approvals from distinct people, and an edit counts as none; "+
+				"approve or deny the call as it is, or deny it with a reason that says which arguments to ask for", ev.Ask.Rule, ev.Ask.Approvals))
 		}
 	}
 	if c.state.Decision != nil || c.state.Status != StatusPending {

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
@@ -21,8 +22,8 @@ import (
 // useEditedArgs switches the call to arguments an approver edited. An edit
 // taken through the decide update or signal was checked when it was made;
 // one from the coded handler (or a run from before that check) is checked
-// now: the person has seen them, so "ask" counts as approved; a refusal or
-// a problem stops the call.
+// now: the person has seen them, so "ask" counts as approved, unless it
+// needs more than one approval; a refusal or a problem stops the call.
 func (c *callRun) useEditedArgs(ctx workflow.Context) (Result, bool) {
 	c.originalArgs = c.state.Call.Args
 	c.state.Call.Args = c.state.Decision.EditedArgs
@@ -40,6 +41,9 @@ func (c *callRun) useEditedArgs(ctx workflow.Context) (Result, bool) {
 		return c.finish(ctx, StatusError, "edited arguments refused: "+c.eval.Problem, nil), true
 	case c.eval.Denied:
 		return c.finish(ctx, StatusDenied, "edited arguments refused by policy: "+c.eval.Reason, nil), true
+	case c.eval.Ask != nil && c.eval.Ask.Approvals > 1 && workflow.GetVersion(ctx, versionEditRuleGoverns, workflow.DefaultVersion, 1) >= 1:
+		return c.finish(ctx, StatusDenied, fmt.Sprintf("edited arguments refused: they fall under rule %s, which needs %d approvals from distinct people, and %s's edit counts as none",
+			c.eval.Ask.Rule, c.eval.Ask.Approvals, c.state.Decision.DecidedBy), nil), true
 	}
 	return Result{}, false
 }
@@ -79,6 +83,12 @@ func (c *callRun) execute(ctx workflow.Context) (Result, error) {
 			return c.finish(ctx, StatusOK, "", nil), nil
 		}
 		err = c.awaitReport(ctx, &output)
+		if c.voided != "" {
+			c.note = joinNotes(c.note, "the approval ("+describeDecision(c.state.Decision)+") was voided before the agent took it")
+			c.state.Decision = &policy.Decision{Kind: policy.DeniedWithReason, Reason: c.voided,
+				DecidedBy: "session", Channel: "session", DecidedAt: workflow.Now(ctx)}
+			return c.finish(ctx, StatusDenied, c.voided, nil), nil
+		}
 		if err != nil && c.endsAtClaim {
 			c.noReport = true
 			c.note = joinNotes(c.note, "the agent runs the tool itself and does not report how it went")
@@ -154,16 +164,21 @@ func (c *callRun) awaitReport(ctx workflow.Context, output *json.RawMessage) err
 
 // validateClaim lets the call's requester take an approved call's
 // approval once, while the call waits for its run; the same run may claim
-// again.
+// again, as it did the first time.
 func (c *callRun) validateClaim(req ClaimRequest) error {
 	id := c.state.Call.ID
 	switch {
 	case req.CallID != id:
 		return temporal.NewApplicationError(fmt.Sprintf("claim names call %q but this is call %q", req.CallID, id), ErrTypeInvalidDecision)
-	case req.Run == "" || len(req.Run) > MaxRunBytes:
-		return temporal.NewApplicationError(fmt.Sprintf("claim of call %s: run must name the run, in 1 to %d bytes", id, MaxRunBytes), ErrTypeInvalidDecision)
+	case strings.TrimSpace(req.Run) == "" || len(req.Run) > MaxRunBytes:
+		return temporal.NewApplicationError(fmt.Sprintf("claim of call %s: run must name the run, in 1 to %d bytes, not only spaces", id, MaxRunBytes), ErrTypeInvalidDecision)
 	case req.By != c.state.Call.Requester:
 		return temporal.NewApplicationError("only the agent that requested call "+id+" may take its approval", ErrTypeNotAuthorized)
+	case c.claiming != "":
+		return temporal.NewApplicationError(fmt.Sprintf("the approval of call %s is being taken by run %s; ask again in a moment", id, c.claiming), ErrTypeUnavailable)
+	case c.state.Claim != nil && c.state.Claim.Run == req.Run && req.NoReport != c.endsAtClaim:
+		return temporal.NewApplicationError(fmt.Sprintf("run %s took the approval of call %s saying %s; claim it again as it did",
+			req.Run, id, map[bool]string{true: "it would not report", false: "a report follows: report how it went"}[c.endsAtClaim]), ErrTypeInvalidDecision)
 	case c.state.Claim != nil && c.state.Claim.Run == req.Run:
 		return nil
 	case c.state.Claim != nil:
@@ -174,9 +189,28 @@ func (c *callRun) validateClaim(req ClaimRequest) error {
 	return nil
 }
 
+// claim takes the approval for req.Run, once the session shows it still
+// holds: an approval that its session's end or a revoke voided is refused,
+// and the call ends denied.
 func (c *callRun) claim(ctx workflow.Context, req ClaimRequest) error {
 	if c.state.Claim != nil {
 		return nil // the same run again
+	}
+	if workflow.GetVersion(ctx, versionClaimChecksSession, workflow.DefaultVersion, 1) >= 1 {
+		c.claiming = req.Run
+		why, err := c.approvalVoided(ctx)
+		c.claiming = ""
+		if err != nil {
+			return temporal.NewApplicationError("the approval of call "+c.state.Call.ID+" could not be taken: "+err.Error()+"; try again", ErrTypeUnavailable)
+		}
+		if why != "" {
+			c.voided = why
+			c.stopAwaitingReport()
+			return temporal.NewApplicationError("the approval of call "+c.state.Call.ID+" is void: "+why, ErrTypeApprovalVoided)
+		}
+		if !c.awaitingReport {
+			return temporal.NewApplicationError(fmt.Sprintf("call %s stopped waiting for its run while it was claimed (status %s)", c.state.Call.ID, c.state.Status), ErrTypeNotWaiting)
+		}
 	}
 	c.state.Claim = &Claim{Run: req.Run, At: workflow.Now(ctx)}
 	if req.NoReport {
@@ -184,6 +218,42 @@ func (c *callRun) claim(ctx workflow.Context, req ClaimRequest) error {
 		c.stopAwaitingReport()
 	}
 	return nil
+}
+
+// approvalVoided reads the call's session and says why its approval no
+// longer holds: the session has ended, or the sticky decision that
+// approved the call was revoked or replaced. "" when it holds.
+func (c *callRun) approvalVoided(ctx workflow.Context) (string, error) {
+	d := c.state.Decision
+	key := ""
+	if c.state.Request != nil {
+		key = c.state.Request.StickyKeyFor(c.state.Call)
+	}
+	var word activities.SessionWord
+	lctx := workflow.WithLocalActivityOptions(ctx, localOptions)
+	in := activities.ReadSessionInput{Session: SessionWorkflowID(c.state.Call.Session), Key: key}
+	if err := workflow.ExecuteLocalActivity(lctx, a.ReadSession, in).Get(ctx, &word); err != nil {
+		return "", err
+	}
+	switch {
+	case word.End != nil:
+		return word.End.Reason + " before the agent took the approval", nil
+	case d != nil && d.Kind == policy.ApprovedForSession && !c.stillSticky(word.Sticky):
+		return "the approval for the session by " + d.DecidedBy + " was revoked before the agent took it", nil
+	}
+	return "", nil
+}
+
+// stillSticky reports whether the session's sticky decision of the call's
+// key is still the one that approved the call: the call's own (taken on
+// it), or the one the session handed it.
+func (c *callRun) stillSticky(now *policy.Decision) bool {
+	d := c.state.Decision
+	want := d.Comment
+	if d.Channel != "session" {
+		want = stickyComment(*d, c.state.Call.ID)
+	}
+	return now != nil && now.Kind == d.Kind && now.DecidedBy == d.DecidedBy && now.Comment == want
 }
 
 // toolFailed ends a call whose tool step failed: unknown when the tool may

@@ -211,8 +211,26 @@ func (c *callRun) leaveRoom(ctx workflow.Context) {
 	if c.joined {
 		c.joined = false
 		room := RoomWorkflowID(c.state.Call.Session, RoomOf(c.state.Call.ID))
-		workflow.SignalExternalWorkflow(ctx, room, "", SignalDone, c.state.Call.ID)
+		left := workflow.SignalExternalWorkflow(ctx, room, "", SignalDone, c.state.Call.ID)
+		if workflow.GetVersion(ctx, versionLeaveDelivered, workflow.DefaultVersion, 1) >= 1 {
+			c.left = left
+		}
 	}
+}
+
+// awaitLeft waits until the room has the call's leave: Temporal drops a
+// signal whose sender has closed, and a room that never hears it counts
+// the call as waiting until its deadline (and so refuses the session's end
+// to whoever may not act on it).
+func (c *callRun) awaitLeft(ctx workflow.Context) {
+	if c.left == nil {
+		return
+	}
+	if err := c.left.Get(ctx, nil); err != nil {
+		// The room closed (idle, or continued as new): it holds nobody.
+		workflow.GetLogger(ctx).Debug("The waiting room did not take the call's leave", "callID", c.state.Call.ID, "error", err)
+	}
+	c.left = nil
 }
 
 // awaitTold waits until the session has the call's sticky decision.

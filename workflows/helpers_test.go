@@ -372,6 +372,10 @@ func (f *fakeTemporal) install() {
 				return v.(activities.SessionWord), nil
 			}
 		})
+	f.env.OnActivity("ReadSession", mock.Anything, mock.Anything).Return(
+		func(ctx context.Context, _ activities.ReadSessionInput) (activities.SessionWord, error) {
+			return (<-f.answer(ctx)).(activities.SessionWord), nil
+		})
 	f.env.SetOnActivityStartedListener(f.onStart)
 	f.env.SetOnLocalActivityStartedListener(f.onLocalStart)
 }
@@ -382,6 +386,16 @@ func (f *fakeTemporal) install() {
 // its query; with no room to signal it fails as a worker without a client
 // would.
 func (f *fakeTemporal) onLocalStart(info *activity.Info, _ context.Context, args []any) {
+	if info.ActivityType.Name == "ReadSession" {
+		var in activities.ReadSessionInput
+		for _, arg := range args {
+			if v, ok := arg.(activities.ReadSessionInput); ok {
+				in = v
+			}
+		}
+		f.channel(info.WorkflowExecution.ID + "/" + info.ActivityID) <- f.sessionWord(in.Session, in.Key)
+		return
+	}
 	if info.ActivityType.Name != "JoinWaitingRoom" {
 		return
 	}
@@ -396,19 +410,25 @@ func (f *fakeTemporal) onLocalStart(info *activity.Info, _ context.Context, args
 		reply <- temporal.NewNonRetryableApplicationError("no workflow "+in.Room.WorkflowID+" to signal: "+err.Error(), "Misconfigured", nil)
 		return
 	}
+	reply <- f.sessionWord(in.Session, in.Key)
+}
+
+// sessionWord is what the session's query shows a call of key, as its memo
+// would.
+func (f *fakeTemporal) sessionWord(session, key string) activities.SessionWord {
 	var word activities.SessionWord
-	if val, err := f.query(in.Session, QuerySession); err == nil {
+	if val, err := f.query(session, QuerySession); err == nil {
 		var view SessionView
 		if val.Get(&view) == nil {
 			word.End = view.End
 			for _, d := range view.Sticky {
-				if d.Key == in.Key {
+				if d.Key == key {
 					word.Sticky = fromSticky(d)
 				}
 			}
 		}
 	}
-	reply <- word
+	return word
 }
 
 func (f *fakeTemporal) answer(ctx context.Context) chan any {

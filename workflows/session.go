@@ -308,6 +308,13 @@ func fromSticky(d StickyDecision) *policy.Decision {
 		DeciderGroups: d.Decision.DeciderGroups,
 		User:          d.Decision.User,
 		Channel:       "session",
-		Comment:       fmt.Sprintf("sticky decision %s taken by %s via %s on call %s", d.Decision.Kind, d.Decision.DecidedBy, d.Decision.Channel, d.FromCall),
+		Comment:       stickyComment(d.Decision, d.FromCall),
 	}
+}
+
+// stickyComment says which sticky decision a call received: who took it,
+// through what, on which call. It tells one sticky decision from another
+// of the same key and author (a revoke and a new one).
+func stickyComment(d policy.Decision, fromCall string) string {
+	return fmt.Sprintf("sticky decision %s taken by %s via %s on call %s", d.Kind, d.DecidedBy, d.Channel, fromCall)
 }

@@ -41,6 +41,10 @@ const (
 	SignalDecide = "decide"
 	// QueryCall returns the call's CallState.
 	QueryCall = "call"
+	// QueryCheckDecision checks a DecideRequest as the decide update's
+	// validator would, changing nothing; it returns a DecisionCheck. A bulk
+	// decision checks every call with it before it applies any.
+	QueryCheckDecision = "check-decision"
 
 	// SignalRegister (call → waiting room) says the call waits for a
 	// person; the room hands it the session's later decisions with
@@ -87,7 +91,11 @@ const (
 	ErrTypeAlreadyDecided = "AlreadyDecided"
 	ErrTypeNotWaiting     = "NotWaiting"
 	// ErrTypeAlreadyClaimed: the approval was taken by another run.
-	ErrTypeAlreadyClaimed  = "AlreadyClaimed"
+	ErrTypeAlreadyClaimed = "AlreadyClaimed"
+	// ErrTypeApprovalVoided: the approval was voided before it was taken
+	// (the session ended, or its sticky decision was revoked); the call
+	// ended denied.
+	ErrTypeApprovalVoided  = "ApprovalVoided"
 	ErrTypeInvalidDecision = "InvalidDecision"
 	ErrTypeSelfApproval    = "SelfApproval"
 	ErrTypeNoSticky        = "NoStickyDecision"
@@ -400,6 +408,13 @@ type StickyDecision struct {
 	Groups   []string `json:"groups,omitempty"`
 	// Since is the session's revision that recorded it.
 	Since int64 `json:"since,omitempty"`
+}
+
+// DecisionCheck answers QueryCheckDecision: the refusal the decide update
+// would give now (its error type and message), or nothing.
+type DecisionCheck struct {
+	RefusalType string `json:"refusal_type,omitempty"`
+	Refusal     string `json:"refusal,omitempty"`
 }
 
 // SessionDecision is what a waiting room hands a call: a sticky decision

@@ -1,0 +1,22 @@
+package workflows
+
+// Changes to the workflows since the 1.0 baseline, each behind
+// workflow.GetVersion so that the histories of runs that began before it
+// replay (docs/production.md, "Changing the workflows after 1.0"). A
+// change's ID is checked where its new behaviour begins, so a run in
+// flight when its worker is upgraded takes the new path from there on.
+const (
+	// versionLeaveDelivered: a call waits until its waiting room has its
+	// leave (done) before it ends. Before, a call denied or cancelled while
+	// it waited ended in the task that sent the leave, and Temporal drops
+	// a signal whose sender has closed: the room kept counting the call.
+	versionLeaveDelivered = "leave-room-delivered"
+	// versionEditRuleGoverns: the rule that edited arguments fall under
+	// governs the edit whole: an edit into a rule that needs more than one
+	// approval is refused, as four eyes counts no edit.
+	versionEditRuleGoverns = "edit-rule-governs"
+	// versionClaimChecksSession: a claim first reads the call's session;
+	// an approval whose session has ended, or whose sticky decision was
+	// revoked, is void: the claim is refused and the call ends denied.
+	versionClaimChecksSession = "claim-checks-session"
+)
