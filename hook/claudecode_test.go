@@ -544,6 +544,19 @@ func TestUnreachableToolgateIsDenied(t *testing.T) {
 	assert.Contains(t, d.PermissionDecisionReason, "connection refused")
 }
 
+// A hook that lacks what it needs to reach toolgate says so, not that
+// toolgate is unreachable, and blocks the tool as for any failure.
+func TestAHookNotSetUpSaysWhatIsMissingAndBlocks(t *testing.T) {
+	e := newHookEnv(t)
+	e.cfg.Connect = func(context.Context) (client.Agent, func(), error) {
+		return nil, nil, &SetupError{Problem: "the agent token is missing: --api http://127.0.0.1:8080 needs --token TOKEN or the TOOLGATE_TOKEN environment variable"}
+	}
+	d := e.decision(pre("toolu_1", "Bash", `{"command":"ls"}`))
+	assert.Equal(t, "deny", d.PermissionDecision)
+	assert.Equal(t, "toolgate could not check this tool call, so it is blocked: the hook is not set up to reach toolgate: the agent token is missing: --api http://127.0.0.1:8080 needs --token TOKEN or the TOOLGATE_TOKEN environment variable", d.PermissionDecisionReason)
+	assert.NotContains(t, d.PermissionDecisionReason, "unreachable")
+}
+
 func TestFailOpenAsksTheUser(t *testing.T) {
 	e := newHookEnv(t)
 	e.cfg.FailOpen = true

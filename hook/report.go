@@ -54,7 +54,7 @@ func (c Config) post(ctx context.Context, ev Event) {
 	defer cancel()
 	agent, closeFn, err := c.Connect(rctx)
 	if err != nil {
-		log.Warn("toolgate is unreachable; the call will end unknown after its report timeout", zap.Error(err))
+		log.Warn("toolgate was not told the tool's outcome; the call will end unknown after its report timeout", zap.Error(connectFailure(err)))
 		return
 	}
 	defer closeFn()
