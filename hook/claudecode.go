@@ -244,7 +244,7 @@ func (c Config) pre(ctx context.Context, ev Event) permission {
 	defer cancel()
 	agent, closeFn, err := c.Connect(wctx)
 	if err != nil {
-		return c.failure(fmt.Errorf("toolgate is unreachable: %w", err))
+		return c.failure(connectFailure(err))
 	}
 	defer closeFn()
 	at.agent = agent
@@ -255,6 +255,28 @@ func (c Config) pre(ctx context.Context, ev Event) permission {
 		}
 	}
 	return c.failure(fmt.Errorf("the last %d calls of this attempt were all used; remove %s to start the session's attempts afresh", maxGenerations, at.store.path(ev.SessionID)))
+}
+
+// SetupError is a Config.Connect error that says the hook lacks what it
+// needs to reach toolgate (a flag or an environment variable, such as the
+// agent token for the HTTP API), as opposed to toolgate being unreachable.
+// The hook fails as for any other error: the tool is blocked (or, with
+// FailOpen, the user is asked), with this error's text as the reason.
+type SetupError struct {
+	// Problem says what is missing and which flag or variable sets it.
+	Problem string
+}
+
+func (e *SetupError) Error() string { return e.Problem }
+
+// connectFailure says why Connect failed: the hook's setup, or toolgate
+// out of reach.
+func connectFailure(err error) error {
+	var setup *SetupError
+	if errors.As(err, &setup) {
+		return fmt.Errorf("the hook is not set up to reach toolgate: %w", err)
+	}
+	return fmt.Errorf("toolgate is unreachable: %w", err)
 }
 
 // attempt is one PreToolUse: the tool use, its arguments in canonical

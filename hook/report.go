@@ -12,6 +12,7 @@ import (
 
 	"github.com/toolgate/toolgate/client"
 	"github.com/toolgate/toolgate/policy"
+	"github.com/toolgate/toolgate/workflows"
 )
 
 // post reports a tool's outcome (PostToolUse, PostToolUseFailure, PermissionDenied) as the
@@ -53,7 +54,7 @@ func (c Config) post(ctx context.Context, ev Event) {
 	defer cancel()
 	agent, closeFn, err := c.Connect(rctx)
 	if err != nil {
-		log.Warn("toolgate is unreachable; the call will end unknown after its report timeout", zap.Error(err))
+		log.Warn("toolgate was not told the tool's outcome; the call will end unknown after its report timeout", zap.Error(connectFailure(err)))
 		return
 	}
 	defer closeFn()
@@ -72,12 +73,52 @@ func (c Config) post(ctx context.Context, ev Event) {
 			return
 		}
 	}
+	if why, ok := c.ranOtherInput(rctx, agent, log, callID, ev); !ok {
+		return // the approved arguments could not be read: the call ends unknown at its report timeout
+	} else if why != "" {
+		log.Warn("the tool ran with other input than the call's approved arguments; the call ends unknown", zap.String("why", why))
+		rep = client.Report{Unknown: why, Run: rep.Run}
+	}
 	if err := agent.Report(rctx, callID, c.Requester, rep); err != nil {
 		log.Warn("report refused or failed; the call will end unknown after its report timeout", zap.Error(err))
 		return
 	}
 	c.forgetUse(log, store, ev)
 	log.Info("reported the tool's outcome", zap.Bool("failed", rep.Error != ""))
+}
+
+// ranOtherInput compares what the event says ran (tool_name and
+// tool_input, as JSON values) with the tool and the arguments the call
+// approved: an approver's edit made those the edited ones. why, when not
+// empty, says how they differ: the event's outcome is then not the
+// approved call's. ok is false when the call cannot be read.
+// PermissionDenied says the tool did not run: nothing to compare.
+func (c Config) ranOtherInput(ctx context.Context, agent client.Agent, log *zap.Logger, callID string, ev Event) (why string, ok bool) {
+	if ev.HookEventName == EventPermissionDenied {
+		return "", true
+	}
+	st, err := agent.Status(ctx, callID)
+	if err != nil {
+		log.Warn("cannot read the call's approved arguments; not reported, the call will end unknown after its report timeout", zap.Error(err))
+		return "", false
+	}
+	if st.Result != nil || st.State == nil || st.State.Status != workflows.StatusApproved {
+		return "", true // not waiting for a report: toolgate refuses it and says why
+	}
+	approved := st.State.Call
+	ran, err := canonicalArgs(ev.ToolInput)
+	switch {
+	case err != nil:
+		return fmt.Sprintf("%s's tool_input %v, so it cannot be the run of the approved arguments %s; what the tool returned is not recorded as this call's outcome",
+			ev.HookEventName, err, abridge(string(approved.Args), 2000)), true
+	case ev.ToolName != approved.Tool:
+		return fmt.Sprintf("%s says tool %q ran, but call %s approved tool %q; what it returned is not recorded as this call's outcome",
+			ev.HookEventName, abridge(ev.ToolName, 200), callID, approved.Tool), true
+	case !sameArgs(ran, approved.Args):
+		return fmt.Sprintf("%s says the tool ran with %s, not with the approved arguments %s; what it returned is not recorded as this call's outcome",
+			ev.HookEventName, abridge(string(ran), 2000), abridge(string(approved.Args), 2000)), true
+	}
+	return "", true
 }
 
 // forgetUse drops the tool use from the session state.

@@ -128,7 +128,7 @@ func (c Config) turnEnded(ctx context.Context, ev Event) {
 	defer cancel()
 	agent, closeFn, err := c.Connect(rctx)
 	if err != nil {
-		log.Warn("toolgate is unreachable; the calls handed to the prompt wait for their approvers", zap.Error(err))
+		log.Warn("the prompt's answers were not recorded; the calls handed to the prompt wait for their approvers", zap.Error(connectFailure(err)))
 		return
 	}
 	defer closeFn()

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -112,6 +113,45 @@ func TestAgentExecutedCalls(t *testing.T) {
 		r = agent.do("POST", "/v1/calls/ag1/report", map[string]any{"output": "again"})
 		assert.Equal(t, http.StatusConflict, r.status, r.raw)
 		assert.Contains(t, r.errorMessage(), "already ended (status ok): a call is reported once")
+	})
+
+	t.Run("another agent's call is answered as an unknown one", func(t *testing.T) {
+		other := as("agent-2")
+		// unknownAlike asserts that agent-2's claim and report of ag7 are
+		// answered as those of a call that does not exist.
+		unknownAlike := func(t *testing.T, when string) {
+			t.Helper()
+			for _, req := range []struct {
+				verb string
+				body map[string]any
+			}{
+				{"claim", map[string]any{"run": "toolu_x"}},
+				{"claim", map[string]any{"run": "toolu_x", "no_report": true}},
+				{"report", map[string]any{"output": map[string]any{"deployed": "prod"}}},
+				{"report", map[string]any{"error": "failed"}},
+			} {
+				theirs := other.do("POST", "/v1/calls/ag7/"+req.verb, req.body)
+				none := other.do("POST", "/v1/calls/no-such-call/"+req.verb, req.body)
+				assert.Equal(t, http.StatusNotFound, none.status, "%s %s: %s", when, req.verb, none.raw)
+				assert.Equal(t, none.status, theirs.status, "%s %s: %s", when, req.verb, theirs.raw)
+				assert.Equal(t, strings.ReplaceAll(none.raw, "no-such-call", "ag7"), theirs.raw, "%s %s: the same body", when, req.verb)
+				assert.Equal(t, `unknown call "ag7"`, theirs.errorMessage(), when)
+			}
+		}
+		submitAgentCall(t, "ag7", nil)
+		unknownAlike(t, "waiting")
+		require.Equal(t, http.StatusOK, bob.do("POST", "/v1/calls/ag7/decision", map[string]any{"decision": "approve"}).status)
+		require.Equal(t, "approved", agent.do("GET", "/v1/calls/ag7?wait=30s", nil).body["status"])
+		unknownAlike(t, "approved")
+		r := agent.do("POST", "/v1/calls/ag7/claim", map[string]any{"run": "toolu_1"})
+		require.Equal(t, http.StatusNoContent, r.status, "the other agent's tries took nothing: %s", r.raw)
+		unknownAlike(t, "claimed")
+		r = agent.do("POST", "/v1/calls/ag7/report", map[string]any{"output": map[string]any{"deployed": "prod"}, "run": "toolu_1"})
+		require.Equal(t, http.StatusOK, r.status, r.raw)
+		assert.Equal(t, "ok", r.body["status"])
+		unknownAlike(t, "ended")
+		r = agent.do("POST", "/v1/calls/ag7/claim", map[string]any{"run": "toolu_2"})
+		assert.Equal(t, http.StatusConflict, r.status, "its own agent hears why: %s", r.raw)
 	})
 
 	t.Run("a reported error ends the call with it", func(t *testing.T) {

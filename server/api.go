@@ -246,7 +246,7 @@ func (a *api) report(w http.ResponseWriter, r *http.Request, p Principal) {
 	}
 	callID := r.PathValue("call_id")
 	if err := a.calls.Report(r.Context(), callID, p.Name, rep); err != nil {
-		writeError(w, a.mapError(err))
+		writeError(w, a.ownCallError(r.Context(), p, callID, err))
 		return
 	}
 	a.logger.Info("Agent reported", zap.String("call_id", callID), zap.String("agent", p.Name), zap.Bool("error", rep.Error != ""))
@@ -256,7 +256,8 @@ func (a *api) report(w http.ResponseWriter, r *http.Request, p Principal) {
 // claim takes an approved agent-executed call's approval for one run of
 // its tool: 204 once per call (and again for the same run), 409
 // already_claimed for another run, 409 not_waiting when the call is not
-// approved and waiting for its run.
+// approved and waiting for its run; another agent's call is 404, as an
+// unknown one.
 func (a *api) claim(w http.ResponseWriter, r *http.Request, p Principal) {
 	var cl tgclient.Claim
 	if err := decodeBodyLimit(w, r, &cl, 4<<10); err != nil {
@@ -265,11 +266,33 @@ func (a *api) claim(w http.ResponseWriter, r *http.Request, p Principal) {
 	}
 	callID := r.PathValue("call_id")
 	if err := a.calls.Claim(r.Context(), callID, p.Name, cl); err != nil {
-		writeError(w, a.mapError(err))
+		writeError(w, a.ownCallError(r.Context(), p, callID, err))
 		return
 	}
 	a.logger.Info("Agent claimed an approval", zap.String("call_id", callID), zap.String("agent", p.Name), zap.String("run", cl.Run), zap.Bool("no_report", cl.NoReport))
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// ownCallError is the answer to a refused claim or report. An agent that
+// names a call it may not read (another agent's) gets the answer an
+// unknown call gets, the same 404 and body, whatever the refusal was
+// (not its call, not waiting, already claimed): no answer tells another
+// agent's call from none. A refusal of the request itself (a bad body)
+// does not depend on the call and stands; so does an admin's, who may
+// read every call.
+func (a *api) ownCallError(ctx context.Context, p Principal, callID string, err error) error {
+	var input *tgclient.InputError
+	switch {
+	case errors.Is(err, tgclient.ErrUnknownCall):
+		return notFound(callID)
+	case p.Role != RoleAgent || errors.As(err, &input):
+		return a.mapError(err)
+	}
+	call, rerr := a.calls.Request(ctx, callID)
+	if errors.Is(rerr, tgclient.ErrUnknownCall) || (rerr == nil && !mayRead(p, call)) {
+		return notFound(callID)
+	}
+	return a.mapError(err)
 }
 
 // maxReportBody leaves room around the largest output a report may carry.

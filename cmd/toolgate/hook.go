@@ -124,7 +124,7 @@ func (a *app) hookConnect(api apiFlags) func(context.Context) (tgclient.Agent, f
 	return func(context.Context) (tgclient.Agent, func(), error) {
 		if api.url != "" {
 			if api.token == "" {
-				return nil, nil, fmt.Errorf("--api needs --token (or TOOLGATE_TOKEN)")
+				return nil, nil, &hook.SetupError{Problem: "the agent token is missing: --api " + api.url + " needs --token TOKEN or the TOOLGATE_TOKEN environment variable"}
 			}
 			return apiclient.New(api.url, api.token), func() {}, nil
 		}
