@@ -82,7 +82,8 @@ func TestTheGateHoldsAgainstTheReviewsPaths(t *testing.T) {
 		}})
 		assert.Equal(t, http.StatusConflict, r.status, r.raw)
 		assert.Equal(t, "bulk_refused", r.errorCode())
-		refused, _ := r.body["error"].(map[string]any)["refused"].([]any)
+		errBody, _ := r.body["error"].(map[string]any)
+		refused, _ := errBody["refused"].([]any)
 		require.Len(t, refused, 1, r.raw)
 		assert.Equal(t, "big-1", refused[0].(map[string]any)["call_id"])
 		assert.Equal(t, "not_another_approval", refused[0].(map[string]any)["code"])
@@ -153,4 +154,31 @@ func TestTheGateHoldsAgainstTheReviewsPaths(t *testing.T) {
 		assert.Equal(t, "the session belongs to another agent", res.Reason)
 		assert.Empty(t, res.Output)
 	})
+}
+
+// The kill switch through the Claude Code hook: an approval the hook has
+// not used yet is void once the session ends; a replayed PreToolUse with a
+// new tool_use_id is denied, and so is a claim of the approval over the API.
+func TestTheHookCannotUseAnApprovalAfterItsSessionEnded(t *testing.T) {
+	d := startDevForHooks(t)
+	session := "cc-killed"
+	h := hookRunner{t: t, args: []string{"--api", "http://" + d.httpAddr, "--token", "token-agent-1", "--state-dir", t.TempDir()}}
+	first := h.decide(hookEvent(t, "pre-edit.json", session), "--wait", "1s")
+	require.Equal(t, "deny", first.PermissionDecision, "it waits for a person")
+	callID := hookCallID.FindString(first.PermissionDecisionReason)
+	require.NotEmpty(t, callID, first.PermissionDecisionReason)
+	r := d.cli("approve", callID, "--by", "alice")
+	require.Equal(t, 0, r.code, r.stderr)
+	root := apiClient{t: t, base: "http://" + d.httpAddr, token: "token-root"}
+	end := root.do("POST", "/v1/sessions/"+session+"/end", nil)
+	require.Equal(t, http.StatusOK, end.status, end.raw)
+
+	replayed := h.decide(hookEvent(t, "pre-edit-retry.json", session), "--wait", "5s")
+	assert.Equal(t, "deny", replayed.PermissionDecision, "the ended session's approval is void: %s", replayed.PermissionDecisionReason)
+	agent := apiClient{t: t, base: "http://" + d.httpAddr, token: "token-agent-1"}
+	claim := agent.do("POST", "/v1/calls/"+callID+"/claim", map[string]any{"run": "toolu_later"})
+	assert.Equal(t, http.StatusConflict, claim.status, claim.raw)
+	final := agent.do("GET", "/v1/calls/"+callID+"?wait=20s", nil)
+	assert.Equal(t, "denied", final.body["status"], final.raw)
+	assert.Contains(t, final.body["reason"], "before the agent took the approval")
 }
