@@ -46,6 +46,10 @@ var recordedScenarios = []string{
 	"four-eyes",
 	"user-decision",
 	"user-decision-sticky",
+	"edit-into-four-eyes",
+	"cancel-leaves-room",
+	"cancel-leaves-room-room",
+	"session-end-voids-approval",
 }
 
 // newReplayer returns a replayer with every workflow registered under its

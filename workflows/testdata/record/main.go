@@ -157,6 +157,7 @@ func run(ctx context.Context, logger *zap.Logger, outDir, only string) (err erro
 		{"pins", r.pins},
 		{"four-eyes", r.fourEyes},
 		{"user-decision", r.userDecision},
+		{"trust-3", r.trust3},
 	}
 	wanted := map[string]bool{}
 	for _, name := range strings.Split(only, ",") {
@@ -632,6 +633,89 @@ func (r *recorder) sessionEnd(ctx context.Context) error {
 	return r.writeHistory(ctx, "session-end", workflows.SessionWorkflowID(session), "")
 }
 
+// trust3 walks the paths closed after 1.0 (issue 34): an edit into a
+// four-eyes rule refused, then the call approved as it is; a waiting call
+// cancelled, whose room hears it left; an approval voided at its claim by
+// the session's end.
+func (r *recorder) trust3(ctx context.Context) error {
+	const session = "replay-trust"
+	if err := r.openSession(ctx, workflows.SessionInput{Session: session, Owner: agent, IdleTimeout: idle}); err != nil {
+		return err
+	}
+	admin := policy.Approver{Name: approver, Groups: []string{"*"}}
+
+	edit, err := r.tg.Submit(ctx, toolgate.CallRequest{CallID: "trust-edit", Session: session, Tool: "pay", Args: []byte(`{"amount":50}`), Requester: agent})
+	if err != nil {
+		return err
+	}
+	if err := r.waitPending(ctx, edit); err != nil {
+		return err
+	}
+	edited := policy.Decision{Kind: policy.ApprovedWithEdits, DecidedBy: approver, Channel: "cli", EditedArgs: []byte(`{"amount":5000}`)}
+	if _, err := r.tg.Decide(ctx, edit, edited); err == nil || !strings.Contains(err.Error(), "needs 2 approvals") {
+		return fmt.Errorf("an edit of %s into the two-keys rule: %v, want it refused", edit, err)
+	}
+	if err := r.decide(ctx, edit, policy.Approved); err != nil {
+		return err
+	}
+	if err := r.expectResult(ctx, edit, workflows.StatusOK, policy.Approved, "cli"); err != nil {
+		return err
+	}
+
+	cancelled, err := r.tg.Submit(ctx, toolgate.CallRequest{CallID: "trust-cancel", Session: session, Tool: "write", Args: []byte(`{"path":"c.txt","content":"x"}`), Requester: agent})
+	if err != nil {
+		return err
+	}
+	if err := r.waitPending(ctx, cancelled); err != nil {
+		return err
+	}
+	if _, err := r.tg.Cancel(ctx, cancelled, admin); err != nil {
+		return err
+	}
+	if err := r.expectResult(ctx, cancelled, workflows.StatusDenied, policy.DeniedWithReason, workflows.ChannelCancel); err != nil {
+		return err
+	}
+
+	deploy, err := r.tg.Submit(ctx, toolgate.CallRequest{CallID: "trust-void", Session: session, Tool: "deploy", Args: []byte(`{"env":"prod"}`), Requester: agent, Execution: policy.ExecutionAgent})
+	if err != nil {
+		return err
+	}
+	if err := r.waitPending(ctx, deploy); err != nil {
+		return err
+	}
+	if err := r.decide(ctx, deploy, policy.Approved); err != nil {
+		return err
+	}
+	if _, err := r.tg.WaitDecided(ctx, deploy); err != nil {
+		return err
+	}
+	if err := r.endSession(ctx, session, "", 0); err != nil {
+		return err
+	}
+	var refused *toolgate.RefusedError
+	if err := r.tg.Claim(ctx, deploy, agent, toolgate.Claim{Run: "toolu_late"}); !errors.As(err, &refused) || refused.Type != workflows.ErrTypeApprovalVoided {
+		return fmt.Errorf("a claim of %s after the session ended: %v, want it void", deploy, err)
+	}
+	if err := r.expectResult(ctx, deploy, workflows.StatusDenied, policy.DeniedWithReason, "session"); err != nil {
+		return err
+	}
+	room := workflows.RoomWorkflowID(session, workflows.RoomOf(cancelled))
+	if err := r.tc.GetWorkflow(ctx, room, "").Get(ctx, nil); err != nil {
+		return fmt.Errorf("room %s: %w", room, err)
+	}
+	for name, id := range map[string]string{
+		"edit-into-four-eyes":        workflows.CallWorkflowID(edit),
+		"cancel-leaves-room":         workflows.CallWorkflowID(cancelled),
+		"cancel-leaves-room-room":    room,
+		"session-end-voids-approval": workflows.CallWorkflowID(deploy),
+	} {
+		if err := r.writeHistory(ctx, name, id, ""); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // openSession starts a session and its rooms as the first call would,
 // with in's idle timeout and limits, so their histories end soon.
 func (r *recorder) openSession(ctx context.Context, in workflows.SessionInput) error {
@@ -746,8 +830,15 @@ func (recorderPolicy) EvaluateApproval(_ context.Context, call policy.Call) (*po
 		return &policy.ApprovalRequest{Message: "Write a file?", Rule: "ask-write"}, nil
 	case "slow":
 		return &policy.ApprovalRequest{Message: "Run the slow tool?", Rule: "ask-slow", Timeout: slowTimeout}, nil
-	case "pay":
+	case "pay": // two approvals from 100 on
+		var a struct{ Amount int }
+		_ = json.Unmarshal(call.Args, &a)
+		if a.Amount < 100 {
+			return &policy.ApprovalRequest{Message: "Pay?", Rule: "one-key"}, nil
+		}
 		return &policy.ApprovalRequest{Message: "Pay?", Rule: "two-keys", Approvals: 2}, nil
+	case "deploy":
+		return &policy.ApprovalRequest{Message: "Deploy?", Rule: "ask-deploy"}, nil
 	case "edit":
 		return &policy.ApprovalRequest{Message: "Edit?", Rule: "at-the-agent", User: true}, nil
 	}
