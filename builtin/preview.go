@@ -81,8 +81,8 @@ func (w Workspace) previewWrite(_ context.Context, raw json.RawMessage) (policy.
 }
 
 // throughLink says whether userPath reaches rel, where it really leads
-// (relative to the workspace root), through a symlink: its name, read
-// without following links, is another file.
+// (relative to the workspace root), through a symlink: read by name alone,
+// without following any link, it names another file.
 func (w Workspace) throughLink(ws *confine.Dir, userPath, rel string) bool {
 	named := userPath
 	if !filepath.IsAbs(named) {
@@ -102,8 +102,8 @@ func (w Workspace) throughLink(ws *confine.Dir, userPath, rel string) bool {
 }
 
 // readForPreview reads rel, a path of ws with no symlink, for a preview:
-// at most maxDiffedFile bytes; exists is false when there is none.
-// userPath is the path as the call names it, for errors.
+// at most maxDiffedFile bytes; exists is false when there is none. p is
+// the path as the call names it, for errors.
 func (w Workspace) readForPreview(ws *confine.Dir, rel, p string) (content string, size int64, exists bool, err error) {
 	f, real, err := ws.OpenFile(rel, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if errors.Is(err, fs.ErrNotExist) {
