@@ -254,9 +254,34 @@ func (a *Activities) BeforeCall(ctx context.Context, call policy.Call) (HookOutc
 	return HookOutcome{}, nil
 }
 
+// RunToolInput is the argument of RunTool: the call, and what its
+// previews showed. Its JSON is the call's with two fields more, so it
+// decodes the bare policy.Call that older workflows scheduled.
+type RunToolInput struct {
+	policy.Call
+	// Preview is the preview of the arguments the tool runs with;
+	// PreviewShown the one the approvers were shown, when an approver's
+	// edit changed the arguments. Nil when none was made.
+	Preview      *policy.Preview `json:"preview,omitempty"`
+	PreviewShown *policy.Preview `json:"preview_shown,omitempty"`
+}
+
+// previewed lists the files the input's previews showed.
+func (in RunToolInput) previewed() []policy.PreviewTarget {
+	var out []policy.PreviewTarget
+	for _, p := range []*policy.Preview{in.PreviewShown, in.Preview} {
+		if p != nil && p.Target != nil {
+			out = append(out, *p.Target)
+		}
+	}
+	return out
+}
+
 // RunTool runs the tool, between the lifecycle hooks. The call ID is the
-// tool's idempotency key.
-func (a *Activities) RunTool(ctx context.Context, call policy.Call) (json.RawMessage, error) {
+// tool's idempotency key; the files the call's previews showed go to the
+// tool (tool.Input.Previewed), which may refuse to act elsewhere.
+func (a *Activities) RunTool(ctx context.Context, in RunToolInput) (json.RawMessage, error) {
+	call := in.Call
 	t, err := a.Tools.Get(call.Tool)
 	if err != nil {
 		// Gone, or held since the call was judged (an upstream changed it).
@@ -277,7 +302,7 @@ func (a *Activities) RunTool(ctx context.Context, call policy.Call) (json.RawMes
 	stop := hb.run(ctx, t.Options.HeartbeatTimeout, progressSender(ctx, a.Client))
 	defer stop()
 	start := time.Now()
-	out, err := t.Run(ctx, tool.Input{CallID: call.ID, Session: call.Session, Args: call.Args})
+	out, err := t.Run(ctx, tool.Input{CallID: call.ID, Session: call.Session, Args: call.Args, Previewed: in.previewed()})
 	if err != nil && !t.Options.Idempotent && !temporal.IsApplicationError(err) {
 		// The tool ran and failed: running it again could repeat what it
 		// did before failing.

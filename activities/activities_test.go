@@ -61,19 +61,19 @@ func run(t *testing.T, a *Activities, fn any, arg any, out any) error {
 
 func TestRunToolRefusesOutputThatCannotTravel(t *testing.T) {
 	a := &Activities{Policy: askAll{}, Tools: registry(t), MaxOutputBytes: 1000}
-	err := run(t, a, a.RunTool, policy.Call{ID: "c1", Tool: "big"}, nil)
+	err := run(t, a, a.RunTool, RunToolInput{Call: policy.Call{ID: "c1", Tool: "big"}}, nil)
 	var appErr *temporal.ApplicationError
 	require.True(t, errors.As(err, &appErr))
 	assert.Equal(t, ErrTypeOutputTooLarge, appErr.Type())
 	assert.True(t, appErr.NonRetryable())
 	assert.Contains(t, appErr.Message(), "2002 bytes, over the 1000-byte limit")
 
-	err = run(t, a, a.RunTool, policy.Call{ID: "c1", Tool: "garbage"}, nil)
+	err = run(t, a, a.RunTool, RunToolInput{Call: policy.Call{ID: "c1", Tool: "garbage"}}, nil)
 	require.True(t, errors.As(err, &appErr))
 	assert.Contains(t, appErr.Message(), "not valid JSON")
 	assert.True(t, appErr.NonRetryable())
 
-	err = run(t, a, a.RunTool, policy.Call{ID: "c1", Tool: "refuses"}, nil)
+	err = run(t, a, a.RunTool, RunToolInput{Call: policy.Call{ID: "c1", Tool: "refuses"}}, nil)
 	require.True(t, errors.As(err, &appErr))
 	assert.Equal(t, "account closed", appErr.Message())
 	assert.True(t, appErr.NonRetryable(), "a permanent tool error is not retried")
@@ -125,7 +125,7 @@ func TestRunToolHeartbeatsWhileALongToolRuns(t *testing.T) {
 		// The SDK throttles what it sends to the server; the listener sees
 		// what reaches the SDK.
 		env.SetOnActivityHeartbeatListener(func(*activity.Info, converter.EncodedValues) { n.Add(1) })
-		_, err := env.ExecuteActivity(a.RunTool, policy.Call{ID: "c1", Tool: toolName})
+		_, err := env.ExecuteActivity(a.RunTool, RunToolInput{Call: policy.Call{ID: "c1", Tool: toolName}})
 		require.NoError(t, err)
 		return n.Load()
 	}
@@ -163,7 +163,7 @@ func TestRunToolRunsAToolThatIsNotIdempotentAtMostOnce(t *testing.T) {
 			require.NoError(t, d.Get(&m))
 			marks = append(marks, m)
 		})
-		_, err := env.ExecuteActivity(a.RunTool, policy.Call{ID: "c1", Tool: toolName})
+		_, err := env.ExecuteActivity(a.RunTool, RunToolInput{Call: policy.Call{ID: "c1", Tool: toolName}})
 		return err, marks
 	}
 

@@ -82,7 +82,7 @@ func TestToolgatesOwnToolIsNeverListedAndAHeldToolDoesNotRun(t *testing.T) {
 	assert.Equal(t, "echo", listed[0].Name)
 
 	reg.Hold("echo", "its definition changed since it was approved")
-	err = run(t, a, a.RunTool, policy.Call{ID: "c1", Tool: "echo"}, nil)
+	err = run(t, a, a.RunTool, RunToolInput{Call: policy.Call{ID: "c1", Tool: "echo"}}, nil)
 	var appErr *temporal.ApplicationError
 	require.True(t, errors.As(err, &appErr))
 	assert.True(t, appErr.NonRetryable())

@@ -23,6 +23,7 @@ func (a *Activities) preview(ctx context.Context, call policy.Call, req *policy.
 	case call.Execution == policy.ExecutionAgent && agents != nil:
 		p = *agents
 		p.ComputedBy = policy.ComputedByAgent
+		p.Target = nil // toolgate's record of what it previewed, never the agent's
 	case call.Execution == policy.ExecutionToolgate:
 		t, err := a.Tools.Get(call.Tool)
 		if err != nil || t.Preview == nil {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/converter"
 
 	"github.com/toolgate/toolgate/policy"
 	"github.com/toolgate/toolgate/tool"
@@ -83,7 +84,8 @@ func TestACallThatAsksCarriesARedactedBoundedPreview(t *testing.T) {
 
 func TestAnAgentsPreviewIsShownAsItsClaimAndRedacted(t *testing.T) {
 	a := &Activities{Policy: askButEcho{}, Tools: previewTools(), Middleware: []policy.OutputMiddleware{maskSecrets{}}}
-	claim := &policy.Preview{Kind: policy.PreviewDiff, Text: "+token: s3cret\n", ComputedBy: policy.ComputedByToolgate}
+	claim := &policy.Preview{Kind: policy.PreviewDiff, Text: "+token: s3cret\n", ComputedBy: policy.ComputedByToolgate,
+		Target: &policy.PreviewTarget{Path: "a.txt", File: "important.txt"}} // a target is toolgate's record, never the agent's
 	var ev Evaluation
 	in := EvaluateInput{Call: policy.Call{ID: "c1", Tool: "Edit", Execution: policy.ExecutionAgent, Args: json.RawMessage(`{}`)}, AgentPreview: claim}
 	require.NoError(t, run(t, a, a.Evaluate, in, &ev))
@@ -94,4 +96,35 @@ func TestAnAgentsPreviewIsShownAsItsClaimAndRedacted(t *testing.T) {
 	in = EvaluateInput{Call: policy.Call{ID: "c2", Tool: "write", Args: json.RawMessage(`{"content":"mine"}`)}, AgentPreview: claim}
 	require.NoError(t, run(t, a, a.Evaluate, in, &ev))
 	assert.Equal(t, "+mine\n", ev.Preview.Text, "a tool toolgate runs is previewed by toolgate, never by the agent")
+}
+
+// RunTool hands the tool the files its call's previews showed, so that
+// write_file can refuse to write any other; and it still takes the bare
+// call that workflows scheduled before.
+func TestRunToolHandsTheToolWhatItsPreviewsShowed(t *testing.T) {
+	var got []tool.Input
+	r := tool.NewRegistry()
+	r.MustRegister(tool.Tool{Name: "write", Run: func(_ context.Context, in tool.Input) (json.RawMessage, error) {
+		got = append(got, in)
+		return json.RawMessage(`{}`), nil
+	}})
+	a := &Activities{Policy: askButEcho{}, Tools: r}
+	call := policy.Call{ID: "c1", Session: "s1", Tool: "write", Args: json.RawMessage(`{"path":"link.txt"}`)}
+	shown := &policy.PreviewTarget{Path: "link.txt", File: "target.txt", Link: true}
+	ran := &policy.PreviewTarget{Path: "link.txt", File: "important.txt", Link: true}
+	in := RunToolInput{Call: call, Preview: &policy.Preview{Kind: policy.PreviewDiff, Target: ran},
+		PreviewShown: &policy.Preview{Kind: policy.PreviewDiff, Target: shown}}
+	require.NoError(t, run(t, a, a.RunTool, in, nil))
+	require.NoError(t, run(t, a, a.RunTool, RunToolInput{Call: call, Preview: &policy.Preview{Kind: policy.PreviewCommand}}, nil))
+	require.Len(t, got, 2)
+	assert.Equal(t, []policy.PreviewTarget{*shown, *ran}, got[0].Previewed, "what the approvers saw, then what the edit's preview showed")
+	assert.Equal(t, "c1", got[0].CallID)
+	assert.JSONEq(t, `{"path":"link.txt"}`, string(got[0].Args))
+	assert.Empty(t, got[1].Previewed, "a preview of no file names none")
+
+	old, err := converter.GetDefaultDataConverter().ToPayloads(call)
+	require.NoError(t, err)
+	var decoded RunToolInput
+	require.NoError(t, converter.GetDefaultDataConverter().FromPayloads(old, &decoded), "an input scheduled before previews were handed over")
+	assert.Equal(t, RunToolInput{Call: call}, decoded)
 }

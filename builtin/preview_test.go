@@ -62,14 +62,20 @@ func TestWriteFilePreviewIsTheDiffOfWhatTheCallChanges(t *testing.T) {
 	require.NoError(t, err)
 	assert.Contains(t, p.Text, "too large to diff")
 
-	// Confinement holds for previews: nothing outside the workspace is read.
+	// Confinement holds for previews: nothing outside the workspace is
+	// read, and the preview says why it shows nothing.
 	require.NoError(t, os.WriteFile(filepath.Join(outside, "secret"), []byte("s3cret"), 0o644))
 	require.NoError(t, os.Symlink(filepath.Join(outside, "secret"), filepath.Join(root, "link")))
-	_, err = preview(t, ws, WriteFileTool, map[string]any{"path": "../outside/secret", "content": "x"})
-	require.Error(t, err)
-	_, err = preview(t, ws, WriteFileTool, map[string]any{"path": "link", "content": "x"})
-	require.Error(t, err, "a symlink out of the workspace is not followed")
-	assert.NotContains(t, err.Error(), "s3cret")
+	p, err = preview(t, ws, WriteFileTool, map[string]any{"path": "../outside/secret", "content": "x"})
+	require.NoError(t, err)
+	assert.Equal(t, `toolgate could not tell what this call will change: path "../outside/secret" is outside the workspace`, p.Text)
+	assert.Equal(t, &policy.PreviewTarget{Path: "../outside/secret"}, p.Target, "it leads to no file of the workspace")
+	p, err = preview(t, ws, WriteFileTool, map[string]any{"path": "link", "content": "x"})
+	require.NoError(t, err)
+	assert.Equal(t, `toolgate could not tell what this call will change: path "link" is outside the workspace`, p.Text,
+		"a symlink out of the workspace is not followed")
+	assert.NotContains(t, p.Text, "s3cret")
+	assert.Equal(t, &policy.PreviewTarget{Path: "link"}, p.Target)
 }
 
 func TestWriteFilePreviewDoesNotShowAProtectedFile(t *testing.T) {
@@ -81,9 +87,11 @@ func TestWriteFilePreviewDoesNotShowAProtectedFile(t *testing.T) {
 		}
 		return nil
 	}
-	_, err := preview(t, ws, WriteFileTool, map[string]any{"path": ".env", "content": "TOKEN=x\n"})
-	require.Error(t, err)
-	assert.Contains(t, err.Error(), "protected path")
+	p, err := preview(t, ws, WriteFileTool, map[string]any{"path": ".env", "content": "TOKEN=x\n"})
+	require.NoError(t, err)
+	assert.Equal(t, policy.PreviewText, p.Kind)
+	assert.Equal(t, `toolgate could not tell what this call will change: read ".env": protected path`, p.Text)
+	assert.NotContains(t, p.Text, "TOKEN=abc")
 }
 
 func TestShellPreviewShowsTheCommandWhereItRuns(t *testing.T) {
@@ -112,9 +120,14 @@ func BenchmarkWriteFilePreview(b *testing.B) {
 	args, _ := json.Marshal(map[string]any{"path": "big.txt", "content": changed})
 	b.Run("baseline_read", func(b *testing.B) {
 		for b.Loop() {
-			if _, _, _, err := ws.readForPreview("big.txt"); err != nil {
+			dir, rel, err := ws.open("big.txt")
+			if err != nil {
 				b.Fatal(err)
 			}
+			if _, _, _, err := ws.readForPreview(dir, rel, "big.txt"); err != nil {
+				b.Fatal(err)
+			}
+			dir.Close()
 		}
 	})
 	b.Run("preview", func(b *testing.B) {

@@ -14,6 +14,7 @@ import (
 	"io/fs"
 	"os"
 	"path"
+	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
@@ -22,6 +23,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/toolgate/toolgate/confine"
+	"github.com/toolgate/toolgate/policy"
 	"github.com/toolgate/toolgate/tool"
 )
 
@@ -349,6 +351,9 @@ func (w Workspace) writeFile(_ context.Context, in tool.Input) (json.RawMessage,
 	if err := w.checkWrite(args.Path, ws, rel); err != nil {
 		return nil, err
 	}
+	if err := checkPreviewed(args.Path, rel, in.Previewed); err != nil {
+		return nil, err
+	}
 	if err := ws.MkdirAll(path.Dir(rel), 0o755); err != nil {
 		return nil, fileErr("write", args.Path, err)
 	}
@@ -360,6 +365,11 @@ func (w Workspace) writeFile(_ context.Context, in tool.Input) (json.RawMessage,
 	name := path.Base(rel)
 	target := path.Join(dir.Rel(), name)
 	if err := w.checkWrite(args.Path, ws, target); err != nil {
+		return nil, err
+	}
+	// From here on the write goes to name in the opened dir, and an
+	// overwrite replaces name itself, link or not: it lands on target.
+	if err := checkPreviewed(args.Path, target, in.Previewed); err != nil {
 		return nil, err
 	}
 	if fi, err := dir.Root().Lstat(name); err == nil {
@@ -379,7 +389,7 @@ func (w Workspace) writeFile(_ context.Context, in tool.Input) (json.RawMessage,
 		return marshal(out)
 	}
 
-	f, err := w.openAppend(args.Path, ws, dir, name, target)
+	f, err := w.openAppend(args.Path, ws, dir, name, target, in.Previewed)
 	if err != nil {
 		return nil, err
 	}
@@ -470,8 +480,9 @@ func mustJSON(v any) []byte {
 }
 
 // openAppend opens name in dir for appending, creating it if it does not
-// exist. target is where name is, relative to the workspace root.
-func (w Workspace) openAppend(userPath string, ws, dir *confine.Dir, name, target string) (*os.File, error) {
+// exist. target is where name is, relative to the workspace root; the
+// file opened must be one previewed (checkPreviewed).
+func (w Workspace) openAppend(userPath string, ws, dir *confine.Dir, name, target string, previewed []policy.PreviewTarget) (*os.File, error) {
 	// Read too: a retried append checks whether its data is there.
 	f, real, err := dir.OpenFile(name, os.O_RDWR|os.O_APPEND|syscall.O_NONBLOCK, 0)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -488,7 +499,9 @@ func (w Workspace) openAppend(userPath string, ws, dir *confine.Dir, name, targe
 	case !fi.Mode().IsRegular():
 		err = tool.Permanent(fmt.Errorf("append to %q: not a regular file", userPath))
 	case real != target: // name became a symlink since it was checked
-		err = w.checkWrite(userPath, ws, real)
+		if err = w.checkWrite(userPath, ws, real); err == nil {
+			err = checkPreviewed(userPath, real, previewed)
+		}
 	}
 	if err == nil {
 		err = refuseHardLinks(userPath, fi)
@@ -507,6 +520,25 @@ func (w Workspace) checkWrite(userPath string, ws *confine.Dir, rel string) erro
 		return tool.Permanent(fmt.Errorf("write %q: %s is reserved for toolgate", userPath, MarkerDir))
 	}
 	return w.guard("write", userPath, ws, rel)
+}
+
+// checkPreviewed refuses to write file (relative to the workspace root)
+// for userPath when a preview of the call showed that path leading to
+// another file: a symlink on it was re-pointed, the file was replaced by a
+// symlink, or a directory on the way by one, since the preview. A preview
+// of another path (the agent's, before an approver edited it) says
+// nothing about this one.
+func checkPreviewed(userPath, file string, previewed []policy.PreviewTarget) error {
+	for _, pin := range previewed {
+		if filepath.Clean(pin.Path) != filepath.Clean(userPath) || pin.File == file {
+			continue
+		}
+		if pin.File == "" {
+			return tool.Permanent(fmt.Errorf("write %q: when the call was previewed this path led to no file of the workspace, and now it leads to %q; toolgate writes only the file a preview showed, so nothing was written", userPath, file))
+		}
+		return tool.Permanent(fmt.Errorf("write %q: the preview showed %q, but the path now leads to %q (a symlink on it changed since the preview); toolgate writes only the file the preview showed, so nothing was written", userPath, pin.File, file))
+	}
+	return nil
 }
 
 // refuseHardLinks refuses a regular file with more than one name: writing

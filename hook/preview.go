@@ -22,6 +22,14 @@ const maxPreviewFile = 256 << 10
 // apply_patch as its patch. toolgate shows it as the agent's claim. nil
 // for other tools, or when the file cannot be read (the call is asked
 // without one).
+//
+// What holds is only what the file was when the hook looked: the agent
+// writes the file itself, after the decision, through whatever its path
+// leads to then. A file reached through a symlink is named with the file
+// it leads to ("link.txt -> target.txt") and diffed as that file, but
+// toolgate cannot keep the agent from writing elsewhere if the link is
+// re-pointed after the preview (docs/coding-agents.md), unlike
+// write_file, which toolgate runs.
 func previewOf(ev Event) *policy.Preview {
 	var in struct {
 		FilePath     string  `json:"file_path"`
@@ -84,7 +92,12 @@ func fileDiff(cwd, name string, change func(old string) (string, error)) *policy
 	if !filepath.IsAbs(path) {
 		path = filepath.Join(cwd, path)
 	}
-	text := func(s string) *policy.Preview { return &policy.Preview{Kind: policy.PreviewText, Text: s} }
+	head := ""
+	if real, ok := throughLink(cwd, name, path); ok {
+		head = fmt.Sprintf("%s -> %s (through a symlink): the agent writes %s\n", name, real, real)
+		name = real
+	}
+	text := func(s string) *policy.Preview { return &policy.Preview{Kind: policy.PreviewText, Text: head + s} }
 	old, exists, err := readSmall(path)
 	switch {
 	case errors.Is(err, errTooLarge):
@@ -97,7 +110,33 @@ func fileDiff(cwd, name string, change func(old string) (string, error)) *policy
 		return text(fmt.Sprintf("%s: %v", name, err))
 	}
 	p := policy.FileChange(name, old, next, exists)
+	p.Text = head + p.Text
 	return &p
+}
+
+// throughLink returns the file path (name, as the tool use gives it,
+// from cwd) leads to when a symlink on the way leads elsewhere than its
+// name says: relative to cwd when it is below, else absolute.
+func throughLink(cwd, name, path string) (string, bool) {
+	real, err := filepath.EvalSymlinks(path)
+	if err != nil {
+		return "", false // not there (a new file), or not readable: shown as named
+	}
+	base := cwd
+	if r, err := filepath.EvalSymlinks(cwd); err == nil {
+		base = r
+	}
+	named := filepath.Clean(name)
+	if !filepath.IsAbs(named) {
+		named = filepath.Join(base, named)
+	}
+	if real == named {
+		return "", false
+	}
+	if rel, err := filepath.Rel(base, real); err == nil && rel != ".." && !strings.HasPrefix(rel, ".."+string(filepath.Separator)) {
+		return rel, true
+	}
+	return real, true
 }
 
 var errTooLarge = errors.New("too large")

@@ -71,3 +71,29 @@ func strconvQuote(s string) string {
 	b, _ := json.Marshal(s)
 	return string(b)
 }
+
+// A file reached through a symlink is named with the file it leads to,
+// and diffed as that one; a file named as it is is shown as before.
+func TestTheHookPreviewNamesTheFileALinkLeadsTo(t *testing.T) {
+	repo, err := filepath.EvalSymlinks(t.TempDir())
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(repo, "target.txt"), []byte("old\n"), 0o644))
+	require.NoError(t, os.Symlink("target.txt", filepath.Join(repo, "link.txt")))
+
+	p := previewFor(t, repo, "Write", map[string]any{"file_path": "link.txt", "content": "new\n"})
+	require.NotNil(t, p)
+	assert.Equal(t, "link.txt -> target.txt (through a symlink): the agent writes target.txt\n"+
+		"--- a/target.txt\n+++ b/target.txt\n@@ -1 +1 @@\n-old\n+new\n", p.Text)
+	assert.Nil(t, p.Target, "the agent writes the file itself: toolgate records no target it could hold it to")
+
+	outside := t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(outside, "x.txt"), []byte("a\n"), 0o644))
+	require.NoError(t, os.Symlink(filepath.Join(outside, "x.txt"), filepath.Join(repo, "out.txt")))
+	real, err := filepath.EvalSymlinks(filepath.Join(outside, "x.txt"))
+	require.NoError(t, err)
+	p = previewFor(t, repo, "Edit", map[string]any{"file_path": filepath.Join(repo, "out.txt"), "old_string": "a", "new_string": "b"})
+	assert.True(t, strings.HasPrefix(p.Text, filepath.Join(repo, "out.txt")+" -> "+real+" (through a symlink): the agent writes "+real+"\n--- a/"+real+"\n"), p.Text)
+
+	p = previewFor(t, repo, "Write", map[string]any{"file_path": filepath.Join(repo, "target.txt"), "content": "new\n"})
+	assert.Equal(t, "--- a/"+filepath.Join(repo, "target.txt")+"\n+++ b/"+filepath.Join(repo, "target.txt")+"\n@@ -1 +1 @@\n-old\n+new\n", p.Text)
+}

@@ -36,6 +36,26 @@ type Preview struct {
 	Text       string `json:"text"`
 	ComputedBy string `json:"computed_by"`
 	Truncated  bool   `json:"truncated,omitempty"`
+	// Target, in a preview of a file that toolgate will write, is the file
+	// the preview was made on. The tool writes only that file: if the path
+	// leads elsewhere by the time it runs (a symlink on it changed), it
+	// refuses. Set by the tool's preview; nil for other previews and for
+	// the agent's.
+	Target *PreviewTarget `json:"target,omitempty"`
+}
+
+// PreviewTarget is the file a preview showed, as its path led when the
+// preview was made.
+type PreviewTarget struct {
+	// Path is the path as the call's arguments name it.
+	Path string `json:"path"`
+	// File is the workspace file Path led to: relative to the workspace
+	// root, with slashes, no symlinks. Empty when it led to no file of the
+	// workspace (outside it, say): then nothing may be written there.
+	File string `json:"file"`
+	// Link says Path reaches File through a symlink (on the file itself
+	// or a directory on the way).
+	Link bool `json:"link,omitempty"`
 }
 
 // Bounded cuts the text to MaxPreviewBytes, at the end of a line where

@@ -27,6 +27,13 @@ type Input struct {
 	CallID  string          `json:"call_id"`
 	Session string          `json:"session"`
 	Args    json.RawMessage `json:"args"`
+	// Previewed are the files the call's previews showed
+	// (policy.Preview.Target): the one the approvers were shown and, when
+	// an approver edited the arguments, that of the edited arguments. A
+	// tool that writes a file refuses when a path leads elsewhere than
+	// its preview showed. Empty when no preview named a file (a call no
+	// person was asked about, or one scheduled by an older toolgate).
+	Previewed []policy.PreviewTarget `json:"previewed,omitempty"`
 }
 
 // Func runs a tool and returns its output as JSON.

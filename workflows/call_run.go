@@ -101,7 +101,7 @@ func (c *callRun) execute(ctx workflow.Context) (Result, error) {
 			err = nil
 		}
 	} else {
-		err = workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, toolActivityOptions(c.eval)), a.RunTool, call).Get(ctx, &output)
+		err = c.runTool(ctx, call, &output)
 	}
 	if err != nil {
 		return c.toolFailed(ctx, err), nil
