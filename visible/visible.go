@@ -49,6 +49,19 @@ func Hidden(s string) int {
 	return n
 }
 
+// Note says, in parentheses, how many characters of s are shown escaped;
+// "" when none are.
+func Note(s string) string {
+	switch n := Hidden(s); n {
+	case 0:
+		return ""
+	case 1:
+		return "(it holds 1 control or invisible character, shown escaped)"
+	default:
+		return fmt.Sprintf("(it holds %d control or invisible characters, shown escaped)", n)
+	}
+}
+
 // Each calls f with s in order, as Text (or JSON, when asJSON) renders
 // it: a run of plain text (escaped false), or one escape (escaped true).
 // A page uses it to mark the escapes apart from text that merely looks

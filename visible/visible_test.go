@@ -87,3 +87,9 @@ func TestCutSaysHowMuchItLeftOut(t *testing.T) {
 	long := strings.Repeat("a", 100) + "TAIL"
 	assert.Equal(t, strings.Repeat("a", 60)+"… [44 more characters]", visible.Cut(long, 60))
 }
+
+func TestNoteSaysHowManyAreShownEscaped(t *testing.T) {
+	assert.Empty(t, visible.Note("$ make test\nin /ws"))
+	assert.Equal(t, "(it holds 1 control or invisible character, shown escaped)", visible.Note("a\u202eb"))
+	assert.Equal(t, "(it holds 3 control or invisible characters, shown escaped)", visible.Note("\x1b[2K\x1b[1G\r"))
+}
