@@ -29,6 +29,7 @@ import (
 
 	"github.com/toolgate/toolgate/client"
 	"github.com/toolgate/toolgate/policy"
+	"github.com/toolgate/toolgate/visible"
 	"github.com/toolgate/toolgate/workflows"
 )
 
@@ -532,8 +533,11 @@ func (c Config) failure(err error) permission {
 	return permission{decision: "deny", reason: "toolgate could not check this tool call, so it is blocked: " + err.Error()}
 }
 
-// write prints the permission in the dialect's protocol.
+// write prints the permission in the dialect's protocol. Its reason,
+// which the agent shows its user (a message, a denial's reason), has what
+// a terminal would obey or hide escaped.
 func (c Config) write(stdout, stderr io.Writer, p permission) int {
+	p.reason = visible.Text(p.reason)
 	if c.Dialect == Codex && p.decision == "allow" && len(p.updatedInput) == 0 {
 		// No output: Codex goes on with its own approval settings.
 		return 0

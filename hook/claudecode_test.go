@@ -942,3 +942,19 @@ func TestPostToolUseIsComparedWithTheEditedArguments(t *testing.T) {
 		})
 	}
 }
+
+// The reason the agent shows its user (here a denial's) has what a
+// terminal would obey or hide escaped: it cannot rewrite the screen.
+func TestTheReasonShowsControlAndBidiCharactersEscaped(t *testing.T) {
+	e := newHookEnv(t)
+	input := `{"command":"make deploy"}`
+	e.decision(pre("toolu_1", "Bash", input))
+	callID := e.agent.submitted()[0].CallID
+	e.agent.decide(callID, policy.Decision{Kind: policy.DeniedWithReason, Reason: "no\x1b[2K\rall fine \u202eecalp", DecidedBy: "bob", Channel: "slack"})
+	d := e.decision(pre("toolu_2", "Bash", input))
+	assert.Equal(t, "deny", d.PermissionDecision)
+	for _, raw := range []string{"\x1b", "\r", "\u202e"} {
+		assert.NotContains(t, d.PermissionDecisionReason, raw)
+	}
+	assert.Contains(t, d.PermissionDecisionReason, `no\x1b[2K\rall fine \u202eecalp`)
+}

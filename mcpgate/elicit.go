@@ -1,16 +1,20 @@
 package mcpgate
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"go.uber.org/zap"
 
 	tgclient "github.com/toolgate/toolgate/client"
 	"github.com/toolgate/toolgate/policy"
+	"github.com/toolgate/toolgate/visible"
 )
 
 // Asking the person at the client: a call whose rule lets the person
@@ -145,26 +149,44 @@ func clientElicits(req *mcp.CallToolRequest) bool {
 	return e.Form != nil || e.URL == nil // {} is form, for clients before 2025-11-25
 }
 
-// maxQuestionPreview bounds the preview quoted in the question.
+// maxQuestionArgs bounds the arguments quoted in the question, in
+// characters.
+const maxQuestionArgs = 1000
+
+// compactJSON is raw on one line, or raw as it is when it is not JSON.
+func compactJSON(raw []byte) string {
+	var b bytes.Buffer
+	if json.Compact(&b, raw) != nil {
+		return string(raw)
+	}
+	return b.String()
+}
+
+// maxQuestionPreview bounds the preview quoted in the question, in
+// characters.
 const maxQuestionPreview = 4 << 10
 
 // question is what the client shows its user: who asks, what, why, and
-// what it will change.
+// what it will change, with what a screen would obey or hide (control,
+// bidi and zero-width characters) escaped.
 func question(w tgclient.Waiting) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "toolgate: %s asks to run %s (call %s).", w.Requester, w.Tool, w.CallID)
 	if w.Message != "" {
-		fmt.Fprintf(&b, "\n\n%s", w.Message)
+		fmt.Fprintf(&b, "\n\n%s", visible.Text(w.Message))
 	}
 	if p := w.Preview; p != nil && p.Text != "" {
-		text, cut := p.Text, p.Truncated
-		if len(text) > maxQuestionPreview {
-			text, cut = strings.ToValidUTF8(text[:maxQuestionPreview], ""), true
+		text, cut := visible.Text(p.Text), p.Truncated
+		if utf8.RuneCountInString(text) > maxQuestionPreview {
+			text, cut = visible.Cut(text, maxQuestionPreview), true
 		}
 		fmt.Fprintf(&b, "\n\n%s:\n%s", p.Heading(), text)
 		if cut {
 			b.WriteString("\n[cut; the inbox shows all of it]")
 		}
+	}
+	if len(w.Args) > 0 {
+		fmt.Fprintf(&b, "\n\nArguments: %s", visible.Cut(visible.JSON(compactJSON(w.Args)), maxQuestionArgs))
 	}
 	if len(w.Groups) > 0 {
 		fmt.Fprintf(&b, "\n\nApprovers of %s are asked too; the first decision counts.", strings.Join(w.Groups, ", "))

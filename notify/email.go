@@ -24,6 +24,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/toolgate/toolgate/activities"
+	"github.com/toolgate/toolgate/visible"
 )
 
 // EmailOptions configure the email channel.
@@ -256,9 +257,9 @@ func (e *Email) Message(n activities.Notice, to Approver) ([]byte, error) {
 		expiry = e.opts.Now().Add(DefaultLinkTTL)
 	}
 	v := emailView{
-		Headline: headline(n), Note: kindNote(n), Message: n.Request.Message,
+		Headline: headline(n), Note: kindNote(n), Message: visible.Text(n.Request.Message),
 		Tool: n.Call.Tool, CallID: n.Call.ID, Session: n.Call.Session, Requester: n.Call.Requester,
-		Rule: n.Request.Rule, AskedOf: "any approver", Deadline: utc(n.Deadline), Args: Abridge(n.Call.Args, MaxArgsShown),
+		Rule: n.Request.Rule, AskedOf: "any approver", Deadline: utc(n.Deadline), Args: argsText(n.Call.Args),
 		Name: to.Name, Address: to.Email, Expires: utc(expiry), InboxURL: callPageURL(e.opts.PublicURL, n.Call.ID),
 		Preview: previewText(n.Request.Preview),
 	}

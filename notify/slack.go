@@ -15,6 +15,7 @@ import (
 
 	"github.com/toolgate/toolgate/activities"
 	"github.com/toolgate/toolgate/policy"
+	"github.com/toolgate/toolgate/visible"
 )
 
 // SlackOptions configure the Slack channel.
@@ -84,7 +85,7 @@ func (s *Slack) Resolve(ctx context.Context, o activities.Outcome, receipts []ac
 			continue
 		}
 		_, _, _, err := s.opts.API.UpdateMessageContext(ctx, ch, ts,
-			slack.MsgOptionText(escape(fmt.Sprintf("%s call %s: %s", o.Call.Tool, o.Call.ID, outcomeText(o))), false),
+			slack.MsgOptionText(escape(visible.Line(fmt.Sprintf("%s call %s: %s", o.Call.Tool, o.Call.ID, outcomeText(o)))), false),
 			slack.MsgOptionBlocks(blocks...),
 		)
 		var se slack.SlackErrorResponse
@@ -128,7 +129,7 @@ func noticeFallback(n activities.Notice) string {
 	if n.Request.Message != "" {
 		s += ": " + n.Request.Message
 	}
-	return escape(s)
+	return escape(visible.Line(s))
 }
 
 // Block Kit identifiers. The actions block of a notice is
@@ -196,7 +197,7 @@ func NoticeBlocks(n activities.Notice, publicURL string) []slack.Block {
 		blocks = append(blocks, slack.NewSectionBlock(mrkdwn(":bell: *"+escape(note)+"*"), nil, nil))
 	}
 	if m := n.Request.Message; m != "" {
-		blocks = append(blocks, slack.NewSectionBlock(mrkdwn(cut(escape(m), 2900)), nil, nil))
+		blocks = append(blocks, slack.NewSectionBlock(mrkdwn(cut(escape(visible.Text(m)), 2900)), nil, nil))
 	}
 	askedOf := "any approver"
 	if len(n.Groups) > 0 {
@@ -262,7 +263,7 @@ func OutcomeBlocks(o activities.Outcome, publicURL string) []slack.Block {
 		slack.NewSectionBlock(mrkdwn(line), nil, nil),
 	}
 	if o.Reason != "" {
-		blocks = append(blocks, slack.NewSectionBlock(mrkdwn("*Reason*\n"+cut(escape(o.Reason), 2900)), nil, nil))
+		blocks = append(blocks, slack.NewSectionBlock(mrkdwn("*Reason*\n"+cut(escape(visible.Text(o.Reason)), 2900)), nil, nil))
 	}
 	blocks = append(blocks,
 		slack.NewSectionBlock(nil, []*slack.TextBlockObject{
@@ -283,18 +284,17 @@ func OutcomeBlocks(o activities.Outcome, publicURL string) []slack.Block {
 // section holds 3,000 characters).
 const maxPreviewShown = 2400
 
-// previewBlock is a notice's preview as a code block, cut with a link to
+// previewBlock is a notice's preview as a code block (Slack wraps its long
+// lines), what a screen would obey or hide escaped, cut with a link to
 // the inbox when long.
 func previewBlock(p policy.Preview, inboxURL string) slack.Block {
-	text, cutShort := p.Text, p.Truncated
-	if len(text) > maxPreviewShown {
-		text, cutShort = text[:maxPreviewShown], true
-		for !utf8.ValidString(text) {
-			text = text[:len(text)-1]
-		}
+	text := visible.Text(p.Text)
+	left := utf8.RuneCountInString(text) - maxPreviewShown
+	if left > 0 {
+		text = visible.Cut(text, maxPreviewShown)
 	}
 	s := "*" + p.Heading() + "*\n```" + strings.ReplaceAll(escape(text), "```", "`\u200b``") + "```"
-	if cutShort {
+	if left > 0 || p.Truncated {
 		s += "\n_cut short_"
 		if inboxURL != "" {
 			s += ": <" + inboxURL + "|the whole preview in the inbox>"
@@ -304,7 +304,7 @@ func previewBlock(p policy.Preview, inboxURL string) slack.Block {
 }
 
 func argsBlock(args []byte) slack.Block {
-	a := strings.ReplaceAll(escape(Abridge(args, MaxArgsShown)), "```", "`\u200b``")
+	a := strings.ReplaceAll(escape(argsText(args)), "```", "`\u200b``")
 	return slack.NewSectionBlock(mrkdwn("*Arguments*\n```"+a+"```"), nil, nil)
 }
 

@@ -9,6 +9,7 @@ import (
 
 	"github.com/toolgate/toolgate/activities"
 	"github.com/toolgate/toolgate/policy"
+	"github.com/toolgate/toolgate/visible"
 )
 
 // MaxArgsShown caps the arguments a message shows; the inbox shows them
@@ -27,6 +28,22 @@ func Abridge(raw json.RawMessage, max int) string {
 		s = "{}"
 	}
 	return cut(s, max)
+}
+
+// argsText is a call's arguments for a person: on one line, what a screen
+// would obey or hide escaped (JSON's way, so it reads as the same JSON),
+// cut at MaxArgsShown characters with a mark that says how many more
+// there are.
+func argsText(raw json.RawMessage) string {
+	var b bytes.Buffer
+	s := string(raw)
+	if json.Compact(&b, raw) == nil {
+		s = b.String()
+	}
+	if s == "" {
+		s = "{}"
+	}
+	return visible.Cut(visible.JSON(s), MaxArgsShown)
 }
 
 // headline says what a notice is about, e.g. "Approval needed: shell".
@@ -91,13 +108,14 @@ func callPageURL(publicURL, callID string) string {
 	return strings.TrimRight(publicURL, "/") + "/calls/" + url.PathEscape(callID)
 }
 
-// previewText is a preview's text for a message, saying when it was cut.
+// previewText is a preview's text for a message, what a screen would obey
+// or hide escaped, saying when it was cut.
 func previewText(p *policy.Preview) string {
 	if p == nil {
 		return ""
 	}
 	if p.Truncated {
-		return p.Text + "\n… (cut short; the inbox has the arguments whole)"
+		return visible.Text(p.Text) + "\n… (cut short; the inbox has the arguments whole)"
 	}
-	return p.Text
+	return visible.Text(p.Text)
 }

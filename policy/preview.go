@@ -6,6 +6,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/aymanbagabas/go-udiff"
+
+	"github.com/toolgate/toolgate/visible"
 )
 
 // Kinds of Preview.
@@ -100,7 +102,8 @@ func FileChange(path, old, new string, existed bool) Preview {
 func isText(s string) bool { return utf8.ValidString(s) && !strings.ContainsRune(s, 0) }
 
 // Heading names what the preview shows, for a heading, saying when the
-// agent computed it (its claim).
+// agent computed it (its claim) and when its text holds characters a
+// screen would obey or hide (shown escaped by visible.Text).
 func (p Preview) Heading() string {
 	h := "Preview"
 	switch p.Kind {
@@ -111,6 +114,9 @@ func (p Preview) Heading() string {
 	}
 	if p.ComputedBy == ComputedByAgent {
 		h += " (computed by the agent)"
+	}
+	if note := visible.Note(p.Text); note != "" {
+		h += " " + note
 	}
 	return h
 }

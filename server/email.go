@@ -123,7 +123,7 @@ type emailView struct {
 	Done string
 }
 
-var emailPage = template.Must(template.Must(template.New("email").Funcs(template.FuncMap{"join": strings.Join}).
+var emailPage = template.Must(template.Must(template.New("email").Funcs(pageFuncs).
 	ParseFS(webFS, "web/templates/layout.html")).Parse(`{{define "content" -}}
 {{- with .Body}}
 <section class="card">
@@ -132,7 +132,7 @@ var emailPage = template.Must(template.Must(template.New("email").Funcs(template
   <p>You can close this page. <a href="{{.InboxURL}}">Open the call in the inbox</a>.</p>
   {{- else}}
   <h1>{{.Action}} <span class="tool">{{.Tool}}</span> <span class="id">{{.CallID}}</span>?</h1>
-  {{- with .Message}}<p class="message">{{.}}</p>{{end}}
+  {{- with .Message}}<p class="message">{{template "shown" .}}</p>{{end}}
   <dl class="facts">
     <dt>Session</dt><dd>{{.Session}}</dd>
     {{- with .Requester}}<dt>Requested by</dt><dd>{{.}}</dd>{{end}}
@@ -143,7 +143,7 @@ var emailPage = template.Must(template.Must(template.New("email").Funcs(template
     <dt>This link</dt><dd>{{.Decision}}, until {{.Expires}}</dd>
   </dl>
   <h2>Arguments</h2>
-  <pre class="json">{{.Args}}</pre>
+  <pre class="json">{{template "shown" .Args}}</pre>
   <p class="notice">Nothing is decided until you press the button.</p>
   <form method="post" action="/email/decide" class="decide" id="email-decide">
     <input type="hidden" name="t" value="{{.Token}}">

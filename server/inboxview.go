@@ -16,6 +16,7 @@ import (
 
 	tgclient "github.com/toolgate/toolgate/client"
 	"github.com/toolgate/toolgate/policy"
+	"github.com/toolgate/toolgate/visible"
 	"github.com/toolgate/toolgate/workflows"
 )
 
@@ -27,13 +28,35 @@ var webFS embed.FS
 
 // inboxPages are the page templates, each parsed with the layout.
 var inboxPages = func() map[string]*template.Template {
-	funcs := template.FuncMap{"join": strings.Join}
+	funcs := pageFuncs
 	pages := map[string]*template.Template{}
 	for _, name := range []string{"login", "list", "call", "session", "audit", "error"} {
 		pages[name] = template.Must(template.New(name).Funcs(funcs).ParseFS(webFS, "web/templates/layout.html", "web/templates/"+name+".html"))
 	}
 	return pages
 }()
+
+// pageFuncs are the functions the pages' templates call. parts splits a
+// call's text (arguments, preview, message, reason, output) for the
+// "shown" template, which marks each escape of what a browser would obey
+// or hide (bidi overrides and isolates, zero-width and control
+// characters); plain escapes it the same way without marks, for a
+// textarea.
+var pageFuncs = template.FuncMap{"join": strings.Join, "parts": parts, "plain": visible.JSON}
+
+// textPart is a run of a text as the page shows it: plain text, or one
+// escape toolgate made (Esc), which the page marks apart from text that
+// only looks like one.
+type textPart struct {
+	Text string
+	Esc  bool
+}
+
+func parts(s string) []textPart {
+	var out []textPart
+	visible.Each(s, true, func(part string, escaped bool) { out = append(out, textPart{part, escaped}) })
+	return out
+}
 
 // staticFiles serves web/static under /static/, without directory
 // listings.
@@ -122,7 +145,7 @@ func newPendingRow(c tgclient.CallSummary, now time.Time) pendingRow {
 	}
 	return pendingRow{
 		CallID: c.CallID, URL: callURL(c.CallID), Session: c.Session, Tool: c.Tool,
-		Args: c.Args, Message: msg, Age: ago(now.Sub(c.RequestedAt)),
+		Args: visible.Line(c.Args), Message: visible.Line(msg), Age: ago(now.Sub(c.RequestedAt)),
 	}
 }
 
@@ -396,7 +419,9 @@ func timeLeft(deadline, now time.Time) string {
 // previewView is a preview as the call page shows it: a diff line by
 // line, each with its class (add, del, hunk, meta), for highlighting.
 type previewView struct {
-	Kind, By  string
+	Kind, By string
+	// Hidden counts the characters of the text shown escaped.
+	Hidden    int
 	Lines     []previewLine
 	Truncated bool
 }
@@ -407,7 +432,7 @@ func newPreviewView(p *policy.Preview) *previewView {
 	if p == nil {
 		return nil
 	}
-	v := &previewView{Kind: p.Kind, Truncated: p.Truncated}
+	v := &previewView{Kind: p.Kind, Truncated: p.Truncated, Hidden: visible.Hidden(p.Text)}
 	if p.ComputedBy == policy.ComputedByAgent {
 		v.By = "preview computed by the agent: its claim, not checked by toolgate"
 	}

@@ -15,6 +15,7 @@ import (
 
 	tgclient "github.com/toolgate/toolgate/client"
 	"github.com/toolgate/toolgate/policy"
+	"github.com/toolgate/toolgate/visible"
 	"github.com/toolgate/toolgate/workflows"
 )
 
@@ -205,13 +206,13 @@ func printResultText(w io.Writer, r workflows.Result) {
 		fmt.Fprintf(w, "decision: %s by %s via %s\n", r.Decision, r.DecidedBy, r.Channel)
 	}
 	if r.Reason != "" {
-		fmt.Fprintf(w, "reason: %s\n", r.Reason)
+		fmt.Fprintf(w, "reason: %s\n", visible.Text(r.Reason))
 	}
 	if r.Note != "" {
-		fmt.Fprintf(w, "note: %s\n", r.Note)
+		fmt.Fprintf(w, "note: %s\n", visible.Text(r.Note))
 	}
 	if len(r.Output) > 0 {
-		fmt.Fprintf(w, "output: %s\n", r.Output)
+		fmt.Fprintf(w, "output: %s\n", visible.JSON(string(r.Output)))
 	}
 }
 
@@ -225,7 +226,7 @@ func (a *app) printWaiting(st tgclient.Status, asJSON bool) {
 	switch w.Status {
 	case workflows.StatusPending:
 		fmt.Fprintf(a.stdout, "waiting for a person: %s\ndeadline: %s\napprove: toolgate approve %s --by NAME\n",
-			w.Message, w.Deadline.Local().Format(time.RFC1123), w.CallID)
+			visible.Text(w.Message), w.Deadline.Local().Format(time.RFC1123), w.CallID)
 		if ap := w.Approvals; ap != nil {
 			var by []string
 			for _, g := range ap.Given {
@@ -237,11 +238,11 @@ func (a *app) printWaiting(st tgclient.Status, asJSON bool) {
 			fmt.Fprintf(a.stdout, "also asked of: %s, who runs the agent, in the agent's own client\n", w.User)
 		}
 		if p := w.Preview; p != nil {
-			fmt.Fprintf(a.stdout, "%s:\n%s\n", previewHeading(*p), strings.TrimRight(p.Text, "\n"))
+			fmt.Fprintf(a.stdout, "%s:\n%s\n", previewHeading(*p), previewBody(*p))
 		}
 	case workflows.StatusApproved:
 		fmt.Fprintf(a.stdout, "decision: %s by %s\nrun it with: %s\nthen report: toolgate report %s --output JSON (or --error TEXT)\n",
-			w.Decision, w.DecidedBy, w.Args, w.CallID)
+			w.Decision, w.DecidedBy, visible.JSON(string(w.Args)), w.CallID)
 	}
 }
 
@@ -392,7 +393,7 @@ decide are listed and counted. --preview shows what each call will change
 			}
 			for i, p := range previews {
 				if p != nil {
-					fmt.Fprintf(a.stdout, "\n%s (%s) — %s:\n%s\n", calls[i].CallID, calls[i].Tool, previewHeading(*p), strings.TrimRight(p.Text, "\n"))
+					fmt.Fprintf(a.stdout, "\n%s (%s) — %s:\n%s\n", calls[i].CallID, calls[i].Tool, previewHeading(*p), previewBody(*p))
 				}
 			}
 			if more {
@@ -413,6 +414,14 @@ decide are listed and counted. --preview shows what each call will change
 	a.conn.addFlags(cmd)
 	a.api.add(cmd)
 	return cmd
+}
+
+// previewBody is a preview's text for the terminal: what a terminal would
+// obey (escape sequences, carriage returns, backspaces) or hide (bidi and
+// zero-width characters) shown escaped; a long line wraps, as a
+// terminal wraps it.
+func previewBody(p policy.Preview) string {
+	return visible.Text(strings.TrimRight(p.Text, "\n"))
 }
 
 // previewHeading names a preview for the terminal.
@@ -453,18 +462,22 @@ func plural(n int64, one, many string) string {
 	return many
 }
 
+// abridge puts s on one line of at most about n characters for a table:
+// its control and invisible characters escaped (before runs of spaces are
+// squeezed, so none is lost among them), cut with a mark that says how
+// much was left out.
 func abridge(s string, n int) string {
-	s = strings.Join(strings.Fields(s), " ")
-	if len([]rune(s)) <= n {
-		return s
-	}
-	return string([]rune(s)[:n-1]) + "…"
+	return visible.Cut(strings.Join(strings.Fields(visible.Line(s)), " "), n)
 }
 
 func writeJSON(w io.Writer, v any) {
-	enc := json.NewEncoder(w)
+	var b strings.Builder
+	enc := json.NewEncoder(&b)
 	enc.SetIndent("", "  ")
 	_ = enc.Encode(v)
+	// encoding/json leaves bidi and zero-width characters raw: escape
+	// them the JSON way, which keeps the same JSON value.
+	_, _ = io.WriteString(w, visible.JSON(b.String()))
 }
 
 // readArgs takes the arguments inline, or from @FILE (@- for stdin) when

@@ -7,6 +7,7 @@ import (
 	"github.com/spf13/cobra"
 
 	tgclient "github.com/toolgate/toolgate/client"
+	"github.com/toolgate/toolgate/visible"
 )
 
 func (a *app) sessionCommand() *cobra.Command {
@@ -39,7 +40,7 @@ func (a *app) sessionCommand() *cobra.Command {
 				fmt.Fprintln(a.stdout, "sticky decisions: none")
 			}
 			for _, s := range view.Sticky {
-				fmt.Fprintf(a.stdout, "sticky: %s  %s by %s via %s (call %s)\n", s.Key, s.Decision.Kind, s.Decision.DecidedBy, s.Decision.Channel, s.FromCall)
+				fmt.Fprintf(a.stdout, "sticky: %s  %s by %s via %s (call %s)\n", visible.Line(s.Key), s.Decision.Kind, s.Decision.DecidedBy, s.Decision.Channel, s.FromCall)
 			}
 			for _, w := range view.Waiting {
 				fmt.Fprintf(a.stdout, "waiting: %s  %s\n", w.CallID, w.Tool)
