@@ -203,7 +203,7 @@ func (r *CallRequest) checkReserved() error {
 	case policy.IsReservedName(r.ActingUser):
 		return &InputError{Field: "acting_user", Problem: fmt.Sprintf("%q is reserved: the name is toolgate's own", r.ActingUser), Err: ErrReserved}
 	case r.Tool == policy.DefinitionChangeTool:
-		return &InputError{Field: "tool", Problem: "definition_change is toolgate's own: it asks about an upstream MCP server's changed tool itself", Err: ErrReserved}
+		return &InputError{Field: "tool", Problem: "definition_change is reserved: definition_change calls are made by toolgate itself, when an upstream MCP server changes a tool", Err: ErrReserved}
 	}
 	return nil
 }

@@ -155,6 +155,9 @@ func (c *callRun) validateCancel(req CancelRequest) error {
 		}
 		return nil
 	}
+	if req.By == c.state.Call.Requester {
+		return temporal.NewApplicationError(fmt.Sprintf("%s may not cancel call %s as an approver: it requested the call, and withdraws it only as its requester", req.By, c.state.Call.ID), ErrTypeNotAuthorized)
+	}
 	if err := (policy.Approver{Name: req.By, Groups: req.Groups}).MayAct(c.state.Request.Groups); err != nil {
 		return temporal.NewApplicationError(fmt.Sprintf("%s may not cancel call %s: %v", req.By, c.state.Call.ID, err), ErrTypeNotAuthorized)
 	}
