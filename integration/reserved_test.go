@@ -27,7 +27,9 @@ func startReservedDev(t *testing.T, flags ...string) (*devEnv, func(name string)
 	args := append([]string{"dev", "--data-dir", d.dataDir, "--temporal-port", fmt.Sprint(d.port),
 		"--http", d.httpAddr, "--tokens", writeTokensFile(t, t.TempDir())}, flags...)
 	d.dev = start(t, "toolgate dev is running", args...)
-	return d, func(name string) apiClient { return apiClient{t: t, base: "http://" + d.httpAddr, token: "token-" + name} }
+	return d, func(name string) apiClient {
+		return apiClient{t: t, base: "http://" + d.httpAddr, token: "token-" + name}
+	}
 }
 
 // Toolgate's own sessions, call IDs and names are not an agent's: over the
@@ -132,8 +134,7 @@ func TestATokensFileWithReservedOrAmbiguousNamesIsRefusedAtStart(t *testing.T) {
 // the flip back, and when B returns it is asked again, not refused.
 func TestADefinitionOfferedAgainAfterItsQuestionWasWithdrawnIsAskedAgain(t *testing.T) {
 	upstreams, change := changingUpstream(t, "Search the docs.")
-	d, as := startReservedDev(t, "--mcp", upstreams, "--policy", allowEverything(t))
-	_ = d
+	_, as := startReservedDev(t, "--mcp", upstreams, "--policy", allowEverything(t))
 	agent, root := as("agent-1"), as("root")
 	offered := func() string {
 		r := agent.do("GET", "/v1/tools", nil)
