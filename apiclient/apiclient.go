@@ -169,6 +169,12 @@ func (c *Client) Cancel(ctx context.Context, callID string, _ policy.Approver) (
 	return out.Decision, err
 }
 
+// CancelOwn withdraws a waiting call of the agent token; requester is
+// ignored: the token names who cancels.
+func (c *Client) CancelOwn(ctx context.Context, callID, _ string) (policy.Decision, error) {
+	return c.Cancel(ctx, callID, policy.Approver{})
+}
+
 // Session returns a session's sticky decisions and waiting calls.
 func (c *Client) Session(ctx context.Context, session string) (workflows.SessionView, error) {
 	var v workflows.SessionView

@@ -27,10 +27,10 @@ type Agent interface {
 	WaitDecided(ctx context.Context, callID string) (Status, error)
 	// Status returns where the call stands now.
 	Status(ctx context.Context, callID string) (Status, error)
-	// Cancel withdraws a call that waits for a person (denied, "cancelled
-	// by" by.Name, who must be its requester or may act on its groups; the
-	// API takes them from the token). A decided call is refused.
-	Cancel(ctx context.Context, callID string, by policy.Approver) (policy.Decision, error)
+	// CancelOwn withdraws a call that waits for a person (denied,
+	// "cancelled by" requester, who must be its requester; the API takes
+	// the name from the token). A decided call is refused.
+	CancelOwn(ctx context.Context, callID, requester string) (policy.Decision, error)
 	// DecideAsUser applies the decision of the person running the agent,
 	// taken in the agent's client (see Client.DecideAsUser); user is the
 	// call's acting user (the API takes it from the token's owner).

@@ -293,14 +293,26 @@ func (c *Client) DecideAsUser(ctx context.Context, callID, user string, d policy
 	return c.updateCall(ctx, callID, workflows.UpdateDecide, workflows.DecideRequest{CallID: callID, Decision: d})
 }
 
-// Cancel cancels a call that waits for a person: it ends denied,
-// "cancelled by <by>". Its requester may cancel it; anyone else needs
-// groups that cover it. A refusal changes nothing.
+// Cancel cancels a call that waits for a person, as an approver: it ends
+// denied, "cancelled by <by>", when by's groups cover it (an admin's "*"
+// covers every call). A name alone cancels nothing: the requester
+// withdraws its own call with CancelOwn. A refusal changes nothing.
 func (c *Client) Cancel(ctx context.Context, callID string, by policy.Approver) (policy.Decision, error) {
 	if err := ValidateID("call_id", callID); err != nil {
 		return policy.Decision{}, err
 	}
 	return c.updateCall(ctx, callID, workflows.UpdateCancel, workflows.CancelRequest{CallID: callID, By: by.Name, Groups: by.Groups})
+}
+
+// CancelOwn withdraws a call that waits for a person, as the agent that
+// requested it: it ends denied, "cancelled by <requester>". Only the
+// call's requester may; the HTTP API calls it only for an agent token, by
+// the token's name. A refusal changes nothing.
+func (c *Client) CancelOwn(ctx context.Context, callID, requester string) (policy.Decision, error) {
+	if err := ValidateID("call_id", callID); err != nil {
+		return policy.Decision{}, err
+	}
+	return c.updateCall(ctx, callID, workflows.UpdateCancel, workflows.CancelRequest{CallID: callID, By: requester, AsRequester: true})
 }
 
 // updateCall sends a validated update that decides a call and returns the

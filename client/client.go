@@ -140,6 +140,9 @@ func (r *CallRequest) Validate() error {
 	if err := ValidateID("tool", r.Tool); err != nil {
 		return err
 	}
+	if err := r.checkReserved(); err != nil {
+		return err
+	}
 	if r.ActingUser != "" {
 		if err := ValidateID("acting_user", r.ActingUser); err != nil {
 			return err
@@ -175,6 +178,32 @@ func (r *CallRequest) Validate() error {
 		bounded := p.Bounded()
 		bounded.ComputedBy = policy.ComputedByAgent
 		r.Preview = &bounded
+	}
+	return nil
+}
+
+// ErrReserved is the cause (errors.Is) of the *InputError that refuses a
+// call into what toolgate keeps for its own calls: a session starting with
+// policy.ReservedSessionPrefix, a call ID starting with
+// policy.ReservedCallIDPrefix, a requester or acting user in
+// policy.ReservedNames, or the definition_change tool. The HTTP API
+// answers it with 403. Toolgate's own definition_change calls are started
+// by the pins workflow, never submitted.
+var ErrReserved = errors.New("reserved for toolgate's own calls")
+
+// checkReserved refuses a request for what toolgate keeps for itself.
+func (r *CallRequest) checkReserved() error {
+	switch {
+	case policy.IsReservedSession(r.Session):
+		return &InputError{Field: "session", Problem: fmt.Sprintf("is reserved: sessions starting with %q are toolgate's own", policy.ReservedSessionPrefix), Err: ErrReserved}
+	case policy.IsReservedCallID(r.CallID):
+		return &InputError{Field: "call_id", Problem: fmt.Sprintf("is reserved: call IDs starting with %q are toolgate's own", policy.ReservedCallIDPrefix), Err: ErrReserved}
+	case policy.IsReservedName(r.Requester):
+		return &InputError{Field: "requester", Problem: fmt.Sprintf("%q is reserved: the name is toolgate's own", r.Requester), Err: ErrReserved}
+	case policy.IsReservedName(r.ActingUser):
+		return &InputError{Field: "acting_user", Problem: fmt.Sprintf("%q is reserved: the name is toolgate's own", r.ActingUser), Err: ErrReserved}
+	case r.Tool == policy.DefinitionChangeTool:
+		return &InputError{Field: "tool", Problem: "definition_change is reserved: definition_change calls are made by toolgate itself, when an upstream MCP server changes a tool", Err: ErrReserved}
 	}
 	return nil
 }

@@ -44,6 +44,27 @@ func (c *Client) Pins(ctx context.Context, server string) ([]workflows.Pin, erro
 	return pins, nil
 }
 
+// AskChange has the pins of req.Server start the definition_change call
+// that asks a person about req.Change (its req.N-th question), and returns
+// which call asks. own says the call under that ID is the pins' own: started now,
+// or before by the pins (Temporal records them as its parent). A call
+// somebody else started under the ID is not the pins' (own false): ask
+// under the next number.
+func (c *Client) AskChange(ctx context.Context, req workflows.AskChangeRequest) (res workflows.AskChangeResult, own bool, err error) {
+	if err := c.updatePins(ctx, req.Server, workflows.UpdateAskChange, req, &res); err != nil {
+		return res, false, err
+	}
+	if res.Started {
+		return res, true, nil
+	}
+	desc, err := c.tc.DescribeWorkflowExecution(ctx, workflows.CallWorkflowID(res.CallID), "")
+	if err != nil {
+		return res, false, fmt.Errorf("read definition_change call %s: %w", res.CallID, err)
+	}
+	parent := desc.GetWorkflowExecutionInfo().GetParentExecution()
+	return res, parent != nil && parent.GetWorkflowId() == workflows.PinsWorkflowID(req.Server), nil
+}
+
 func (c *Client) updatePins(ctx context.Context, server, update string, arg, result any) error {
 	err := c.updateWithStart(ctx, workflows.PinsWorkflowID(server), workflows.PinsWorkflowType, workflows.PinsInput{Server: server}, update, arg, result)
 	if err != nil {

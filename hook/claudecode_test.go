@@ -176,14 +176,14 @@ func (f *fakeAgent) DecideAsUser(_ context.Context, callID, user string, d polic
 
 // Cancel withdraws a waiting call (the hook does for a call handed to the
 // prompt that Claude Code refused without asking).
-func (f *fakeAgent) Cancel(_ context.Context, callID string, by policy.Approver) (policy.Decision, error) {
+func (f *fakeAgent) CancelOwn(_ context.Context, callID, requester string) (policy.Decision, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	c, ok := f.calls[callID]
 	if !ok || c.st.State == nil || c.st.State.Status != workflows.StatusPending {
 		return policy.Decision{}, &client.AlreadyDecidedError{CallID: callID, Message: "call " + callID + " is not waiting"}
 	}
-	d := policy.Decision{Kind: policy.DeniedWithReason, Reason: "cancelled by " + by.Name, DecidedBy: by.Name, Channel: workflows.ChannelCancel}
+	d := policy.Decision{Kind: policy.DeniedWithReason, Reason: "cancelled by " + requester, DecidedBy: requester, Channel: workflows.ChannelCancel}
 	f.decideLocked(callID, d)
 	return d, nil
 }

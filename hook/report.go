@@ -11,7 +11,6 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/toolgate/toolgate/client"
-	"github.com/toolgate/toolgate/policy"
 	"github.com/toolgate/toolgate/workflows"
 )
 
@@ -62,7 +61,7 @@ func (c Config) post(ctx context.Context, ev Event) {
 		if ev.HookEventName == EventPermissionDenied {
 			// Refused without asking anyone (auto mode, a headless run):
 			// the tool did not run, so the call is withdrawn.
-			if _, err := agent.Cancel(rctx, callID, policy.Approver{Name: c.Requester}); err != nil {
+			if _, err := agent.CancelOwn(rctx, callID, c.Requester); err != nil {
 				log.Info("the prompt's call could not be withdrawn", zap.Error(err))
 			}
 			c.forgetUse(log, store, ev)

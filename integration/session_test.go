@@ -93,13 +93,13 @@ func TestCancellingAWaitingCall(t *testing.T) {
 	t.Run("by its requester with the CLI", func(t *testing.T) {
 		d := d.in(t)
 		d.callJSON(5, "--session", "cx", "--id", "cx1", "--wait", "300ms", "shell", `{"command":"true"}`)
-		r := d.cli("cancel", "cx1", "--by", "cli-agent")
+		r := d.cli("cancel", "cx1", "--by", "cli-agent", "--own")
 		require.Equal(t, 0, r.code, r.stderr)
 		assert.Contains(t, r.stdout, "cancelled by cli-agent")
 		out := d.callJSON(3, "--session", "cx", "--id", "cx1", "shell", `{"command":"true"}`)
 		assert.Equal(t, "denied", out["status"])
 		assert.Equal(t, "cancelled by cli-agent", out["reason"])
-		r = d.cli("cancel", "cx1", "--by", "cli-agent")
+		r = d.cli("cancel", "cx1", "--by", "cli-agent", "--own")
 		assert.Equal(t, 1, r.code, "a finished call cannot be cancelled")
 	})
 

@@ -13,7 +13,6 @@ import (
 	"go.uber.org/zap"
 
 	tgclient "github.com/toolgate/toolgate/client"
-	"github.com/toolgate/toolgate/policy"
 	"github.com/toolgate/toolgate/tool"
 	"github.com/toolgate/toolgate/workflows"
 )
@@ -102,7 +101,7 @@ func (h *handler) cancel(ctx context.Context, callID string) {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	log := h.g.opts.Logger.With(zap.String("callID", callID))
-	if _, err := h.g.agent.Cancel(cctx, callID, policy.Approver{Name: h.conn.Requester}); err != nil {
+	if _, err := h.g.agent.CancelOwn(cctx, callID, h.conn.Requester); err != nil {
 		log.Info("The client cancelled its request; the call was decided already and goes on", zap.Error(err))
 		return
 	}

@@ -183,7 +183,7 @@ func (f *fakeAgent) Report(context.Context, string, string, tgclient.Report) err
 
 // Cancel denies a waiting call, as the workflow does; a decided one is
 // refused as already decided.
-func (f *fakeAgent) Cancel(_ context.Context, id string, by policy.Approver) (policy.Decision, error) {
+func (f *fakeAgent) CancelOwn(_ context.Context, id, requester string) (policy.Decision, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	c, err := f.waitingLocked(id)
@@ -191,8 +191,8 @@ func (f *fakeAgent) Cancel(_ context.Context, id string, by policy.Approver) (po
 		return policy.Decision{}, err
 	}
 	f.cancelled = append(f.cancelled, id)
-	d := policy.Decision{Kind: policy.DeniedWithReason, Reason: "cancelled by " + by.Name, DecidedBy: by.Name, Channel: workflows.ChannelCancel}
-	f.finish(c, workflows.Result{Status: workflows.StatusDenied, Reason: d.Reason, Decision: d.Kind.String(), DecidedBy: by.Name, Channel: d.Channel})
+	d := policy.Decision{Kind: policy.DeniedWithReason, Reason: "cancelled by " + requester, DecidedBy: requester, Channel: workflows.ChannelCancel}
+	f.finish(c, workflows.Result{Status: workflows.StatusDenied, Reason: d.Reason, Decision: d.Kind.String(), DecidedBy: requester, Channel: d.Channel})
 	return d, nil
 }
 

@@ -25,9 +25,9 @@ type Pins interface {
 	CheckPins(ctx context.Context, req workflows.CheckPinsRequest) ([]workflows.PinVerdict, error)
 	Pins(ctx context.Context, server string) ([]workflows.Pin, error)
 	Pin(ctx context.Context, req workflows.PinRequest) error
-	Submit(ctx context.Context, req tgclient.CallRequest) (string, error)
+	AskChange(ctx context.Context, req workflows.AskChangeRequest) (res workflows.AskChangeResult, own bool, err error)
 	Status(ctx context.Context, callID string) (tgclient.Status, error)
-	Cancel(ctx context.Context, callID string, by policy.Approver) (policy.Decision, error)
+	CancelOwn(ctx context.Context, callID, requester string) (policy.Decision, error)
 }
 
 // DefaultPinRecheck is how often a worker reads the pins of a server
@@ -95,20 +95,6 @@ func indented(canonical string) string {
 	}
 	return b.String() + "\n"
 }
-
-// changeCallID names the definition_change call for a definition, so that
-// every worker that meets the same change joins one call. A call nobody
-// decided in time is asked again under the next number.
-func changeCallID(server, hash string, n int) string {
-	id := "definition-change." + server + "." + hash[:40]
-	if n > 1 {
-		id += fmt.Sprintf(".%d", n)
-	}
-	return id
-}
-
-// changeSession is the session of a server's definition changes.
-func changeSession(server string) string { return "toolgate.pins." + server }
 
 // offer is one tool a server offers now.
 type offer struct {
@@ -229,7 +215,7 @@ func (u *upstream) withdraw(ctx context.Context, o *offer) {
 	if o.asking == "" {
 		return
 	}
-	if _, err := u.pinning.pins.Cancel(ctx, o.asking, policy.Approver{Name: policy.ToolgateRequester}); err != nil {
+	if _, err := u.pinning.pins.CancelOwn(ctx, o.asking, policy.ToolgateRequester); err != nil {
 		u.logger.Debug("Could not withdraw a definition_change call", zap.String("callID", o.asking), zap.Error(err))
 		return
 	}
@@ -305,7 +291,9 @@ func (u *upstream) recheckHeld() {
 
 // askChange starts (or joins) the definition_change call that asks a
 // person about a tool's new definition, and says why the tool is held
-// meanwhile.
+// meanwhile. The pins start the call (their child, in the server's
+// reserved session), so no agent can take its place; a question that
+// ended without a person's decision is asked anew under the next number.
 func (u *upstream) askChange(ctx context.Context, o *offer, previous *workflows.Pin) string {
 	change := policy.DefinitionChange{Server: u.srv.Name, Tool: o.def.Tool, Change: "new",
 		Definition: json.RawMessage(o.def.Definition), Hash: o.def.Hash}
@@ -314,21 +302,21 @@ func (u *upstream) askChange(ctx context.Context, o *offer, previous *workflows.
 		change.Change, change.PreviousHash, old = "changed", previous.Hash, previous.Definition
 	}
 	change.Diff = definitionDiff(u.srv.Name, o.def.Tool, old, o.def.Definition)
-	args, err := json.Marshal(change)
-	if err != nil {
-		return "its definition is not approved, and toolgate could not ask about it: " + err.Error()
-	}
 	what := "its definition changed since it was approved"
 	if previous == nil {
 		what = "it is new on its MCP server"
 	}
-	for n := 1; n <= 100; n++ {
-		id := changeCallID(u.srv.Name, o.def.Hash, n)
-		_, err := u.pinning.pins.Submit(ctx, tgclient.CallRequest{CallID: id, Session: changeSession(u.srv.Name),
-			Tool: policy.DefinitionChangeTool, Args: args, Requester: policy.ToolgateRequester})
+	for n := 1; n <= workflows.MaxChangeQuestions; n++ {
+		res, own, err := u.pinning.pins.AskChange(ctx, workflows.AskChangeRequest{Server: u.srv.Name, N: n, Change: change})
 		if err != nil {
 			u.logger.Warn("Could not ask about an MCP tool's definition", zap.String("mcpTool", o.def.Tool), zap.Error(err))
 			return what + ", and toolgate could not ask an approver yet: " + err.Error()
+		}
+		id := res.CallID
+		if !own {
+			u.logger.Warn("A call toolgate did not start holds the ID of a definition_change question; asking under the next one",
+				zap.String("mcpTool", o.def.Tool), zap.String("callID", id))
+			continue
 		}
 		st, err := u.pinning.pins.Status(ctx, id)
 		switch {
@@ -338,15 +326,36 @@ func (u *upstream) askChange(ctx context.Context, o *offer, previous *workflows.
 			o.asking = id
 			u.logger.Info("MCP tool held: its definition waits for an approver", zap.String("mcpTool", o.def.Tool), zap.String("callID", id), zap.String("change", change.Change))
 			return fmt.Sprintf("%s; definition_change call %s asks an approver", what, id)
-		case st.Result.Status == workflows.StatusTimedOut:
-			continue // nobody decided: ask again
 		case st.Result.Status == workflows.StatusOK:
 			return fmt.Sprintf("%s; definition_change call %s approved it, and it is being offered", what, id)
-		default:
+		case !endedUndecided(*st.Result):
 			return fmt.Sprintf("%s, and definition_change call %s refused the new definition (%s)", what, id, st.Result.Reason)
+		case res.Started:
+			// The question just asked ended at once without a person:
+			// it is asked again when the server offers the definition
+			// again, not in a loop.
+			return fmt.Sprintf("%s, and definition_change call %s ended without a decision (%s)", what, id, st.Result.Reason)
 		}
+		// An earlier question ended without a person's decision: ask anew.
 	}
-	return what + ", and nobody decided the last 100 definition_change calls about it"
+	return fmt.Sprintf("%s, and nobody decided the last %d definition_change calls about it", what, workflows.MaxChangeQuestions)
+}
+
+// endedUndecided reports whether a definition_change call ended without
+// anybody's decision about the definition: nobody decided in time, toolgate
+// withdrew it (the server offered another definition meanwhile), or the
+// approved pin failed (edited arguments no longer match the definition).
+// Such a definition is asked about again when it is offered again; a
+// denial by a person, a sticky decision, the policy or a session end is
+// kept.
+func endedUndecided(r workflows.Result) bool {
+	switch r.Status {
+	case workflows.StatusTimedOut, workflows.StatusError:
+		return true
+	case workflows.StatusDenied:
+		return r.DecidedBy == policy.ToolgateRequester && r.Channel == workflows.ChannelCancel
+	}
+	return false
 }
 
 // definitionChangeTool is toolgate's definition_change tool: its approved

@@ -30,15 +30,20 @@ type memPins struct {
 	mu      sync.Mutex
 	known   map[string]bool
 	pins    map[string]map[string]workflows.Pin
-	calls   map[string]tgclient.CallRequest
+	calls   map[string]policy.DefinitionChange
 	order   []string
 	results map[string]*workflows.Result
-	down    error
+	// foreign are call IDs some other call took (the pins did not start
+	// them).
+	foreign map[string]bool
+	// takeFirst makes the ID of every first question foreign.
+	takeFirst bool
+	down      error
 }
 
 func newMemPins() *memPins {
 	return &memPins{known: map[string]bool{}, pins: map[string]map[string]workflows.Pin{},
-		calls: map[string]tgclient.CallRequest{}, results: map[string]*workflows.Result{}}
+		calls: map[string]policy.DefinitionChange{}, results: map[string]*workflows.Result{}, foreign: map[string]bool{}}
 }
 
 func (m *memPins) CheckPins(_ context.Context, req workflows.CheckPinsRequest) ([]workflows.PinVerdict, error) {
@@ -93,17 +98,25 @@ func (m *memPins) Pin(_ context.Context, req workflows.PinRequest) error {
 	return nil
 }
 
-func (m *memPins) Submit(_ context.Context, req tgclient.CallRequest) (string, error) {
+func (m *memPins) AskChange(_ context.Context, req workflows.AskChangeRequest) (workflows.AskChangeResult, bool, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.down != nil {
-		return "", m.down
+		return workflows.AskChangeResult{}, false, m.down
 	}
-	if _, ok := m.calls[req.CallID]; !ok {
-		m.calls[req.CallID] = req
-		m.order = append(m.order, req.CallID)
+	id := policy.DefinitionChangeCallID(req.Server, req.Change.Hash, req.N)
+	if m.takeFirst && req.N == 1 {
+		m.foreign[id] = true
 	}
-	return req.CallID, nil
+	if m.foreign[id] {
+		return workflows.AskChangeResult{CallID: id}, false, nil
+	}
+	if _, ok := m.calls[id]; ok {
+		return workflows.AskChangeResult{CallID: id}, true, nil
+	}
+	m.calls[id] = req.Change
+	m.order = append(m.order, id)
+	return workflows.AskChangeResult{CallID: id, Started: true}, true, nil
 }
 
 func (m *memPins) Status(_ context.Context, callID string) (tgclient.Status, error) {
@@ -116,17 +129,25 @@ func (m *memPins) Status(_ context.Context, callID string) (tgclient.Status, err
 	return tgclient.Status{State: &workflows.CallState{Status: workflows.StatusRunning, Decision: &d}}, nil
 }
 
-func (m *memPins) Cancel(_ context.Context, callID string, by policy.Approver) (policy.Decision, error) {
+func (m *memPins) CancelOwn(_ context.Context, callID, requester string) (policy.Decision, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.results[callID] != nil {
 		return policy.Decision{}, errors.New("already decided")
 	}
-	if by.Name != m.calls[callID].Requester {
-		return policy.Decision{}, errors.New("only the requester may cancel without groups")
+	if requester != policy.ToolgateRequester {
+		return policy.Decision{}, errors.New("only the requester may withdraw its call")
 	}
-	m.results[callID] = &workflows.Result{Status: workflows.StatusDenied, Reason: "cancelled by " + by.Name}
-	return policy.Decision{Kind: policy.DeniedWithReason, DecidedBy: by.Name}, nil
+	m.results[callID] = &workflows.Result{Status: workflows.StatusDenied, Reason: "cancelled by " + requester,
+		DecidedBy: requester, Channel: workflows.ChannelCancel}
+	return policy.Decision{Kind: policy.DeniedWithReason, DecidedBy: requester}, nil
+}
+
+// end gives a call its outcome.
+func (m *memPins) end(callID string, r workflows.Result) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.results[callID] = &r
 }
 
 func (m *memPins) cancelled(callID string) bool {
@@ -142,18 +163,16 @@ func (m *memPins) setDown(err error) {
 	m.down = err
 }
 
-// lastChange is the arguments of the last definition_change call.
+// lastChange is the last definition_change call the pins started.
 func (m *memPins) lastChange(t *testing.T) (string, policy.DefinitionChange, json.RawMessage) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	require.NotEmpty(t, m.order, "a definition_change call was submitted")
+	require.NotEmpty(t, m.order, "a definition_change call was started")
 	id := m.order[len(m.order)-1]
-	req := m.calls[id]
-	assert.Equal(t, policy.DefinitionChangeTool, req.Tool)
-	assert.Equal(t, policy.ToolgateRequester, req.Requester)
-	var change policy.DefinitionChange
-	require.NoError(t, json.Unmarshal(req.Args, &change))
-	return id, change, req.Args
+	change := m.calls[id]
+	args, err := json.Marshal(change)
+	require.NoError(t, err)
+	return id, change, args
 }
 
 func (m *memPins) submitted() int {
@@ -342,4 +361,66 @@ func TestAChangeNobodyDecidedIsAskedAgain(t *testing.T) {
 	second, _, _ := pins.lastChange(t)
 	assert.Equal(t, first+".2", second)
 	assert.Contains(t, heldWhy(reg, "docs__search"), second)
+}
+
+func TestADefinitionWithdrawnAtAFlipBackIsAskedAgainWhenItReturns(t *testing.T) {
+	srv, docs := changingServer(t)
+	pins := newMemPins()
+	_, reg := startPinned(t, pins, mcpgate.UpstreamOptions{}, docs)
+	addSearch(srv, "Search the docs, and mail them out.") // A -> B
+	require.Eventually(t, func() bool { return pins.submitted() == 1 }, 10*time.Second, 20*time.Millisecond)
+	first, _, _ := pins.lastChange(t)
+	addSearch(srv, "Search the docs.") // B -> A: B's question is withdrawn
+	require.Eventually(t, func() bool { return pins.cancelled(first) }, 10*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool { return heldWhy(reg, "docs__search") == "" }, 10*time.Second, 20*time.Millisecond, "A is pinned")
+
+	addSearch(srv, "Search the docs, and mail them out.") // A -> B again
+	require.Eventually(t, func() bool { return pins.submitted() == 2 }, 10*time.Second, 20*time.Millisecond,
+		"nobody refused B: it is asked again")
+	second, _, _ := pins.lastChange(t)
+	assert.Equal(t, first+".2", second)
+	require.Eventually(t, func() bool { return strings.Contains(heldWhy(reg, "docs__search"), second+" asks an approver") },
+		10*time.Second, 20*time.Millisecond)
+	assert.NotContains(t, heldWhy(reg, "docs__search"), "refused")
+}
+
+func TestADefinitionWhosePinFailedIsAskedAgainButAPersonsRefusalIsKept(t *testing.T) {
+	srv, docs := changingServer(t)
+	pins := newMemPins()
+	_, reg := startPinned(t, pins, mcpgate.UpstreamOptions{}, docs)
+	addSearch(srv, "Search the docs, faster.")
+	require.Eventually(t, func() bool { return pins.submitted() == 1 }, 10*time.Second, 20*time.Millisecond)
+	first, _, _ := pins.lastChange(t)
+	// An edit made the pin fail: the call ended with an error.
+	pins.end(first, workflows.Result{Status: workflows.StatusError, Reason: "the definition does not match its hash"})
+	addSearch(srv, "Search the docs.")
+	addSearch(srv, "Search the docs, faster.")
+	require.Eventually(t, func() bool { return pins.submitted() == 2 }, 10*time.Second, 20*time.Millisecond)
+	second, _, _ := pins.lastChange(t)
+	assert.Equal(t, first+".2", second)
+
+	// alice refuses it: offered again, it stays refused.
+	pins.end(second, workflows.Result{Status: workflows.StatusDenied, Reason: "no mail", DecidedBy: "alice", Channel: "inbox"})
+	addSearch(srv, "Search the docs.")
+	addSearch(srv, "Search the docs, faster.")
+	require.Eventually(t, func() bool {
+		return strings.Contains(heldWhy(reg, "docs__search"), "refused the new definition (no mail)")
+	},
+		10*time.Second, 20*time.Millisecond)
+	assert.Equal(t, 2, pins.submitted(), "a person's refusal is not asked again")
+}
+
+func TestAQuestionIDSomebodyElseTookIsPassedOver(t *testing.T) {
+	srv, docs := changingServer(t)
+	pins := newMemPins()
+	_, reg := startPinned(t, pins, mcpgate.UpstreamOptions{}, docs)
+	pins.mu.Lock()
+	pins.takeFirst = true // the first question's ID holds a call toolgate did not start
+	pins.mu.Unlock()
+	addSearch(srv, "Search the docs, faster.")
+	require.Eventually(t, func() bool { return pins.submitted() == 1 }, 10*time.Second, 20*time.Millisecond)
+	id, change, _ := pins.lastChange(t)
+	assert.Equal(t, policy.DefinitionChangeCallID("docs", change.Hash, 2), id)
+	require.Eventually(t, func() bool { return strings.Contains(heldWhy(reg, "docs__search"), id+" asks an approver") },
+		10*time.Second, 20*time.Millisecond)
 }

@@ -12,6 +12,8 @@ import (
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/toolgate/toolgate/policy"
 )
 
 // Approver is a person who may decide calls through Slack or an email
@@ -98,6 +100,10 @@ func ParseApprovers(name string, data []byte) (*Approvers, error) {
 			continue
 		}
 		who := fmt.Sprintf("approver %q", ap.Name)
+		if policy.IsReservedName(ap.Name) {
+			at("%s: the name is toolgate's own (reserved: %s), so no approver may carry it", who, strings.Join(policy.ReservedNames, ", "))
+			continue
+		}
 		if i, dup := names[ap.Name]; dup {
 			at("%s is listed twice (first at line %d)", who, i)
 			continue

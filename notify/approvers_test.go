@@ -67,6 +67,8 @@ func TestLoadApproversRefusesBadFiles(t *testing.T) {
 		{"unreachable", "approvers:\n  - {name: a, groups: [ops]}\n", `approver "a" has neither slack_user nor email`},
 		{"display name for a Slack ID", "approvers:\n  - {name: a, slack_user: '@alice'}\n", `slack_user "@alice" is not a Slack member ID`},
 		{"bad address", "approvers:\n  - {name: a, email: 'Alice <a@example.com>'}\n", `is not a plain address`},
+		{"toolgate's own name", "approvers:\n  - {name: toolgate, email: a@example.com}\n", `approvers.yaml:2: approver "toolgate": the name is toolgate's own`},
+		{"a reserved name", "approvers:\n  - {name: timeout, email: a@example.com}\n", `approver "timeout": the name is toolgate's own`},
 		{"duplicate name", "approvers:\n  - {name: a, email: a@example.com}\n  - {name: a, email: b@example.com}\n", `approvers.yaml:3: approver "a" is listed twice (first at line 2)`},
 		{"duplicate Slack ID", "approvers:\n  - {name: a, slack_user: U1X}\n  - {name: b, slack_user: U1X}\n", `approvers.yaml:3: approver "b": slack_user U1X is also a's`},
 		{"duplicate address", "approvers:\n  - {name: a, email: a@example.com}\n  - {name: b, email: A@example.com}\n", `email A@example.com is also a's`},

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"go.yaml.in/yaml/v3"
@@ -90,9 +91,15 @@ func NewToken(prefix string) string {
 	return prefix + hex.EncodeToString(b[:])
 }
 
-// NewTokens builds a token set from entries, checking each.
+// NewTokens builds a token set from entries, checking each. A name is one
+// principal: it may be listed again only for the same role, groups and
+// owner (a second token for the same agent or person, while one is
+// rotated). No token is named for toolgate itself (policy.ReservedNames),
+// in any role or as an owner, and an owner is a person, never an agent
+// token's name (it may be the person's own approver or admin name).
 func NewTokens(entries []TokenEntry) (*Tokens, error) {
 	t := &Tokens{byHash: map[string]Principal{}}
+	byName := map[string]int{} // name -> index of its first entry
 	for i, e := range entries {
 		if err := tgclient.ValidateID("name", e.Name); err != nil {
 			return nil, fmt.Errorf("token %d: %w", i+1, err)
@@ -100,16 +107,23 @@ func NewTokens(entries []TokenEntry) (*Tokens, error) {
 		switch {
 		case e.Role != RoleAgent && e.Role != RoleApprover && e.Role != RoleAdmin:
 			return nil, fmt.Errorf("token %q: role %q is not agent, approver or admin", e.Name, e.Role)
-		case e.Role == RoleAgent && e.Name == policy.ToolgateRequester:
-			return nil, fmt.Errorf("token %q: the name is toolgate's own, for the calls it makes itself (definition changes)", e.Name)
+		case policy.IsReservedName(e.Name):
+			return nil, fmt.Errorf("token %q: the name is toolgate's own (reserved: toolgate records %s itself as who decided or asked, so no token of any role may carry one)", e.Name, strings.Join(policy.ReservedNames, ", "))
 		case e.Owner != "" && e.Role != RoleAgent:
 			return nil, fmt.Errorf("token %q: owner is for agent tokens (the person running the agent); an %s decides as itself", e.Name, e.Role)
 		case e.Owner != "" && tgclient.ValidateID("owner", e.Owner) != nil:
 			return nil, fmt.Errorf("token %q: %w", e.Name, tgclient.ValidateID("owner", e.Owner))
 		case e.Owner != "" && e.Owner == e.Name:
 			return nil, fmt.Errorf("token %q: owner names the agent itself; it must name the person running it", e.Name)
+		case policy.IsReservedName(e.Owner):
+			return nil, fmt.Errorf("token %q: owner %q is reserved: the name is toolgate's own", e.Name, e.Owner)
 		case len(e.SHA256) != 64:
 			return nil, fmt.Errorf("token %q: sha256 must be 64 hex characters (see 'toolgate token new')", e.Name)
+		}
+		if j, seen := byName[e.Name]; seen && !samePrincipal(entries[j], e) {
+			return nil, fmt.Errorf("token %q: the name is listed twice as different principals (%s); one name is one principal: give each its own name", e.Name, describeEntries(entries[j], e))
+		} else if !seen {
+			byName[e.Name] = i
 		}
 		h := strings.ToLower(e.SHA256)
 		if _, dup := t.byHash[h]; dup {
@@ -117,7 +131,35 @@ func NewTokens(entries []TokenEntry) (*Tokens, error) {
 		}
 		t.byHash[h] = Principal{Name: e.Name, Role: e.Role, Groups: e.Groups, Owner: e.Owner}
 	}
+	for _, e := range entries {
+		if j, ok := byName[e.Owner]; ok && e.Owner != "" && entries[j].Role == RoleAgent {
+			return nil, fmt.Errorf("token %q: owner %q is an agent token's name; an owner is the person running the agent", e.Name, e.Owner)
+		}
+	}
 	return t, nil
+}
+
+// samePrincipal reports whether two entries of one name describe the same
+// principal: the same role, groups (in any order) and owner.
+func samePrincipal(a, b TokenEntry) bool {
+	ga, gb := slices.Clone(a.Groups), slices.Clone(b.Groups)
+	slices.Sort(ga)
+	slices.Sort(gb)
+	return a.Role == b.Role && a.Owner == b.Owner && slices.Equal(ga, gb)
+}
+
+func describeEntries(a, b TokenEntry) string {
+	describe := func(e TokenEntry) string {
+		d := string(e.Role)
+		if len(e.Groups) > 0 {
+			d += " of groups " + strings.Join(e.Groups, ",")
+		}
+		if e.Owner != "" {
+			d += " owned by " + e.Owner
+		}
+		return d
+	}
+	return describe(a) + " and " + describe(b)
 }
 
 // tokensFile is the shape of a tokens file.

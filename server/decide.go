@@ -132,13 +132,15 @@ func Decide(ctx context.Context, calls *tgclient.Client, p Principal, callID str
 // agent's other calls are not even named to it.
 func (a *api) cancelCall(w http.ResponseWriter, r *http.Request, p Principal) {
 	callID := r.PathValue("call_id")
+	cancel := func(ctx context.Context) (policy.Decision, error) { return a.calls.Cancel(ctx, callID, p.approver()) }
 	if p.Role == RoleAgent {
 		if err := a.ownCall(r.Context(), p, callID); err != nil {
 			writeError(w, err)
 			return
 		}
+		cancel = func(ctx context.Context) (policy.Decision, error) { return a.calls.CancelOwn(ctx, callID, p.Name) }
 	}
-	applied, err := a.calls.Cancel(r.Context(), callID, p.approver())
+	applied, err := cancel(r.Context())
 	if err != nil {
 		writeError(w, a.mapError(err))
 		return

@@ -47,6 +47,8 @@ func (a *api) mapError(err error) error {
 		return ae
 	case errors.Is(err, tgclient.ErrNotYourSession):
 		return &apiError{http.StatusForbidden, "not_your_session", err.Error()}
+	case errors.Is(err, tgclient.ErrReserved):
+		return &apiError{http.StatusForbidden, "reserved", err.Error()}
 	case errors.Is(err, tgclient.ErrCallIDTaken):
 		return &apiError{http.StatusConflict, "conflict", err.Error()}
 	case errors.As(err, &input):

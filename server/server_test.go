@@ -205,3 +205,51 @@ func TestMarshalTokensLoadsBack(t *testing.T) {
 		assert.Equal(t, Principal{Name: e.Name, Role: e.Role, Groups: e.Groups}, p, "%s", file)
 	}
 }
+
+func TestToolgatesOwnNamesAreReservedForEveryRoleAndAsOwners(t *testing.T) {
+	for _, name := range policy.ReservedNames {
+		for _, e := range []TokenEntry{
+			{Name: name, Role: RoleAgent},
+			{Name: name, Role: RoleApprover, Groups: []string{"nobody"}},
+			{Name: strings.ToUpper(name[:1]) + name[1:], Role: RoleAdmin},
+			{Name: "agent-a", Role: RoleAgent, Owner: name},
+		} {
+			e.SHA256 = HashToken("t")
+			_, err := NewTokens([]TokenEntry{e})
+			require.Error(t, err, "%+v", e)
+			assert.Contains(t, err.Error(), "reserved", "%+v", e)
+		}
+	}
+}
+
+func TestOneNameIsOnePrincipal(t *testing.T) {
+	_, err := NewTokens([]TokenEntry{
+		{Name: "agentA", Role: RoleAgent, SHA256: HashToken("a")},
+		{Name: "agentA", Role: RoleApprover, Groups: []string{"ops"}, SHA256: HashToken("b")},
+	})
+	require.Error(t, err)
+	assert.Equal(t, `token "agentA": the name is listed twice as different principals (agent and approver of groups ops); one name is one principal: give each its own name`, err.Error())
+
+	_, err = NewTokens([]TokenEntry{
+		{Name: "alice", Role: RoleApprover, Groups: []string{"ops"}, SHA256: HashToken("a")},
+		{Name: "alice", Role: RoleApprover, Groups: []string{"finance"}, SHA256: HashToken("b")},
+	})
+	require.Error(t, err, "other groups: another principal")
+
+	_, err = NewTokens([]TokenEntry{
+		{Name: "agentA", Role: RoleAgent, SHA256: HashToken("a")},
+		{Name: "agentB", Role: RoleAgent, Owner: "agentA", SHA256: HashToken("b")},
+	})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), `owner "agentA" is an agent token's name`)
+
+	tokens, err := NewTokens([]TokenEntry{
+		{Name: "alice", Role: RoleApprover, Groups: []string{"ops", "finance"}, SHA256: HashToken("a")},
+		{Name: "alice", Role: RoleApprover, Groups: []string{"finance", "ops"}, SHA256: HashToken("a2")},
+		{Name: "agentA", Role: RoleAgent, Owner: "alice", SHA256: HashToken("b")},
+	})
+	require.NoError(t, err, "a second token of the same principal (rotation), and an owner who is an approver")
+	p, ok := tokens.Lookup("a2")
+	require.True(t, ok)
+	assert.Equal(t, "alice", p.Name)
+}

@@ -138,6 +138,10 @@ func newCallRun(ctx workflow.Context, in CallInput) *callRun {
 
 func (c *callRun) run(ctx workflow.Context) (Result, error) {
 	call := c.state.Call
+	if why := c.reservedDenial(ctx); why != "" {
+		c.apply(ctx, policy.Decision{Kind: policy.DeniedWithReason, Reason: why, DecidedBy: policy.ToolgateRequester, Channel: "policy"})
+		return c.finish(ctx, StatusDenied, why, nil), nil
+	}
 	if err := c.evaluate(ctx, call, true); err != nil {
 		return Result{}, err
 	}

@@ -149,8 +149,10 @@ func (c *callRun) checkDecision(req DecideRequest) error {
 	return nil
 }
 
-// validateCancel lets the call's requester, or an approver who may act on
-// its groups, cancel it while it waits for a person.
+// validateCancel lets the call's requester acting as itself, or an
+// approver who may act on its groups, cancel it while it waits for a
+// person. A name alone cancels nothing: an approver named like the
+// requester still needs the call's groups.
 func (c *callRun) validateCancel(req CancelRequest) error {
 	if req.CallID != c.state.Call.ID {
 		return temporal.NewApplicationError(fmt.Sprintf("cancel names call %q but this is call %q", req.CallID, c.state.Call.ID), ErrTypeInvalidDecision)
@@ -164,8 +166,14 @@ func (c *callRun) validateCancel(req CancelRequest) error {
 	if c.state.Status != StatusPending {
 		return temporal.NewApplicationError(fmt.Sprintf("call %s cannot be cancelled: only a call waiting for a person can (status %s)", c.state.Call.ID, c.state.Status), ErrTypeNotWaiting)
 	}
-	if req.By == c.state.Call.Requester {
+	if req.AsRequester {
+		if req.By != c.state.Call.Requester {
+			return temporal.NewApplicationError(fmt.Sprintf("%s did not request call %s and cannot withdraw it", req.By, c.state.Call.ID), ErrTypeNotAuthorized)
+		}
 		return nil
+	}
+	if req.By == c.state.Call.Requester {
+		return temporal.NewApplicationError(fmt.Sprintf("%s may not cancel call %s as an approver: it requested the call, and withdraws it only as its requester", req.By, c.state.Call.ID), ErrTypeNotAuthorized)
 	}
 	if err := (policy.Approver{Name: req.By, Groups: req.Groups}).MayAct(c.state.Request.Groups); err != nil {
 		return temporal.NewApplicationError(fmt.Sprintf("%s may not cancel call %s: %v", req.By, c.state.Call.ID, err), ErrTypeNotAuthorized)

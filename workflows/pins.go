@@ -3,14 +3,19 @@ package workflows
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"time"
 
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
+
+	"github.com/toolgate/toolgate/policy"
 )
 
 // PinsWorkflowType is the registered name of ToolPins.
@@ -26,6 +31,10 @@ const (
 	UpdatePin = "pin"
 	// QueryPins returns the server's pins ([]Pin, sorted by tool).
 	QueryPins = "pins"
+	// UpdateAskChange starts the definition_change call that asks a
+	// person about a definition the server offers, as a child of the
+	// pins; argument: an AskChangeRequest; result: an AskChangeResult.
+	UpdateAskChange = "ask-change"
 )
 
 // PinsWorkflowID derives the ID of the pins of an upstream MCP server (by
@@ -140,6 +149,10 @@ func ToolPins(ctx workflow.Context, in PinsInput) error {
 		workflow.UpdateHandlerOptions{Validator: p.validatePin}); err != nil {
 		return err
 	}
+	if err := workflow.SetUpdateHandlerWithOptions(ctx, UpdateAskChange, p.askChange,
+		workflow.UpdateHandlerOptions{Validator: p.validateAskChange}); err != nil {
+		return err
+	}
 	if err := workflow.Await(ctx, func() bool {
 		return p.updates >= limit || workflow.GetInfo(ctx).GetContinueAsNewSuggested()
 	}); err != nil {
@@ -230,4 +243,84 @@ func (p *pinsRun) pin(ctx workflow.Context, req PinRequest) error {
 	p.known = true
 	p.put(Pin{ToolDefinition: req.Definition, PinnedBy: req.By, PinnedAt: workflow.Now(ctx), CallID: req.CallID})
 	return nil
+}
+
+// MaxChangeQuestions bounds how many definition_change calls are asked
+// about one definition (AskChangeRequest.N).
+const MaxChangeQuestions = 100
+
+// AskChangeRequest is the argument of UpdateAskChange: the change to ask
+// about, and the number of the question (1 for the first; a question that
+// ended without a person's decision is asked again under the next).
+type AskChangeRequest struct {
+	Server string                  `json:"server"`
+	N      int                     `json:"n"`
+	Change policy.DefinitionChange `json:"change"`
+}
+
+// AskChangeResult says which call asks: CallID is
+// policy.DefinitionChangeCallID of the change and number. Started is false
+// when a workflow of that ID existed already (a question asked before, or
+// a call somebody else started under that ID: its parent tells).
+type AskChangeResult struct {
+	CallID  string `json:"call_id"`
+	Started bool   `json:"started"`
+}
+
+func (p *pinsRun) validateAskChange(req AskChangeRequest) error {
+	ch := req.Change
+	switch {
+	case req.Server != p.server:
+		return temporal.NewApplicationError(fmt.Sprintf("these are the pins of %q, not %q", p.server, req.Server), ErrTypeInvalidPin)
+	case ch.Server != p.server:
+		return temporal.NewApplicationError(fmt.Sprintf("the change is about server %q, not %q", ch.Server, p.server), ErrTypeInvalidPin)
+	case req.N < 1 || req.N > MaxChangeQuestions:
+		return temporal.NewApplicationError(fmt.Sprintf("question number %d is not between 1 and %d", req.N, MaxChangeQuestions), ErrTypeInvalidPin)
+	case ch.Change != "new" && ch.Change != "changed":
+		return temporal.NewApplicationError(fmt.Sprintf("change %q is not \"new\" or \"changed\"", ch.Change), ErrTypeInvalidPin)
+	}
+	d := ToolDefinition{Tool: ch.Tool, Hash: ch.Hash, Definition: string(ch.Definition)}
+	if err := d.check(); err != nil {
+		return temporal.NewApplicationError(err.Error(), ErrTypeInvalidPin)
+	}
+	return nil
+}
+
+// askChange starts the definition_change call as a child of the pins, so
+// that the call can tell, from what Temporal recorded, that toolgate asks
+// (startedByPins). The child outlives the pins' run.
+func (p *pinsRun) askChange(ctx workflow.Context, req AskChangeRequest) (AskChangeResult, error) {
+	p.updates++
+	id := policy.DefinitionChangeCallID(p.server, req.Change.Hash, req.N)
+	// A struct without maps encodes to the same bytes every time; the
+	// encoder's type cache is what workflowcheck sees.
+	args, err := json.Marshal(req.Change) //workflowcheck:ignore
+	if err != nil {
+		return AskChangeResult{}, temporal.NewApplicationError("encode the change: "+err.Error(), ErrTypeInvalidPin)
+	}
+	session := policy.DefinitionChangeSession(p.server)
+	cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{
+		WorkflowID:            CallWorkflowID(id),
+		ParentClosePolicy:     enumspb.PARENT_CLOSE_POLICY_ABANDON,
+		WorkflowIDReusePolicy: enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
+		TypedSearchAttributes: temporal.NewSearchAttributes(
+			AttrStatus.ValueSet(string(StatusEvaluating)),
+			AttrTool.ValueSet(policy.DefinitionChangeTool),
+			AttrSession.ValueSet(session),
+			AttrRequestedAt.ValueSet(workflow.Now(ctx).UTC()),
+			AttrRequester.ValueSet(policy.ToolgateRequester),
+		),
+	})
+	call := policy.Call{ID: id, Session: session, Tool: policy.DefinitionChangeTool, Args: args, Requester: policy.ToolgateRequester}
+	child := workflow.ExecuteChildWorkflow(cctx, ToolCallWorkflowType, CallInput{Call: call})
+	err = child.GetChildWorkflowExecution().Get(ctx, nil)
+	var taken *temporal.ChildWorkflowExecutionAlreadyStartedError
+	var exists *serviceerror.WorkflowExecutionAlreadyStarted // how the test environment says it
+	switch {
+	case errors.As(err, &taken), errors.As(err, &exists):
+		return AskChangeResult{CallID: id}, nil
+	case err != nil:
+		return AskChangeResult{}, fmt.Errorf("start definition_change call %s: %w", id, err)
+	}
+	return AskChangeResult{CallID: id, Started: true}, nil
 }

@@ -87,7 +87,10 @@ func (s *CallSuite) TestTheRequesterOrAnApproverOfItsGroupsMayCancelAWaitingCall
 		return o
 	}
 	stranger := cancelAt(time.Hour, "c1", CancelRequest{CallID: "c1", By: "fin1", Groups: []string{"finance"}})
-	own := cancelAt(2*time.Hour, "c1", CancelRequest{CallID: "c1", By: "agent-1"})
+	// A name alone is no requester: an approver named like the agent
+	// acts through its groups only.
+	namesake := cancelAt(time.Hour, "c1", CancelRequest{CallID: "c1", By: "agent-1", Groups: []string{"finance"}})
+	own := cancelAt(2*time.Hour, "c1", CancelRequest{CallID: "c1", By: "agent-1", AsRequester: true})
 	approver := cancelAt(2*time.Hour, "c2", CancelRequest{CallID: "c2", By: "ops1", Groups: []string{"ops"}})
 	rs := s.runSession(harnessInput{Calls: []CallInput{
 		call("c1", "write", `{"path":"a","content":"x"}`),
@@ -96,6 +99,8 @@ func (s *CallSuite) TestTheRequesterOrAnApproverOfItsGroupsMayCancelAWaitingCall
 
 	s.Require().Error(stranger.rejected)
 	s.Contains(stranger.rejected.Error(), "fin1 may not cancel call c1")
+	s.Require().Error(namesake.rejected)
+	s.Contains(namesake.rejected.Error(), "agent-1 may not cancel call c1")
 	s.True(own.applied)
 	s.True(approver.applied)
 	s.Equal("cancelled by agent-1", rs[0].Reason)

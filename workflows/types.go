@@ -198,12 +198,18 @@ type DecideRequest struct {
 }
 
 // CancelRequest is the argument of UpdateCancel: who cancels, and the
-// approver groups they act for. The call's requester may cancel it; anyone
-// else needs groups that cover the call.
+// approver groups they act for. The call's requester may cancel it as
+// itself (AsRequester); anyone else needs groups that cover the call.
 type CancelRequest struct {
 	CallID string   `json:"call_id"`
 	By     string   `json:"by"`
 	Groups []string `json:"groups,omitempty"`
+	// AsRequester: By withdraws a call it requested (an agent's own
+	// call), not through groups. Set only by the client for an agent
+	// acting as itself (the HTTP API for an agent token); an approver or
+	// admin cancels through its groups, whatever its name. Absent in
+	// requests from before it existed: they cancel through groups.
+	AsRequester bool `json:"as_requester,omitempty"`
 }
 
 // ClaimRequest is the argument of UpdateClaim: the agent that requested

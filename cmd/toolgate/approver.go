@@ -19,6 +19,7 @@ type approverAPI interface {
 	Pending(ctx context.Context, f tgclient.ListFilter, p tgclient.PageRequest) (tgclient.Page, error)
 	Decide(ctx context.Context, callID string, d policy.Decision) (policy.Decision, error)
 	Cancel(ctx context.Context, callID string, by policy.Approver) (policy.Decision, error)
+	CancelOwn(ctx context.Context, callID, requester string) (policy.Decision, error)
 	Session(ctx context.Context, session string) (workflows.SessionView, error)
 	Revoke(ctx context.Context, session, key string, by policy.Approver) error
 	EndSession(ctx context.Context, session string, by policy.Approver) (int, error)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -86,21 +87,30 @@ the session (and the calls of that tool waiting now).`,
 
 func (a *app) cancelCommand() *cobra.Command {
 	var canceller deciderFlags
+	var own bool
 	cmd := &cobra.Command{
-		Use:   "cancel CALL_ID --by NAME",
+		Use:   "cancel CALL_ID --by NAME [--own]",
 		Short: "Cancel a call that waits for a person",
 		Long: `Cancel a call that waits for a person: it ends at once, denied, with the
 reason "cancelled by NAME", and its session forgets it. The agent that
-requested the call may cancel it (over --api: an agent token, its own calls);
-so may an approver whose groups cover it, or an admin. Exit status 0 when it
-was cancelled; 1 with the reason when it was refused (unknown call, already
+requested the call may withdraw it (over --api: an agent token, its own calls;
+over Temporal: --own with --by naming the agent); an approver whose groups
+cover it may cancel it, or an admin. A name alone cancels nothing: an approver
+named like the agent still needs the call's groups. Exit status 0 when it was
+cancelled; 1 with the reason when it was refused (unknown call, already
 decided, not waiting, not allowed).`,
 		Args: exactArgs("CALL_ID"),
 		RunE: a.withApprover(func(cmd *cobra.Command, c approverAPI, args []string) error {
 			if canceller.by == "" && a.api.url == "" {
 				return usageError("--by must name who cancels (with --api the token names you)")
 			}
-			applied, err := c.Cancel(cmd.Context(), args[0], canceller.approver())
+			cancel := c.Cancel
+			if own {
+				cancel = func(ctx context.Context, callID string, by policy.Approver) (policy.Decision, error) {
+					return c.CancelOwn(ctx, callID, by.Name)
+				}
+			}
+			applied, err := cancel(cmd.Context(), args[0], canceller.approver())
 			if err := refusedDecision(err); err != nil {
 				return err
 			}
@@ -109,6 +119,7 @@ decided, not waiting, not allowed).`,
 		}),
 	}
 	canceller.add(cmd, "cancels (the requester, or an approver)", "")
+	cmd.Flags().BoolVar(&own, "own", false, "withdraw the call as its requester, the agent --by names (over Temporal; over --api an agent token cancels as itself)")
 	a.conn.addFlags(cmd)
 	a.api.add(cmd)
 	return cmd
