@@ -19,6 +19,11 @@ const MaxArgsShown = 600
 // Abridge renders JSON arguments on one line, cut to at most max bytes (on
 // a rune boundary, ending in an ellipsis).
 func Abridge(raw json.RawMessage, max int) string {
+	return cut(compactArgs(raw), max)
+}
+
+// compactArgs is JSON arguments on one line; none are "{}".
+func compactArgs(raw json.RawMessage) string {
 	var b bytes.Buffer
 	s := string(raw)
 	if json.Compact(&b, raw) == nil {
@@ -27,7 +32,7 @@ func Abridge(raw json.RawMessage, max int) string {
 	if s == "" {
 		s = "{}"
 	}
-	return cut(s, max)
+	return s
 }
 
 // argsText is a call's arguments for a person: on one line, what a screen
@@ -35,15 +40,7 @@ func Abridge(raw json.RawMessage, max int) string {
 // cut at MaxArgsShown characters with a mark that says how many more
 // there are.
 func argsText(raw json.RawMessage) string {
-	var b bytes.Buffer
-	s := string(raw)
-	if json.Compact(&b, raw) == nil {
-		s = b.String()
-	}
-	if s == "" {
-		s = "{}"
-	}
-	return visible.Cut(visible.JSON(s), MaxArgsShown)
+	return visible.Cut(visible.JSON(compactArgs(raw)), MaxArgsShown)
 }
 
 // headline says what a notice is about, e.g. "Approval needed: shell".

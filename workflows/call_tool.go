@@ -9,12 +9,6 @@ import (
 	"github.com/toolgate/toolgate/policy"
 )
 
-// changeToolSeesPreview is the GetVersion change ID under which a call
-// hands its previews to the tool it runs (version 1), so that write_file
-// writes only the file its preview showed. Older histories scheduled the
-// tool with the bare call.
-const changeToolSeesPreview = "tool-sees-preview"
-
 // runTool runs the tool of a call toolgate runs, as an activity, with the
 // preview of the arguments it runs with and, after an edit, the one the
 // approvers were shown. A call without a preview (no person was asked)
@@ -25,7 +19,7 @@ func (c *callRun) runTool(ctx workflow.Context, call policy.Call, output *json.R
 	if c.originalArgs != nil && c.state.Request != nil {
 		shown = c.state.Request.Preview
 	}
-	if (ran != nil || shown != nil) && workflow.GetVersion(ctx, changeToolSeesPreview, workflow.DefaultVersion, 1) >= 1 {
+	if (ran != nil || shown != nil) && workflow.GetVersion(ctx, versionToolSeesPreview, workflow.DefaultVersion, 1) >= 1 {
 		in.Preview, in.PreviewShown = ran, shown
 	}
 	return workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, toolActivityOptions(c.eval)), a.RunTool, in).Get(ctx, output)

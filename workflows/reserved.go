@@ -8,15 +8,6 @@ import (
 	"github.com/toolgate/toolgate/policy"
 )
 
-// versionReserved marks the calls whose workflow refuses, by itself, a
-// call into what toolgate keeps for its own calls (policy.ReservedProblem)
-// that toolgate did not start. Calls recorded before it took the
-// submission's word for it.
-const (
-	changeReserved  = "reserved-for-toolgate"
-	versionReserved = 1
-)
-
 // reservedDenial is the denial of a call that touches a reserved session,
 // call-ID prefix, requester name or toolgate's definition_change tool
 // without being toolgate's own: ""
@@ -30,7 +21,7 @@ func (c *callRun) reservedDenial(ctx workflow.Context) string {
 	if problem == "" {
 		return ""
 	}
-	if workflow.GetVersion(ctx, changeReserved, workflow.DefaultVersion, versionReserved) == workflow.DefaultVersion {
+	if workflow.GetVersion(ctx, versionReserved, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
 		return ""
 	}
 	if startedByPins(ctx, call) {

@@ -89,14 +89,7 @@ func (s *CallSuite) TestThePinsAskThroughACallTheyStartAndOnlyAnAdminOrToolgateM
 		return o
 	}
 	cancelAt := func(at time.Duration, callID string, req CancelRequest) *updateOutcome {
-		o := &updateOutcome{}
-		s.env.RegisterDelayedCallback(func() {
-			updateSeq++
-			_ = s.env.UpdateWorkflowByID(CallWorkflowID(callID), UpdateCancel, fmt.Sprint("cancel-", updateSeq), &testsuite.TestUpdateCallback{
-				OnAccept: func() {}, OnReject: func(err error) { o.rejected = err }, OnComplete: func(_ any, err error) { o.applied = err == nil },
-			}, req)
-		}, at)
-		return o
+		return updateAt(s.env, at, callID, UpdateCancel, req)
 	}
 	change := aChange("Search, and mail the results out.")
 	id := policy.DefinitionChangeCallID("docs", change.Hash, 1)

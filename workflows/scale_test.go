@@ -3,14 +3,12 @@ package workflows
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/stretchr/testify/mock"
-	"go.temporal.io/sdk/testsuite"
 
 	"github.com/toolgate/toolgate/activities"
 	"github.com/toolgate/toolgate/policy"
@@ -77,14 +75,7 @@ func (s *CallSuite) TestACancelledWaitingCallEndsDeniedAndLeavesItsRoom() {
 func (s *CallSuite) TestTheRequesterOrAnApproverOfItsGroupsMayCancelAWaitingCall() {
 	s.policy.ask["write"] = policy.ApprovalRequest{Message: "write?", Groups: []string{"ops"}}
 	cancelAt := func(at time.Duration, callID string, req CancelRequest) *updateOutcome {
-		o := &updateOutcome{}
-		s.env.RegisterDelayedCallback(func() {
-			updateSeq++
-			_ = s.env.UpdateWorkflowByID(CallWorkflowID(callID), UpdateCancel, fmt.Sprint("cancel-", updateSeq), &testsuite.TestUpdateCallback{
-				OnAccept: func() {}, OnReject: func(err error) { o.rejected = err }, OnComplete: func(_ any, err error) { o.applied = err == nil },
-			}, req)
-		}, at)
-		return o
+		return updateAt(s.env, at, callID, UpdateCancel, req)
 	}
 	stranger := cancelAt(time.Hour, "c1", CancelRequest{CallID: "c1", By: "fin1", Groups: []string{"finance"}})
 	// A name alone is no requester: an approver named like the agent

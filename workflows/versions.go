@@ -19,4 +19,12 @@ const (
 	// an approval whose session has ended, or whose sticky decision was
 	// revoked, is void: the claim is refused and the call ends denied.
 	versionClaimChecksSession = "claim-checks-session"
+	// versionReserved: a call into what toolgate keeps for its own calls
+	// (policy.ReservedProblem) that the pins workflow did not start is
+	// denied by the call itself. Before, it took the submission's word.
+	versionReserved = "reserved-for-toolgate"
+	// versionToolSeesPreview: a call hands its previews to the tool it
+	// runs, so that write_file writes only the file its preview showed.
+	// Before, the tool was scheduled with the bare call.
+	versionToolSeesPreview = "tool-sees-preview"
 )
