@@ -177,8 +177,11 @@ func (c *callRun) validateClaim(req ClaimRequest) error {
 	case c.claiming != "":
 		return temporal.NewApplicationError(fmt.Sprintf("the approval of call %s is being taken by run %s; ask again in a moment", id, c.claiming), ErrTypeUnavailable)
 	case c.state.Claim != nil && c.state.Claim.Run == req.Run && req.NoReport != c.endsAtClaim:
-		return temporal.NewApplicationError(fmt.Sprintf("run %s took the approval of call %s saying %s; claim it again as it did",
-			req.Run, id, map[bool]string{true: "it would not report", false: "a report follows: report how it went"}[c.endsAtClaim]), ErrTypeInvalidDecision)
+		said := "a report follows: report how it went"
+		if c.endsAtClaim {
+			said = "it would not report"
+		}
+		return temporal.NewApplicationError(fmt.Sprintf("run %s took the approval of call %s saying %s; claim it again as it did", req.Run, id, said), ErrTypeInvalidDecision)
 	case c.state.Claim != nil && c.state.Claim.Run == req.Run:
 		return nil
 	case c.state.Claim != nil:
@@ -222,16 +225,17 @@ func (c *callRun) claim(ctx workflow.Context, req ClaimRequest) error {
 
 // approvalVoided reads the call's session and says why its approval no
 // longer holds: the session has ended, or the sticky decision that
-// approved the call was revoked or replaced. "" when it holds.
+// approved the call was revoked or replaced. "" when it holds. The
+// session's decisions apply where the policy asks a person, so an approval
+// by the policy itself holds, and costs no read.
 func (c *callRun) approvalVoided(ctx workflow.Context) (string, error) {
-	d := c.state.Decision
-	key := ""
-	if c.state.Request != nil {
-		key = c.state.Request.StickyKeyFor(c.state.Call)
+	if c.state.Request == nil {
+		return "", nil
 	}
+	d := c.state.Decision
 	var word activities.SessionWord
 	lctx := workflow.WithLocalActivityOptions(ctx, localOptions)
-	in := activities.ReadSessionInput{Session: SessionWorkflowID(c.state.Call.Session), Key: key}
+	in := activities.ReadSessionInput{Session: SessionWorkflowID(c.state.Call.Session), Key: c.state.Request.StickyKeyFor(c.state.Call)}
 	if err := workflow.ExecuteLocalActivity(lctx, a.ReadSession, in).Get(ctx, &word); err != nil {
 		return "", err
 	}

@@ -163,3 +163,17 @@ func (s *CallSuite) TestCheckingADecisionRefusesWhatDecidingWouldAndChangesNothi
 	s.Equal(StatusPending, after.Status, "checking decided nothing")
 	s.Len(after.Approvals.Given, 1)
 }
+
+// The session's end voids what people approved; a call the policy itself
+// approves holds, as the end denies only calls that would ask a person.
+func (s *CallSuite) TestAnApprovalByThePolicyIsNotVoidedByTheEnd() {
+	s.env.OnActivity(a.AwaitReport, mock.Anything, mock.Anything).After(time.Hour).Return(json.RawMessage(`{"ok":true}`), nil)
+	end := sessionUpdate(s.env, time.Minute, UpdateEnd, EndRequest{By: "root", Groups: []string{"*"}})
+	claimed := updateAt(s.env, 2*time.Minute, "c1", UpdateClaim, claim("toolu_1", false))
+
+	rs := s.runSession(harnessInput{Calls: []CallInput{agentCall("c1", "Bash", `{"command":"ls"}`)}})
+
+	s.NoError(*end)
+	s.True(claimed.applied, "%v %v", claimed.rejected, claimed.failed)
+	s.Equal(StatusOK, rs[0].Status)
+}
