@@ -124,7 +124,7 @@ func (r RanAfterEnd) Invalid() (field, problem string) {
 		return "user", "is required: the person who approved the run at the agent's prompt"
 	case r.User == r.Requester:
 		return "user", "names the requester: the person running an agent is not the agent"
-	case len(r.Args) == 0 || !json.Valid(r.Args):
+	case len(r.Args) == 0 || string(r.Args) == "null" || !json.Valid(r.Args):
 		return "args", "must be the JSON arguments the tool ran with"
 	case len(r.Args) > MaxRecordArgsBytes:
 		return "args", fmt.Sprintf("are %d bytes, over the %d-byte limit", len(r.Args), MaxRecordArgsBytes)
