@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strings"
+	"unicode"
 
 	"go.uber.org/zap"
 
@@ -48,4 +50,47 @@ func (a *api) ranAfterEnd(w http.ResponseWriter, r *http.Request, p Principal) {
 	}
 	a.logger.Warn("The tool ran after its call ended", zap.String("callID", callID), zap.String("agent", p.Name), zap.String("user", p.Owner))
 	a.respondCall(w, r, p, callID, 0)
+}
+
+// ranAfterEndView is what the call page shows of a run after the call's
+// end. What the agent reported is shown with control, format and bidi
+// characters escaped.
+type ranAfterEndView struct {
+	Summary, Args, Output, Error string
+}
+
+func newRanAfterEndView(ra *workflows.RanAfterEnd) *ranAfterEndView {
+	if ra == nil {
+		return nil
+	}
+	ended := "it was denied"
+	switch {
+	case ra.CallStatus == workflows.StatusTimedOut:
+		ended = "it timed out"
+	case ra.DecidedBy != "":
+		ended = "it was denied by " + ra.DecidedBy
+	}
+	via := "the agent's own prompt"
+	if ra.Via != "" {
+		via = ra.Via
+	}
+	return &ranAfterEndView{
+		Summary: escapeInvisible(fmt.Sprintf("%s approved it at %s after %s; %s recorded the run at %s. The call's outcome stays %s.",
+			ra.User, via, ended, ra.Requester, clock(ra.At), ra.CallStatus)),
+		Args: escapeInvisible(pretty(ra.Args)), Output: escapeInvisible(pretty(ra.Output)), Error: escapeInvisible(ra.Error),
+	}
+}
+
+// escapeInvisible shows every rune a page would not show as itself
+// (control, format and bidi characters; line breaks stay) as a \u escape.
+func escapeInvisible(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		if r == '\n' || (unicode.IsGraphic(r) && !unicode.Is(unicode.Bidi_Control, r)) {
+			b.WriteRune(r)
+			continue
+		}
+		fmt.Fprintf(&b, `\u%04x`, r)
+	}
+	return b.String()
 }

@@ -34,18 +34,15 @@ func RanAfterEndWorkflow(ctx workflow.Context, rec RanAfterEnd) (RanAfterEnd, er
 			fmt.Sprintf("a record of call %s belongs in workflow %s, not %s", rec.CallID, RanAfterEndWorkflowID(rec.CallID), id), ErrTypeInvalidRecord, nil)
 	}
 	actx := workflow.WithActivityOptions(ctx, readCallOptions)
-	var raw json.RawMessage
+	// The query's answer is the call's CallState as JSON: decoded as one.
+	var st CallState
 	in := activities.QueryInput{WorkflowID: CallWorkflowID(rec.CallID), Query: QueryCall}
-	if err := workflow.ExecuteActivity(actx, a.QueryWorkflow, in).Get(ctx, &raw); err != nil {
+	if err := workflow.ExecuteActivity(actx, a.QueryWorkflow, in).Get(ctx, &st); err != nil {
 		var appErr *temporal.ApplicationError
 		if errors.As(err, &appErr) && appErr.Type() == activities.ErrTypeNoSuchWorkflow {
 			return RanAfterEnd{}, temporal.NewNonRetryableApplicationError("unknown call "+rec.CallID, ErrTypeNotWaiting, nil)
 		}
 		return RanAfterEnd{}, fmt.Errorf("read call %s: %w", rec.CallID, err)
-	}
-	var st CallState
-	if err := json.Unmarshal(raw, &st); err != nil {
-		return RanAfterEnd{}, fmt.Errorf("decode call %s: %w", rec.CallID, err)
 	}
 	if err := rec.Refusal(st); err != nil {
 		return RanAfterEnd{}, err
