@@ -161,6 +161,30 @@ func (c *Client) Claim(ctx context.Context, callID, _ string, cl tgclient.Claim)
 	return c.do(ctx, http.MethodPost, "/v1/calls/"+url.PathEscape(callID)+"/claim", cl, nil)
 }
 
+var _ tgclient.RanAfterEndRecorder = (*Client)(nil)
+
+// RecordRanAfterEnd records that the call's tool ran after the call ended
+// denied or timed out, approved at the agent's prompt by the token's
+// owner (POST /v1/calls/{id}/ran-after-end); requester and rec.User are
+// ignored: the token names them. It returns the record as stored.
+func (c *Client) RecordRanAfterEnd(ctx context.Context, callID, _ string, rec workflows.RanAfterEnd) (workflows.RanAfterEnd, error) {
+	body := map[string]any{"via": rec.Via, "args": rec.Args}
+	switch {
+	case rec.Error != "":
+		body["error"] = rec.Error
+	case len(rec.Output) > 0:
+		body["output"] = rec.Output
+	}
+	var out workflows.Result
+	if err := c.do(ctx, http.MethodPost, "/v1/calls/"+url.PathEscape(callID)+"/ran-after-end", body, &out); err != nil {
+		return workflows.RanAfterEnd{}, err
+	}
+	if out.RanAfterEnd == nil {
+		return workflows.RanAfterEnd{}, fmt.Errorf("toolgate API: the answer to the record of call %s does not show it", callID)
+	}
+	return *out.RanAfterEnd, nil
+}
+
 // DecideAsUser applies the decision of the person running the agent: the
 // token's owner (user is ignored), through POST /v1/calls/{id}/user-decision.
 func (c *Client) DecideAsUser(ctx context.Context, callID, _ string, d policy.Decision) (policy.Decision, error) {

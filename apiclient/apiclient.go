@@ -100,6 +100,8 @@ func (c *Client) send(ctx context.Context, method, path string, body any) (int, 
 		return 0, nil, &tgclient.RefusedError{Type: workflows.ErrTypeAlreadyClaimed, Message: e.Error.Message}
 	case "not_waiting":
 		return 0, nil, &tgclient.RefusedError{Type: workflows.ErrTypeNotWaiting, Message: e.Error.Message}
+	case "already_recorded":
+		return 0, nil, &tgclient.RefusedError{Type: workflows.ErrTypeAlreadyRecorded, Message: e.Error.Message}
 	case "unauthorized":
 		return 0, nil, errors.New("toolgate API: " + e.Error.Message)
 	}

@@ -383,7 +383,9 @@ type Status struct {
 	Progress *tool.Progress
 }
 
-// Status returns where the call stands now, without waiting.
+// Status returns where the call stands now, without waiting. A call that
+// ended denied or timed out carries the record of a run after its end, if
+// its tool ran anyway (Result.RanAfterEnd).
 func (c *Client) Status(ctx context.Context, callID string) (Status, error) {
 	if err := ValidateID("call_id", callID); err != nil {
 		return Status{}, err
@@ -398,6 +400,9 @@ func (c *Client) Status(ctx context.Context, callID string) (Status, error) {
 		if err != nil {
 			return Status{}, err
 		}
+		if err := c.withRanAfterEnd(ctx, callID, &r); err != nil {
+			return Status{}, err
+		}
 		return Status{Result: &r}, nil
 	}
 	v, err := c.tc.QueryWorkflow(ctx, wid, "", workflows.QueryCall)
@@ -407,6 +412,9 @@ func (c *Client) Status(ctx context.Context, callID string) (Status, error) {
 	var st workflows.CallState
 	if err := v.Get(&st); err != nil {
 		return Status{}, fmt.Errorf("decode call %s: %w", callID, err)
+	}
+	if err := c.withRanAfterEnd(ctx, callID, st.Result); err != nil { // final, the workflow is finishing up
+		return Status{}, err
 	}
 	return Status{State: &st, Progress: toolProgress(desc)}, nil
 }

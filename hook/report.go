@@ -67,7 +67,7 @@ func (c Config) post(ctx context.Context, ev Event) {
 			c.forgetUse(log, store, ev)
 			return
 		}
-		if !c.userApproved(rctx, agent, log, callID, rep.Run, ev.ToolInput) {
+		if !c.userApproved(rctx, agent, log, callID, rep.Run, ev.ToolInput, rep) {
 			c.forgetUse(log, store, ev)
 			return
 		}

@@ -73,12 +73,14 @@ func userQuestion(callID string, w client.Waiting) string {
 }
 
 // userApproved records that the person approved the call at the prompt
-// (its tool ran, with the arguments ran) and takes the approval for this
-// run, so the report that follows completes it. It reports whether the
-// call may be reported: not when toolgate holds another outcome, nor when
-// an approver decided first with edited arguments (the tool ran the
-// agent's).
-func (c Config) userApproved(ctx context.Context, agent client.Agent, log *zap.Logger, callID, run string, ran json.RawMessage) bool {
+// (its tool ran, with the arguments ran, and did rep) and takes the
+// approval for this run, so the report that follows completes it. It
+// reports whether the call may be reported: not when toolgate holds
+// another outcome, nor when an approver decided first with edited
+// arguments (the tool ran the agent's). A call that ended denied or timed
+// out before the prompt's approval gets the run recorded against its end
+// (ranAfterEnd).
+func (c Config) userApproved(ctx context.Context, agent client.Agent, log *zap.Logger, callID, run string, ran json.RawMessage, rep client.Report) bool {
 	_, err := agent.DecideAsUser(ctx, callID, c.ActingUser, policy.Decision{Kind: policy.Approved, Comment: "approved at Claude Code's permission prompt"})
 	var decided *client.AlreadyDecidedError
 	switch {
@@ -92,9 +94,53 @@ func (c Config) userApproved(ctx context.Context, agent client.Agent, log *zap.L
 		log.Warn("the prompt's approval was not recorded", zap.Error(err))
 	}
 	if err := agent.Claim(ctx, callID, c.Requester, client.Claim{Run: run}); err != nil {
+		if c.ranAfterEnd(ctx, agent, log, callID, ran, rep) {
+			return false
+		}
 		log.Warn("the tool ran once its user approved it at the prompt, but toolgate holds another outcome for the call; not reported", zap.Error(err))
 		return false
 	}
+	return true
+}
+
+// viaPrompt is where a run recorded against its call's end was approved.
+const viaPrompt = "Claude Code's permission prompt"
+
+// ranAfterEnd records, for a call that ended denied or timed out, that
+// its tool ran anyway: the person running the agent approved it at the
+// prompt after toolgate had ended the call, and no hook event comes
+// between that approval and the run. It reports whether the call ended
+// so: then the run is recorded (or why not is logged).
+func (c Config) ranAfterEnd(ctx context.Context, agent client.Agent, log *zap.Logger, callID string, ran json.RawMessage, rep client.Report) bool {
+	st, err := agent.Status(ctx, callID)
+	if err != nil {
+		return false
+	}
+	var status workflows.Status
+	switch {
+	case st.Result != nil:
+		status = st.Result.Status
+	case st.State != nil:
+		status = st.State.Status
+	}
+	if status != workflows.StatusDenied && status != workflows.StatusTimedOut {
+		return false
+	}
+	log = log.With(zap.String("status", string(status)))
+	recorder, ok := agent.(client.RanAfterEndRecorder)
+	if !ok {
+		log.Error("the tool ran although its call had ended; this connection to toolgate cannot record that")
+		return true
+	}
+	rec := workflows.RanAfterEnd{User: c.ActingUser, Via: viaPrompt, Args: boundedOutput(ran), Output: rep.Output, Error: rep.Error}
+	if rec.Error != "" {
+		rec.Output = nil
+	}
+	if _, err := recorder.RecordRanAfterEnd(ctx, callID, c.Requester, rec); err != nil {
+		log.Error("the tool ran although its call had ended, and toolgate refused the record of it", zap.Error(err))
+		return true
+	}
+	log.Warn("the tool ran although its call had ended: its user approved it at the prompt afterwards; recorded against the call's end")
 	return true
 }
 

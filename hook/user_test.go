@@ -3,6 +3,7 @@ package hook
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -152,4 +153,86 @@ func TestAnEditApprovedFirstIsNotClaimedForThePromptsRun(t *testing.T) {
 	assert.Empty(t, e.agent.claimsOf(callID), "bob approved other arguments than the ones that ran")
 	_, reported := e.agent.report(callID)
 	assert.False(t, reported)
+}
+
+// recordingAgent is a fakeAgent that can record a run against a call's
+// end, as client.Client and apiclient.Client can.
+type recordingAgent struct {
+	*fakeAgent
+	mu   sync.Mutex
+	recs []workflows.RanAfterEnd
+}
+
+func (r *recordingAgent) RecordRanAfterEnd(_ context.Context, callID, requester string, rec workflows.RanAfterEnd) (workflows.RanAfterEnd, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	rec.CallID, rec.Requester = callID, requester
+	r.recs = append(r.recs, rec)
+	return rec, nil
+}
+
+func (r *recordingAgent) records() []workflows.RanAfterEnd {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]workflows.RanAfterEnd(nil), r.recs...)
+}
+
+func withRecorder(e *hookEnv) *recordingAgent {
+	rec := &recordingAgent{fakeAgent: e.agent}
+	e.cfg.Connect = func(context.Context) (client.Agent, func(), error) { return rec, func() {}, nil }
+	return rec
+}
+
+// alice denies the call in toolgate while Claude Code's prompt asks dana;
+// dana approves there and the tool runs: the call stays denied by alice,
+// and the run is recorded against that end, with what the tool returned.
+func TestAPromptApprovalAfterADenialIsRecordedAgainstTheEnd(t *testing.T) {
+	e := newUserHookEnv(t)
+	rec := withRecorder(e)
+	require.Equal(t, "ask", e.decision(pre("toolu_1", "Edit", editInput)).PermissionDecision)
+	callID := e.agent.submitted()[0].CallID
+	e.agent.decide(callID, policy.Decision{Kind: policy.DeniedWithReason, Reason: "not now", DecidedBy: "alice", Channel: "inbox"})
+
+	r := e.run(post("toolu_1", "Edit", editInput, `{"filePath":"/home/u/repo/a.go"}`))
+
+	require.Equal(t, 0, r.code)
+	recs := rec.records()
+	require.Len(t, recs, 1, "the run is recorded once")
+	assert.Equal(t, callID, recs[0].CallID)
+	assert.Equal(t, "claude-code", recs[0].Requester)
+	assert.Equal(t, "dana", recs[0].User, "the acting user approved it at the prompt")
+	assert.Equal(t, "Claude Code's permission prompt", recs[0].Via)
+	assert.JSONEq(t, editInput, string(recs[0].Args), "the input the tool ran with")
+	assert.JSONEq(t, `{"filePath":"/home/u/repo/a.go"}`, string(recs[0].Output))
+	assert.Empty(t, e.agent.claimsOf(callID), "nothing to claim: the call ended")
+	_, reported := e.agent.report(callID)
+	assert.False(t, reported, "the denial stays the call's outcome")
+	assert.Equal(t, "alice", e.agent.result(callID).DecidedBy)
+
+	e.run(stop(EventStop))
+	assert.Len(t, rec.records(), 1, "the turn's end records nothing more")
+}
+
+// A failed run is recorded with its error; a call that did not end denied
+// (another run took its approval) gets no record.
+func TestOnlyACallThatEndedDeniedGetsARecord(t *testing.T) {
+	e := newUserHookEnv(t)
+	rec := withRecorder(e)
+	require.Equal(t, "ask", e.decision(pre("toolu_1", "Edit", editInput)).PermissionDecision)
+	callID := e.agent.submitted()[0].CallID
+	e.agent.decide(callID, policy.Decision{Kind: policy.Denied, DecidedBy: "alice", Channel: "inbox"})
+	e.run(`{"session_id":"` + session + `","hook_event_name":"PostToolUseFailure","tool_name":"Edit","tool_input":` + editInput + `,"tool_use_id":"toolu_1","error":"old_string not found"}`)
+	recs := rec.records()
+	require.Len(t, recs, 1)
+	assert.Equal(t, "old_string not found", recs[0].Error)
+	assert.Empty(t, recs[0].Output)
+
+	e = newUserHookEnv(t)
+	rec = withRecorder(e)
+	require.Equal(t, "ask", e.decision(pre("toolu_1", "Edit", editInput)).PermissionDecision)
+	callID = e.agent.submitted()[0].CallID
+	e.agent.decide(callID, policy.Decision{Kind: policy.Approved, DecidedBy: "bob", Channel: "inbox"})
+	require.NoError(t, e.agent.Claim(context.Background(), callID, "claude-code", client.Claim{Run: "toolu_9"}))
+	e.run(post("toolu_1", "Edit", editInput, `{"filePath":"/home/u/repo/a.go"}`))
+	assert.Empty(t, rec.records(), "approved and claimed by another run: not an end the run went against")
 }

@@ -63,6 +63,7 @@ func (a *api) table() []route {
 		{"POST", "/v1/calls/{call_id}/user-decision", a.userDecision, []Role{RoleAgent}},
 		{"POST", "/v1/calls/{call_id}/claim", a.claim, agents},
 		{"POST", "/v1/calls/{call_id}/report", a.report, agents},
+		{"POST", "/v1/calls/{call_id}/ran-after-end", a.ranAfterEnd, []Role{RoleAgent}},
 		{"POST", "/v1/decisions", a.decideBulk, approvers},
 		{"GET", "/v1/sessions/{session}", a.session, approvers},
 		{"DELETE", "/v1/sessions/{session}/sticky/{tool}", a.revoke, approvers},

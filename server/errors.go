@@ -65,6 +65,10 @@ func (a *api) mapError(err error) error {
 			return &apiError{http.StatusConflict, "not_waiting", refused.Message}
 		case workflows.ErrTypeAlreadyClaimed:
 			return &apiError{http.StatusConflict, "already_claimed", refused.Message}
+		case workflows.ErrTypeAlreadyRecorded:
+			return &apiError{http.StatusConflict, "already_recorded", refused.Message}
+		case workflows.ErrTypeInvalidRecord:
+			return &apiError{http.StatusBadRequest, "invalid_request", refused.Message}
 		case workflows.ErrTypeApprovalVoided:
 			return &apiError{http.StatusConflict, "approval_void", refused.Message}
 		case workflows.ErrTypeNotAnotherApproval:

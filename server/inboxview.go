@@ -216,6 +216,9 @@ type callView struct {
 type resultView struct {
 	Reason, Note, Comment, Args, OriginalArgs, Output string
 	FinishedAt                                        string
+	// RanAfterEnd: the tool ran although the call ended denied or timed
+	// out.
+	RanAfterEnd *ranAfterEndView
 }
 
 func newCallView(st tgclient.Status, p Principal, now time.Time, form decisionForm) callView {
@@ -226,6 +229,7 @@ func newCallView(st tgclient.Status, p Principal, now time.Time, form decisionFo
 			Args: pretty(r.Args), Decided: decidedText(r.Decision, r.DecidedBy, r.Channel), DecidedAt: clock(r.DecidedAt), Final: true,
 			Result: &resultView{Reason: r.Reason, Note: r.Note, Comment: r.Comment, Args: pretty(r.Args), OriginalArgs: pretty(r.OriginalArgs), Output: pretty(r.Output), FinishedAt: clock(r.FinishedAt)},
 		}
+		v.Result.RanAfterEnd = newRanAfterEndView(r.RanAfterEnd)
 		v.Notified = notified(r.Notices)
 		v.Preview = newPreviewView(r.Preview)
 		v.Approvals = approvalsText(r.Approvals)

@@ -56,6 +56,7 @@ func New(c client.Client, o Options) (sdkworker.Worker, error) {
 	w.RegisterWorkflowWithOptions(workflows.NoticesWorkflow, workflow.RegisterOptions{Name: workflows.NoticesWorkflowType})
 	w.RegisterWorkflowWithOptions(workflows.ToolCatalogWorkflow, workflow.RegisterOptions{Name: workflows.ToolCatalogWorkflowType})
 	w.RegisterWorkflowWithOptions(workflows.ToolPins, workflow.RegisterOptions{Name: workflows.PinsWorkflowType})
+	w.RegisterWorkflowWithOptions(workflows.RanAfterEndWorkflow, workflow.RegisterOptions{Name: workflows.RanAfterEndWorkflowType})
 	w.RegisterActivity(&activities.Activities{
 		Policy:         o.Policy,
 		Tools:          o.Tools,

@@ -61,6 +61,7 @@ func newReplayer(callWorkflow func(workflow.Context, CallInput) (Result, error))
 	r.RegisterWorkflowWithOptions(WaitingRoom, workflow.RegisterOptions{Name: RoomWorkflowType})
 	r.RegisterWorkflowWithOptions(NoticesWorkflow, workflow.RegisterOptions{Name: NoticesWorkflowType})
 	r.RegisterWorkflowWithOptions(ToolPins, workflow.RegisterOptions{Name: PinsWorkflowType})
+	r.RegisterWorkflowWithOptions(RanAfterEndWorkflow, workflow.RegisterOptions{Name: RanAfterEndWorkflowType})
 	return r
 }
 

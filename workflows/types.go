@@ -326,6 +326,11 @@ type Result struct {
 	Notices     []NoticeRecord `json:"notices,omitempty"`
 	RequestedAt time.Time      `json:"requested_at,omitzero"`
 	FinishedAt  time.Time      `json:"finished_at,omitzero"`
+	// RanAfterEnd, on a call that ended denied or timed out, records that
+	// its tool ran anyway: its acting user approved it at the agent's own
+	// prompt after the call ended (RanAfterEndWorkflow). client.Status
+	// fills it in from that record; ToolCallWorkflow never sets it.
+	RanAfterEnd *RanAfterEnd `json:"ran_after_end,omitempty"`
 }
 
 // Call returns the identity of the call the Result answers.

@@ -214,6 +214,7 @@ func printResultText(w io.Writer, r workflows.Result) {
 	if len(r.Output) > 0 {
 		fmt.Fprintf(w, "output: %s\n", visible.JSON(string(r.Output)))
 	}
+	printRanAfterEnd(w, r.RanAfterEnd)
 }
 
 func (a *app) printWaiting(st tgclient.Status, asJSON bool) {
