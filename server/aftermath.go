@@ -75,6 +75,6 @@ func newRanAfterEndView(ra *workflows.RanAfterEnd) *ranAfterEndView {
 	return &ranAfterEndView{
 		Summary: fmt.Sprintf("%s approved it at %s after %s; %s recorded the run at %s. The call's outcome stays %s.",
 			ra.User, via, ended, ra.Requester, clock(ra.At), ra.CallStatus),
-		Args: pretty(ra.Args), Output: pretty(ra.Output), Error: ra.Error,
+		Args: pretty(ra.Args), Output: pretty(ra.Output), Error: ra.Error + ra.Withheld,
 	}
 }

@@ -47,6 +47,21 @@ func RanAfterEndWorkflow(ctx workflow.Context, rec RanAfterEnd) (RanAfterEnd, er
 	if err := rec.Refusal(st); err != nil {
 		return RanAfterEnd{}, err
 	}
+	if len(rec.Output) > 0 {
+		// The output middleware (secret redaction) holds for what ran
+		// after the end as for any reported output: the record keeps no
+		// secret a Result would not.
+		var after activities.AfterCallOutcome
+		lctx := workflow.WithLocalActivityOptions(ctx, localOptions)
+		in := activities.AfterCallInput{Call: st.Call, Output: rec.Output}
+		if err := workflow.ExecuteLocalActivity(lctx, a.AfterCall, in).Get(ctx, &after); err != nil {
+			return RanAfterEnd{}, fmt.Errorf("redact the output of call %s: %w", rec.CallID, err)
+		}
+		rec.Output, rec.Redactions = after.Output, after.Redactions
+		if after.Refusal != "" {
+			rec.Output, rec.Withheld = nil, "the after-call checks refused the output: "+after.Refusal
+		}
+	}
 	rec.CallStatus, rec.DecidedBy = st.Result.Status, st.Result.DecidedBy
 	rec.At = workflow.Now(ctx)
 	return rec, nil
@@ -101,6 +116,11 @@ type RanAfterEnd struct {
 	// when the agent could not tell.
 	Output json.RawMessage `json:"output,omitempty"`
 	Error  string          `json:"error,omitempty"`
+	// Redactions counts the secrets the output middleware took out of
+	// Output; Withheld says why the output is not kept (the after-call
+	// checks refused it). The workflow sets them.
+	Redactions int    `json:"redactions,omitempty"`
+	Withheld   string `json:"withheld,omitempty"`
 	// CallStatus and DecidedBy are the call's outcome when the tool ran
 	// (denied by alice, or timed out); At is when toolgate recorded the
 	// run. The workflow sets them.

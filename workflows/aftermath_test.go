@@ -40,7 +40,7 @@ func (s *CallSuite) endedCall(userRule bool, d *policy.Decision) CallState {
 func (s *CallSuite) recordAgainst(st *CallState, rec RanAfterEnd, workflowID string) (RanAfterEnd, error) {
 	env := s.NewTestWorkflowEnvironment()
 	env.RegisterWorkflowWithOptions(RanAfterEndWorkflow, workflow.RegisterOptions{Name: RanAfterEndWorkflowType})
-	env.RegisterActivity(&activities.Activities{})
+	env.RegisterActivity(&activities.Activities{Policy: &testPolicy{}, Middleware: []policy.OutputMiddleware{redactor{}}})
 	reads := 0
 	env.OnActivity(a.QueryWorkflow, mock.Anything, activities.QueryInput{WorkflowID: CallWorkflowID(rec.CallID), Query: QueryCall}).Return(
 		func(_ context.Context, _ activities.QueryInput) (json.RawMessage, error) {
@@ -149,4 +149,19 @@ func (s *CallSuite) TestOnlyADeniedUserRuleCallTakesARecord() {
 		_, err := s.recordAgainst(&st, ranByDana(), RanAfterEndWorkflowID("c1"))
 		s.Equal(ErrTypeNotWaiting, errorType(err), "%v", err)
 	})
+}
+
+// What ran after the end is redacted as any reported output: the record
+// keeps no secret a Result would not.
+func (s *CallSuite) TestARecordedOutputIsRedacted() {
+	denied := decision(policy.Denied, "alice")
+	st := s.endedCall(true, &denied)
+	rec := ranByDana()
+	rec.Output = json.RawMessage(`{"env":"TOKEN=sk-live-123"}`)
+
+	out, err := s.recordAgainst(&st, rec, RanAfterEndWorkflowID("c1"))
+
+	s.Require().NoError(err)
+	s.JSONEq(`{"env":"TOKEN=[REDACTED]"}`, string(out.Output))
+	s.Equal(1, out.Redactions)
 }

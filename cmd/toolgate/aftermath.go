@@ -33,6 +33,8 @@ func printRanAfterEnd(w io.Writer, ra *workflows.RanAfterEnd) {
 	switch {
 	case ra.Error != "":
 		fmt.Fprintf(w, "  it failed: %s\n", visible.Line(ra.Error))
+	case ra.Withheld != "":
+		fmt.Fprintf(w, "  output: withheld: %s\n", visible.Line(ra.Withheld))
 	case len(ra.Output) > 0:
 		fmt.Fprintf(w, "  output: %s\n", compactJSON(ra.Output))
 	default:
