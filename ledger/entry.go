@@ -1,0 +1,168 @@
+package ledger
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// Kinds of entries.
+const (
+	KindCallSubmitted  = "call.submitted"
+	KindCallDecided    = "call.decided"
+	KindCallFinished   = "call.finished"
+	KindSessionSticky  = "session.sticky"
+	KindSessionRevoked = "session.revoked"
+	KindSessionEnded   = "session.ended"
+	KindPinsApproved   = "pins.approved"
+	KindPinsDenied     = "pins.denied"
+	KindPolicyLoaded   = "policy.loaded"
+	KindTokenCreated   = "token.created"
+)
+
+// Entry is one event in the log. Its bytes in the log are its canonical
+// JSON (Canonical): what the leaf hash covers. Fields that do not apply
+// are left out; Event is the event's ID, unique in the log, that makes an
+// append idempotent.
+type Entry struct {
+	Kind  string    `json:"kind"`
+	Event string    `json:"event"`
+	At    time.Time `json:"at"`
+
+	CallID  string `json:"call_id,omitempty"`
+	Session string `json:"session,omitempty"`
+
+	// call.submitted
+	Requester     string          `json:"requester,omitempty"`
+	ActingUser    string          `json:"acting_user,omitempty"`
+	Tool          string          `json:"tool,omitempty"`
+	Execution     string          `json:"execution,omitempty"`
+	Args          json.RawMessage `json:"args,omitempty"`
+	Rule          string          `json:"rule,omitempty"`
+	PolicyVersion string          `json:"policy_version,omitempty"`
+	Preview       json.RawMessage `json:"preview,omitempty"`
+
+	// call.decided, session.sticky, session.revoked, pins.*
+	Decision *Decision `json:"decision,omitempty"`
+
+	// call.finished
+	Status string          `json:"status,omitempty"`
+	Output json.RawMessage `json:"output,omitempty"`
+	Reason string          `json:"reason,omitempty"`
+	Claim  json.RawMessage `json:"claim,omitempty"`
+	Report json.RawMessage `json:"report,omitempty"`
+
+	// session.ended: who ended it and what it held; session.revoked: who.
+	By     string         `json:"by,omitempty"`
+	Counts map[string]int `json:"counts,omitempty"`
+
+	// policy.loaded: the loaded file(s); token.created: the token's name
+	// and role (never the token).
+	File string `json:"file,omitempty"`
+	Name string `json:"name,omitempty"`
+	Role string `json:"role,omitempty"`
+
+	// Details holds what a kind carries beyond these fields.
+	Details map[string]any `json:"details,omitempty"`
+	// Backfilled: written by `toolgate audit backfill` from a call's
+	// Temporal history, after the fact.
+	Backfilled bool `json:"backfilled,omitempty"`
+}
+
+// Decision is a decision as the log records it.
+type Decision struct {
+	Kind      string   `json:"kind"`
+	DecidedBy string   `json:"decided_by"`
+	Groups    []string `json:"groups,omitempty"`
+	Channel   string   `json:"channel,omitempty"`
+	Reason    string   `json:"reason,omitempty"`
+	Comment   string   `json:"comment,omitempty"`
+	// User: the acting user decided in the agent's own client.
+	User       bool            `json:"user,omitempty"`
+	EditedArgs json.RawMessage `json:"edited_args,omitempty"`
+	At         time.Time       `json:"at,omitzero"`
+	// Approvals are the approvals counted under four eyes, in order.
+	Approvals []Approval `json:"approvals,omitempty"`
+	// Sticky names the session.sticky entry (its event ID) of the sticky
+	// decision that covered the call.
+	Sticky string `json:"sticky,omitempty"`
+	// Identity is who the IdP says decided (sign-in, issue 31); room for it.
+	Identity map[string]string `json:"identity,omitempty"`
+}
+
+// Approval is one approval counted under four eyes.
+type Approval struct {
+	By      string    `json:"by"`
+	Groups  []string  `json:"groups,omitempty"`
+	Channel string    `json:"channel,omitempty"`
+	At      time.Time `json:"at,omitzero"`
+}
+
+// Canonical returns e as canonical JSON: keys sorted, no insignificant
+// space, times in UTC, HTML characters unescaped. Raw JSON fields (the
+// arguments, the output) are made canonical too.
+func (e Entry) Canonical() ([]byte, error) {
+	if e.Kind == "" || e.Event == "" {
+		return nil, fmt.Errorf("ledger entry: kind and event are required")
+	}
+	e.At = e.At.UTC()
+	if e.Decision != nil {
+		d := *e.Decision
+		d.At = d.At.UTC()
+		for i := range d.Approvals {
+			d.Approvals[i].At = d.Approvals[i].At.UTC()
+		}
+		e.Decision = &d
+	}
+	raw, err := json.Marshal(e)
+	if err != nil {
+		return nil, fmt.Errorf("ledger entry %s: %w", e.Event, err)
+	}
+	return CanonicalJSON(raw)
+}
+
+// CanonicalJSON rewrites a JSON document with its object keys sorted and
+// no insignificant space. Numbers are kept as written.
+func CanonicalJSON(raw []byte) ([]byte, error) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, fmt.Errorf("canonical JSON: %w", err)
+	}
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil { // maps are written with sorted keys
+		return nil, fmt.Errorf("canonical JSON: %w", err)
+	}
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
+}
+
+// Stored is an entry as the log holds it: its index and its bytes.
+type Stored struct {
+	Index int64           `json:"index"`
+	Entry json.RawMessage `json:"entry"`
+}
+
+// Header is what every entry carries, read from its bytes.
+type Header struct {
+	Kind    string    `json:"kind"`
+	Event   string    `json:"event"`
+	At      time.Time `json:"at"`
+	CallID  string `json:"call_id,omitempty"`
+	Session string `json:"session,omitempty"`
+}
+
+// ReadHeader reads the fields every entry carries.
+func ReadHeader(entry []byte) (Header, error) {
+	var h Header
+	if err := json.Unmarshal(entry, &h); err != nil {
+		return Header{}, fmt.Errorf("ledger entry: %w", err)
+	}
+	if h.Kind == "" || h.Event == "" {
+		return Header{}, fmt.Errorf("ledger entry: no kind or event")
+	}
+	return h, nil
+}

@@ -1,0 +1,427 @@
+package ledger
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"golang.org/x/mod/sumdb/note"
+	"golang.org/x/mod/sumdb/tlog"
+)
+
+// An export is JSON lines: a header ({"ledger":{…}}), the entries
+// ({"index":N,"entry":{…}}, with "proof" when the export is a part of the
+// log), and every checkpoint ({"checkpoint":"<signed note>"}).
+type exportLine struct {
+	Ledger     *ExportHeader   `json:"ledger,omitempty"`
+	Index      *int64          `json:"index,omitempty"`
+	Entry      json.RawMessage `json:"entry,omitempty"`
+	Proof      []string        `json:"proof,omitempty"`
+	Checkpoint string          `json:"checkpoint,omitempty"`
+}
+
+// ExportHeader describes an export.
+type ExportHeader struct {
+	Origin string `json:"origin"`
+	Key    string `json:"key,omitempty"`
+	// Size is the log's size when the export was made.
+	Size int64 `json:"size"`
+	// Partial: the export holds a part of the log (--since, --until);
+	// each entry then carries its inclusion proof against the latest
+	// checkpoint.
+	Partial bool   `json:"partial,omitempty"`
+	Since   string `json:"since,omitempty"`
+	Until   string `json:"until,omitempty"`
+}
+
+// Export writes the entries whose time is in [since, until) (zero: no
+// bound), and the checkpoints, as JSON lines.
+func (l *Ledger) Export(ctx context.Context, w io.Writer, since, until time.Time) error {
+	partial := !since.IsZero() || !until.IsZero()
+	if until.IsZero() {
+		until = endOfTime
+	}
+	notes, err := l.st.checkpoints(ctx, false)
+	if err != nil {
+		return err
+	}
+	var latest Checkpoint
+	if len(notes) > 0 {
+		if latest, err = ParseCheckpoint(notes[len(notes)-1], l.verifier); err != nil {
+			return err
+		}
+	}
+	h := ExportHeader{Origin: l.Origin(), Key: l.VerifierKey(), Size: latest.Size, Partial: partial}
+	if partial {
+		h.Since, h.Until = since.UTC().Format(time.RFC3339Nano), until.UTC().Format(time.RFC3339Nano)
+	}
+	bw := bufio.NewWriter(w)
+	if err := WriteJSON(bw, exportLine{Ledger: &h}); err != nil {
+		return err
+	}
+	// Up to the latest checkpoint only: what is after it is not signed yet.
+	for start := int64(0); start < latest.Size; {
+		page, err := l.st.entriesBetween(ctx, start, since, until, 1000)
+		if err != nil {
+			return err
+		}
+		if len(page) == 0 {
+			break
+		}
+		for _, e := range page {
+			if e.Index >= latest.Size {
+				break
+			}
+			line := exportLine{Index: &e.Index, Entry: e.Entry}
+			if partial {
+				proof, err := tlog.ProveRecord(latest.Size, e.Index, l.st.hashReader(ctx))
+				if err != nil {
+					return fmt.Errorf("ledger: prove entry %d: %w", e.Index, err)
+				}
+				line.Proof = encodeHashes(proof)
+			}
+			if err := WriteJSON(bw, line); err != nil {
+				return err
+			}
+		}
+		start = page[len(page)-1].Index + 1
+	}
+	for _, n := range notes {
+		if err := WriteJSON(bw, exportLine{Checkpoint: string(n)}); err != nil {
+			return err
+		}
+	}
+	return bw.Flush()
+}
+
+// endOfTime bounds what has no upper bound.
+var endOfTime = time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// Report says what a verification checked.
+type Report struct {
+	Origin      string `json:"origin"`
+	Entries     int64  `json:"entries"`
+	Checkpoints int    `json:"checkpoints"`
+	// Size is the largest checkpoint's size: what the signatures cover.
+	Size    int64 `json:"size"`
+	Partial bool  `json:"partial,omitempty"`
+	// Held is the size of the checkpoint held elsewhere that the log
+	// was proved consistent with; zero: none given.
+	Held int64 `json:"held,omitempty"`
+}
+
+// Verification checks a log, entry by entry, against its checkpoints.
+// Feed it the entries in the order of their indices (Entry), the
+// checkpoints (Checkpoint) and, optionally, checkpoints held elsewhere
+// (Held); Finish says whether the log is intact, naming the first thing
+// that is not.
+type Verification struct {
+	verifier note.Verifier
+	n        int64
+	hashes   []tlog.Hash // the tree's stored hashes, recomputed
+	events   map[string]int64
+	cps      []Checkpoint
+	held     []Checkpoint
+	err      error
+}
+
+// NewVerification starts checking a log signed with verifier's key.
+func NewVerification(verifier note.Verifier) *Verification {
+	return &Verification{verifier: verifier, events: map[string]int64{}}
+}
+
+func (v *Verification) fail(format string, args ...any) {
+	if v.err == nil {
+		v.err = fmt.Errorf(format, args...)
+	}
+}
+
+// Entry checks the next entry. storedLeaf, when the entry comes from the
+// database, is the leaf hash stored with it: an entry whose bytes were
+// changed after it was written no longer matches it.
+func (v *Verification) Entry(index int64, data []byte, storedLeaf *tlog.Hash) {
+	if v.err != nil {
+		return
+	}
+	switch {
+	case index > v.n:
+		v.fail("entry #%d is missing: the log goes from #%d to #%d", v.n, v.n-1, index)
+		return
+	case index < v.n:
+		v.fail("entry #%d is out of order: it comes after #%d", index, v.n-1)
+		return
+	}
+	h, err := ReadHeader(data)
+	if err != nil {
+		v.fail("entry #%d is not an entry: %v", index, err)
+		return
+	}
+	if canon, err := CanonicalJSON(data); err != nil || !bytes.Equal(canon, data) {
+		v.fail("entry #%d is not in canonical JSON: it was written by something else than toolgate or changed", index)
+		return
+	}
+	if first, ok := v.events[h.Event]; ok {
+		v.fail("entry #%d repeats event %s of entry #%d", index, h.Event, first)
+		return
+	}
+	v.events[h.Event] = index
+	leaf := tlog.RecordHash(data)
+	if storedLeaf != nil && *storedLeaf != leaf {
+		v.fail("entry #%d (%s %s) was changed: its bytes no longer hash to the hash stored when it was appended", index, h.Kind, h.Event)
+		return
+	}
+	hashes, err := tlog.StoredHashes(index, data, v)
+	if err != nil {
+		v.fail("entry #%d: %v", index, err)
+		return
+	}
+	v.hashes = append(v.hashes, hashes...)
+	v.n++
+}
+
+// ReadHashes makes the recomputed tree a tlog.HashReader.
+func (v *Verification) ReadHashes(indexes []int64) ([]tlog.Hash, error) {
+	out := make([]tlog.Hash, len(indexes))
+	for i, idx := range indexes {
+		if idx < 0 || idx >= int64(len(v.hashes)) {
+			return nil, fmt.Errorf("hash %d is not in the tree", idx)
+		}
+		out[i] = v.hashes[idx]
+	}
+	return out, nil
+}
+
+// Checkpoint adds one of the log's checkpoints, checking its signature.
+func (v *Verification) Checkpoint(msg []byte) {
+	c, err := ParseCheckpoint(msg, v.verifier)
+	if err != nil {
+		v.fail("a stored %v", err)
+		return
+	}
+	v.cps = append(v.cps, c)
+}
+
+// Held adds a checkpoint kept outside the store: the log must still be
+// consistent with it.
+func (v *Verification) Held(msg []byte) {
+	c, err := ParseCheckpoint(msg, v.verifier)
+	if err != nil {
+		v.fail("the held %v", err)
+		return
+	}
+	v.held = append(v.held, c)
+}
+
+// Finish checks every checkpoint against the recomputed tree.
+func (v *Verification) Finish() (Report, error) {
+	r := Report{Origin: v.verifier.Name(), Entries: v.n, Checkpoints: len(v.cps)}
+	if v.err != nil {
+		return r, v.err
+	}
+	good := int64(0) // the largest checkpoint size that matched
+	check := func(c Checkpoint, what string) error {
+		if c.Size > v.n {
+			return fmt.Errorf("%s of size %d, but the log has %d entries: entries #%d to #%d were removed (the log was truncated)", what, c.Size, v.n, v.n, c.Size-1)
+		}
+		root, err := tlog.TreeHash(c.Size, v)
+		if err != nil {
+			return fmt.Errorf("%s of size %d: %v", what, c.Size, err)
+		}
+		if root != c.Hash {
+			return fmt.Errorf("%s of size %d does not match the entries: an entry between #%d and #%d was changed, removed or reordered", what, c.Size, good, c.Size-1)
+		}
+		good = max(good, c.Size)
+		return nil
+	}
+	for _, c := range v.cps {
+		if err := check(c, "checkpoint"); err != nil {
+			return r, err
+		}
+		r.Size = max(r.Size, c.Size)
+	}
+	for _, c := range v.held {
+		if err := check(c, "the held checkpoint"); err != nil {
+			return r, err
+		}
+		r.Held = max(r.Held, c.Size)
+	}
+	if len(v.cps) == 0 && v.n > 0 {
+		return r, errors.New("no checkpoint: nothing signs these entries")
+	}
+	return r, nil
+}
+
+// VerifyExport checks an export offline: a whole log is recomputed and
+// every checkpoint (and held, if given) checked against it; a part of a
+// log is checked entry by entry against its latest checkpoint.
+func VerifyExport(r io.Reader, verifier note.Verifier, held [][]byte) (Report, error) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 1<<20), 64<<20)
+	var (
+		header  *ExportHeader
+		entries []exportLine
+		notes   [][]byte
+	)
+	for line := 1; sc.Scan(); line++ {
+		if len(bytes.TrimSpace(sc.Bytes())) == 0 {
+			continue
+		}
+		var l exportLine
+		dec := json.NewDecoder(bytes.NewReader(sc.Bytes()))
+		if err := dec.Decode(&l); err != nil {
+			return Report{}, fmt.Errorf("export line %d is not JSON: %v", line, err)
+		}
+		switch {
+		case l.Ledger != nil:
+			if header != nil {
+				return Report{}, fmt.Errorf("export line %d: a second header", line)
+			}
+			header = l.Ledger
+		case l.Index != nil && l.Entry != nil:
+			entries = append(entries, l)
+		case l.Checkpoint != "":
+			notes = append(notes, []byte(l.Checkpoint))
+		default:
+			return Report{}, fmt.Errorf("export line %d is neither a header, an entry nor a checkpoint", line)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return Report{}, fmt.Errorf("read export: %w", err)
+	}
+	if header == nil {
+		return Report{}, errors.New("not a toolgate ledger export: no header line")
+	}
+	if header.Origin != verifier.Name() {
+		return Report{}, fmt.Errorf("the export is of log %q, the key is of %q", header.Origin, verifier.Name())
+	}
+	if !header.Partial {
+		v := NewVerification(verifier)
+		for _, e := range entries {
+			v.Entry(*e.Index, e.Entry, nil)
+		}
+		for _, n := range notes {
+			v.Checkpoint(n)
+		}
+		for _, n := range held {
+			v.Held(n)
+		}
+		rep, err := v.Finish()
+		if err == nil && rep.Size != header.Size {
+			err = fmt.Errorf("the export says the log had %d entries, its checkpoints sign %d", header.Size, rep.Size)
+		}
+		return rep, err
+	}
+	if len(held) > 0 {
+		return Report{}, errors.New("a held checkpoint is checked against a whole log: export without --since/--until")
+	}
+	if len(notes) == 0 {
+		return Report{}, errors.New("the export has no checkpoint")
+	}
+	latest, err := ParseCheckpoint(notes[len(notes)-1], verifier)
+	if err != nil {
+		return Report{}, err
+	}
+	rep := Report{Origin: verifier.Name(), Entries: int64(len(entries)), Checkpoints: len(notes), Size: latest.Size, Partial: true}
+	for _, e := range entries {
+		if err := checkInclusion(latest, *e.Index, e.Entry, e.Proof); err != nil {
+			return rep, err
+		}
+	}
+	return rep, nil
+}
+
+// checkInclusion proves that entry is the log's entry index in c.
+func checkInclusion(c Checkpoint, index int64, entry []byte, proof []string) error {
+	p := make(tlog.RecordProof, len(proof))
+	for i, s := range proof {
+		b, err := base64.StdEncoding.DecodeString(s)
+		if err != nil || len(b) != tlog.HashSize {
+			return fmt.Errorf("entry #%d: its proof's hash %d is not a base64 SHA-256", index, i)
+		}
+		copy(p[i][:], b)
+	}
+	if index < 0 || index >= c.Size {
+		return fmt.Errorf("entry #%d is not in the checkpoint of size %d", index, c.Size)
+	}
+	if err := tlog.CheckRecord(p, c.Size, c.Hash, index, tlog.RecordHash(entry)); err != nil {
+		return fmt.Errorf("entry #%d is not the log's entry #%d in the checkpoint of size %d: it was changed, or the proof is not its own", index, index, c.Size)
+	}
+	return nil
+}
+
+// VerifyReceipt checks a receipt offline: the checkpoint's signature, and
+// each entry's inclusion proof against it.
+func VerifyReceipt(r Receipt, verifier note.Verifier) (Checkpoint, error) {
+	c, err := ParseCheckpoint([]byte(r.Checkpoint), verifier)
+	if err != nil {
+		return Checkpoint{}, err
+	}
+	if len(r.Entries) == 0 {
+		return c, errors.New("the receipt has no entries")
+	}
+	for _, e := range r.Entries {
+		h, err := ReadHeader(e.Entry)
+		if err != nil {
+			return c, fmt.Errorf("entry #%d: %v", e.Index, err)
+		}
+		if h.CallID != r.CallID {
+			return c, fmt.Errorf("entry #%d is of call %q, the receipt of %q", e.Index, h.CallID, r.CallID)
+		}
+		if err := checkInclusion(c, e.Index, e.Entry, e.Proof); err != nil {
+			return c, err
+		}
+	}
+	return c, nil
+}
+
+// VerifyStore checks the log in its database: every entry against the
+// leaf hash stored with it and the recomputed tree, every stored
+// checkpoint, and the held ones.
+func (l *Ledger) VerifyStore(ctx context.Context, held [][]byte) (Report, error) {
+	v := NewVerification(l.verifier)
+	size, err := l.st.size(ctx)
+	if err != nil {
+		return Report{}, err
+	}
+	// Past the head too: rows appended behind the head's back are found.
+	next := int64(0)
+	for {
+		page, err := l.st.entriesBetween(ctx, next, time.Time{}, endOfTime, 1000)
+		if err != nil {
+			return Report{}, err
+		}
+		if len(page) == 0 {
+			break
+		}
+		end := page[len(page)-1].Index + 1
+		leaves, err := l.st.leafHashesPresent(ctx, page)
+		if err != nil {
+			return Report{}, err
+		}
+		for i, e := range page {
+			v.Entry(e.Index, e.Entry, leaves[i])
+		}
+		next = end
+	}
+	notes, err := l.st.checkpoints(ctx, false)
+	if err != nil {
+		return Report{}, err
+	}
+	for _, n := range notes {
+		v.Checkpoint(n)
+	}
+	for _, n := range held {
+		v.Held(n)
+	}
+	rep, err := v.Finish()
+	if err == nil && rep.Entries != size {
+		err = fmt.Errorf("the log's head says %d entries, it holds %d", size, rep.Entries)
+	}
+	return rep, err
+}
