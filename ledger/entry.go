@@ -151,8 +151,8 @@ type Header struct {
 	Kind    string    `json:"kind"`
 	Event   string    `json:"event"`
 	At      time.Time `json:"at"`
-	CallID  string `json:"call_id,omitempty"`
-	Session string `json:"session,omitempty"`
+	CallID  string    `json:"call_id,omitempty"`
+	Session string    `json:"session,omitempty"`
 }
 
 // ReadHeader reads the fields every entry carries.

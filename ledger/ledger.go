@@ -13,9 +13,9 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
-	"io"
 	"errors"
 	"fmt"
+	"io"
 	"time"
 
 	"go.uber.org/zap"
