@@ -61,6 +61,8 @@ type Activities struct {
 	Client client.Client
 	// MaxOutputBytes caps tool outputs; zero means DefaultMaxOutputBytes.
 	MaxOutputBytes int
+	// Ledger receives the workflows' ledger entries; nil: none kept.
+	Ledger Ledger
 }
 
 // Evaluation is the policy's verdict on a call, recorded in history so a

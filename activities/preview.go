@@ -41,24 +41,20 @@ func (a *Activities) preview(ctx context.Context, call policy.Call, req *policy.
 	default:
 		return nil
 	}
-	p.Text = a.redact(ctx, call, p.Text)
+	p.Text = a.redactText(ctx, call, p.Text)
 	p = p.Bounded()
 	return &p
 }
 
 // redact passes text through the output middleware, as a JSON string;
 // a middleware that fails leaves nothing of it.
-func (a *Activities) redact(ctx context.Context, call policy.Call, text string) string {
+func (a *Activities) redactText(ctx context.Context, call policy.Call, text string) string {
 	raw, err := json.Marshal(text)
 	if err != nil {
 		return ""
 	}
-	for _, m := range a.Middleware {
-		next, _, err := m.TransformOutput(ctx, call, raw)
-		if err != nil {
-			return "(the preview is withheld: the output middleware failed on it)"
-		}
-		raw = next
+	if raw, err = a.redact(ctx, call, raw); err != nil {
+		return "(the preview is withheld: the output middleware failed on it)"
 	}
 	var out string
 	if err := json.Unmarshal(raw, &out); err != nil {

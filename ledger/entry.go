@@ -41,7 +41,8 @@ type Entry struct {
 	Args          json.RawMessage `json:"args,omitempty"`
 	Rule          string          `json:"rule,omitempty"`
 	PolicyVersion string          `json:"policy_version,omitempty"`
-	Preview       json.RawMessage `json:"preview,omitempty"`
+	// Preview is what the call would change, as shown (with computed_by).
+	Preview any `json:"preview,omitempty"`
 
 	// call.decided, session.sticky, session.revoked, pins.*
 	Decision *Decision `json:"decision,omitempty"`
@@ -50,8 +51,10 @@ type Entry struct {
 	Status string          `json:"status,omitempty"`
 	Output json.RawMessage `json:"output,omitempty"`
 	Reason string          `json:"reason,omitempty"`
-	Claim  json.RawMessage `json:"claim,omitempty"`
-	Report json.RawMessage `json:"report,omitempty"`
+	// Claim and Report, for a call the agent ran: which run took the
+	// approval, and whether it reported.
+	Claim  any `json:"claim,omitempty"`
+	Report any `json:"report,omitempty"`
 
 	// session.ended: who ended it and what it held; session.revoked: who.
 	By     string         `json:"by,omitempty"`

@@ -205,3 +205,33 @@ func VerifyWebhook(secret string, header http.Header, body []byte, now time.Time
 	}
 	return nil
 }
+
+// EventLedgerCheckpoint is the webhook event of a new signed checkpoint of
+// the decision ledger: sent where the ledger's store cannot rewrite it.
+const EventLedgerCheckpoint = "ledger.checkpoint"
+
+// LedgerCheckpointEvent is the body of a ledger.checkpoint event.
+type LedgerCheckpointEvent struct {
+	ID     string `json:"id"`
+	Event  string `json:"event"`
+	Origin string `json:"origin"`
+	Size   int64  `json:"size"`
+	// Checkpoint is the signed note (c2sp.org/tlog-checkpoint).
+	Checkpoint string    `json:"checkpoint"`
+	At         time.Time `json:"at"`
+}
+
+// Checkpoint sends a ledger.checkpoint event to every URL.
+func (w *Webhook) Checkpoint(ctx context.Context, origin string, size int64, note []byte) error {
+	ev := LedgerCheckpointEvent{ID: fmt.Sprintf("%s/checkpoint/%d", origin, size), Event: EventLedgerCheckpoint,
+		Origin: origin, Size: size, Checkpoint: string(note), At: w.opts.Now().UTC()}
+	body, err := json.Marshal(ev)
+	if err != nil {
+		return fmt.Errorf("webhook: encode checkpoint: %w", err)
+	}
+	var errs []error
+	for _, u := range w.opts.URLs {
+		errs = append(errs, w.postOne(ctx, u, ev.Event, body))
+	}
+	return errors.Join(errs...)
+}

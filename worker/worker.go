@@ -35,6 +35,10 @@ type Options struct {
 	Channels []activities.Channel
 	// MaxOutputBytes caps tool outputs; zero means 1 MiB.
 	MaxOutputBytes int
+	// Ledger keeps every call's submission, decision and outcome
+	// (a *ledger.Ledger). Optional: without it nothing is logged outside
+	// Temporal.
+	Ledger activities.Ledger
 	// Worker passes options through to the Temporal worker (pollers,
 	// concurrency, cache). Zero values are the SDK's defaults.
 	Worker sdkworker.Options
@@ -66,6 +70,7 @@ func New(c client.Client, o Options) (sdkworker.Worker, error) {
 		Channels:       o.Channels,
 		Client:         c,
 		MaxOutputBytes: o.MaxOutputBytes,
+		Ledger:         o.Ledger,
 	})
 	return w, nil
 }

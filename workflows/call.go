@@ -54,6 +54,13 @@ func ToolCallWorkflow(ctx workflow.Context, in CallInput) (Result, error) {
 			r, err = c.cancelled(ctx, "an operator (a Temporal cancel request)"), nil
 		}
 	}
+	if err == nil {
+		// Logged whatever happens next: a cancel no longer stops it.
+		dctx, _ := workflow.NewDisconnectedContext(ctx)
+		if lerr := c.logFinished(dctx, r); lerr != nil {
+			return Result{}, lerr
+		}
+	}
 	c.awaitTold(ctx)
 	c.handOverNotices(ctx)
 	c.leaveRoom(ctx)
@@ -110,6 +117,8 @@ type callRun struct {
 	// session; voided says why the approval no longer holds.
 	claiming string
 	voided   string
+	// logged is what the call has written to the ledger.
+	logged callLog
 }
 
 // showIdentity sets the call's identifying search attributes when whoever
@@ -162,6 +171,9 @@ func (c *callRun) run(ctx workflow.Context) (Result, error) {
 	case c.eval.Ask == nil:
 		c.apply(ctx, policy.Decision{Kind: policy.Approved, DecidedBy: "policy", Channel: "policy"})
 	default:
+		if err := c.logSubmitted(ctx); err != nil { // before anyone is asked
+			return Result{}, err
+		}
 		if err := c.askForDecision(ctx, *c.eval.Ask); err != nil {
 			return Result{}, err
 		}
@@ -176,6 +188,9 @@ func (c *callRun) run(ctx workflow.Context) (Result, error) {
 				return r, nil
 			}
 		}
+	}
+	if err := c.logDecided(ctx); err != nil { // the tool runs only once its approval is logged
+		return Result{}, err
 	}
 	r, err := c.execute(ctx)
 	if err == nil {

@@ -9,6 +9,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/toolgate/toolgate/activities"
+	"github.com/toolgate/toolgate/ledger"
 	"github.com/toolgate/toolgate/policy"
 )
 
@@ -48,6 +49,8 @@ type sessionRun struct {
 	publishing []workflow.Future
 	// replies are the quota answers in flight.
 	replies []workflow.Future
+	// logged is the session's side of the ledger.
+	logged sessionLog
 }
 
 func (s *sessionRun) registerHandlers(ctx workflow.Context) error {
@@ -122,16 +125,20 @@ func (s *sessionRun) closeIdle(ctx workflow.Context) error {
 // drain handles every message already delivered. Sticky decisions come
 // first, and the news they make goes out once for all of them.
 func (s *sessionRun) drain(ctx workflow.Context, box sessionInbox) {
-	changed := false
+	var recorded []ledger.Entry
 	for {
 		var d StickyDecision
 		if !box.sticky.ReceiveAsync(&d) {
 			break
 		}
 		s.received++
-		changed = s.recordSticky(ctx, d) || changed
+		if e, ok := s.recordSticky(ctx, d); ok {
+			recorded = append(recorded, e)
+		}
 	}
-	if changed {
+	if len(recorded) > 0 {
+		// In the ledger before any call hears of them.
+		_ = s.log(ctx, recorded...) // fails only when the session is cancelled
 		s.publish(ctx)
 	}
 	for {
@@ -194,25 +201,27 @@ func (s *sessionRun) showNews(ctx workflow.Context) {
 	}
 }
 
-// recordSticky stores a new sticky decision, and reports whether it did.
-// Replacing one revokes it: only who may revoke it may, else the new
-// decision stands for its own call alone. After the end nothing is stored.
-func (s *sessionRun) recordSticky(ctx workflow.Context, d StickyDecision) bool {
+// recordSticky stores a new sticky decision, and reports whether it did,
+// with its ledger entry. Replacing one revokes it: only who may revoke it
+// may, else the new decision stands for its own call alone. After the end
+// nothing is stored.
+func (s *sessionRun) recordSticky(ctx workflow.Context, d StickyDecision) (ledger.Entry, bool) {
 	if s.state.End != nil {
-		return false
+		return ledger.Entry{}, false
 	}
 	d.Since = max(s.state.Revision+1, workflow.Now(ctx).UnixNano())
 	if i := s.stickyIndex(d.Key); i >= 0 {
 		if err := d.Decision.Approver().MayAct(s.state.Sticky[i].Groups); err != nil {
 			workflow.GetLogger(ctx).Warn("Sticky decision not recorded: it would replace one its author may not revoke",
 				"session", s.in.Session, "key", d.Key, "by", d.Decision.DecidedBy, "kept", s.state.Sticky[i].Decision.DecidedBy, "error", err)
-			return false
+			return ledger.Entry{}, false
 		}
+		replaced := s.state.Sticky[i]
 		s.state.Sticky[i] = d
-		return true
+		return s.stickyEntry(ctx, d, &replaced), true
 	}
 	s.state.Sticky = append(s.state.Sticky, d)
-	return true
+	return s.stickyEntry(ctx, d, nil), true
 }
 
 // countQuota counts a run under its quota if the sliding window has room,
@@ -291,6 +300,9 @@ func (s *sessionRun) revoke(ctx workflow.Context, req RevokeRequest) (StickyDeci
 	i := s.stickyIndex(req.Key)
 	removed := s.state.Sticky[i]
 	s.state.Sticky = slices.Delete(s.state.Sticky, i, i+1)
+	if err := s.log(ctx, s.revokedEntry(ctx, req, removed)); err != nil {
+		return StickyDecision{}, err
+	}
 	awaitAll(ctx, s.publish(ctx))
 	workflow.GetLogger(ctx).Info("Sticky decision revoked", "session", s.in.Session, "key", req.Key, "approver", req.By)
 	return removed, nil

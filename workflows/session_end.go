@@ -59,6 +59,9 @@ func (s *sessionRun) end(ctx workflow.Context, req EndRequest) (int, error) {
 	s.state.End = &policy.Decision{Kind: policy.DeniedWithReason, Reason: "the session was ended by " + req.By,
 		DecidedBy: req.By, DeciderGroups: req.Groups, Channel: "session", DecidedAt: workflow.Now(ctx)}
 	s.state.Sticky = nil
+	if err := s.log(ctx, s.endedEntry(*s.state.End, census.Waiting)); err != nil {
+		return 0, err
+	}
 	awaitAll(ctx, s.publish(ctx))
 	workflow.GetLogger(ctx).Info("Session ended", "session", s.in.Session, "by", req.By, "waiting", census.Waiting)
 	return census.Waiting, nil

@@ -370,6 +370,9 @@ type CallState struct {
 	Notices []NoticeRecord `json:"notices,omitempty"`
 	// Result is set once the call is final.
 	Result *Result `json:"result,omitempty"`
+	// LedgerWait says why the call waits for the ledger (it is down),
+	// while it does: no approved call runs, and no call ends, unlogged.
+	LedgerWait string `json:"ledger_wait,omitempty"`
 }
 
 // NoticesInput starts a call's NoticesWorkflow.

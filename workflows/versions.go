@@ -27,4 +27,9 @@ const (
 	// runs, so that write_file writes only the file its preview showed.
 	// Before, the tool was scheduled with the bare call.
 	versionToolSeesPreview = "tool-sees-preview"
+	// versionLedger: calls, sessions and pins write their events to the
+	// decision ledger (AppendLedger, a local activity) where they happen:
+	// an approved call's tool waits for its call.decided entry, and a
+	// call's Result for its call.finished entry.
+	versionLedger = "ledger"
 )

@@ -22,6 +22,7 @@ import (
 	"github.com/toolgate/toolgate/builtin"
 	tgclient "github.com/toolgate/toolgate/client"
 	"github.com/toolgate/toolgate/devserver"
+	"github.com/toolgate/toolgate/ledger"
 	"github.com/toolgate/toolgate/mcpgate"
 	"github.com/toolgate/toolgate/metrics"
 	"github.com/toolgate/toolgate/notify"
@@ -38,6 +39,7 @@ func (a *app) devCommand() *cobra.Command {
 		dataDir, httpAddr, tokensFile string
 		port                          int
 		wf                            workerFlags
+		lf                            ledgerFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "dev",
@@ -80,23 +82,29 @@ in the environment (SLACK_*, SMTP_*, TOOLGATE_*; see docs/channels.md).`,
 			}
 			defer func() { _ = srv.Stop() }()
 			a.conn = connection{address: srv.FrontendAddress(), namespace: srv.Namespace(), taskQueue: workflows.TaskQueue}
-			tokenNote, err := a.devTokens(dataDir, tokensFile)
+			tokenNote, madeTokens, err := a.devTokens(dataDir, tokensFile)
 			if err != nil {
 				return err
 			}
 			if wf.workspace == "" {
 				wf.workspace = filepath.Join(dataDir, "workspace")
 			}
-			return a.runProcesses(ctx, processes{worker: &wf, httpAddr: httpAddr, httpListener: httpListener, dataDir: dataDir, started: func(tools []string, ws, httpURL string) {
+			lf.devDefaults(dataDir)
+			ledgerNote := "  ledger     off\n"
+			if lf.dsn != ledgerOff {
+				ledgerNote = fmt.Sprintf("  ledger     %s  (toolgate audit show CALL_ID, toolgate audit verify)\n", lf.dsn)
+			}
+			return a.runProcesses(ctx, processes{worker: &wf, ledger: &lf, dev: true, madeTokens: madeTokens,
+				httpAddr: httpAddr, httpListener: httpListener, dataDir: dataDir, started: func(tools []string, ws, httpURL string) {
 				fmt.Fprintf(a.stdout, `toolgate dev is running
   Temporal   %s  namespace %s  data %s
   worker     task queue %s; tools: %s
   workspace  %s
   HTTP       %s  (API under /v1, inbox at /)
-%sTry in another terminal:
+%s%sTry in another terminal:
   toolgate call --session demo echo '{"hello":"world"}'
 Stop with Ctrl-C.
-`, srv.FrontendAddress(), srv.Namespace(), filepath.Join(dataDir, "temporal.db"), workflows.TaskQueue, strings.Join(tools, ", "), ws, httpURL, tokenNote)
+`, srv.FrontendAddress(), srv.Namespace(), filepath.Join(dataDir, "temporal.db"), workflows.TaskQueue, strings.Join(tools, ", "), ws, httpURL, ledgerNote, tokenNote)
 			}})
 		},
 	}
@@ -105,34 +113,41 @@ Stop with Ctrl-C.
 	f.IntVar(&port, "temporal-port", 7233, "Temporal gRPC port on 127.0.0.1 (0 picks a free one)")
 	f.StringVar(&httpAddr, "http", envOr("TOOLGATE_HTTP", "127.0.0.1:7700"), "HTTP listen address, empty disables it (env TOOLGATE_HTTP)")
 	wf.add(cmd, "")
+	lf.add(cmd, true)
 	f.StringVar(&tokensFile, "tokens", os.Getenv("TOOLGATE_TOKENS_FILE"), "API tokens file (default: generate an agent and an approver token in <data-dir>/tokens.json)")
 	return cmd
 }
 
 // devTokens loads the tokens file, or the dev tokens (created on first
 // start), and says how to use them.
-func (a *app) devTokens(dataDir, tokensFile string) (string, error) {
+// The tokens it makes are returned, for the ledger's token.created.
+func (a *app) devTokens(dataDir, tokensFile string) (string, []server.TokenEntry, error) {
 	if tokensFile != "" {
 		t, err := server.LoadTokens(tokensFile)
 		a.tokens = t
-		return fmt.Sprintf("  tokens     from %s\n", tokensFile), err
+		return fmt.Sprintf("  tokens     from %s\n", tokensFile), nil, err
 	}
 	dt, t, created, err := server.LoadOrCreateDevTokens(dataDir)
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	a.tokens = t
 	path := filepath.Join(dataDir, "tokens.json")
 	if !created {
-		return fmt.Sprintf("  tokens     in %s (agent and approver)\n", path), nil
+		return fmt.Sprintf("  tokens     in %s (agent and approver)\n", path), nil, nil
+	}
+	made := []server.TokenEntry{
+		{Name: server.DevAgentName, Role: server.RoleAgent, SHA256: server.HashToken(dt.Agent)},
+		{Name: server.DevApproverName, Role: server.RoleApprover, SHA256: server.HashToken(dt.Approver)},
 	}
 	return fmt.Sprintf("  tokens     created in %s:\n    agent     %s  (run by %s: decides at the agent where a rule says user: true)\n    approver  %s  (sign in to the inbox with it)\n",
-		path, dt.Agent, server.DevUserName, dt.Approver), nil
+		path, dt.Agent, server.DevUserName, dt.Approver), made, nil
 }
 
 func (a *app) workerCommand() *cobra.Command {
 	var (
 		wf          workerFlags
+		lf          ledgerFlags
 		metricsAddr string
 	)
 	cmd := &cobra.Command{
@@ -143,7 +158,7 @@ Start as many as the load needs on one task queue; they share the calls.
 On SIGTERM it stops polling and lets running tools finish (--shutdown-timeout).`,
 		Args: exactArgs(),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return a.runProcesses(cmd.Context(), processes{worker: &wf, metricsAddr: metricsAddr, started: func(tools []string, ws, _ string) {
+			return a.runProcesses(cmd.Context(), processes{worker: &wf, ledger: &lf, metricsAddr: metricsAddr, started: func(tools []string, ws, _ string) {
 				a.logger.Info("Worker running", zap.String("temporal", a.conn.address), zap.String("namespace", a.conn.namespace),
 					zap.String("taskQueue", a.conn.taskQueue), zap.Strings("tools", tools), zap.String("workspace", ws))
 			}})
@@ -151,12 +166,16 @@ On SIGTERM it stops polling and lets running tools finish (--shutdown-timeout).`
 	}
 	a.conn.addFlags(cmd)
 	wf.add(cmd, "workspace")
+	lf.add(cmd, false)
 	cmd.Flags().StringVar(&metricsAddr, "metrics", envOr("TOOLGATE_METRICS", "127.0.0.1:9090"), "serve Prometheus metrics at http://ADDR/metrics; empty disables (env TOOLGATE_METRICS)")
 	return cmd
 }
 
 func (a *app) serveCommand() *cobra.Command {
-	var httpAddr, tokensFile string
+	var (
+		httpAddr, tokensFile string
+		lf                   ledgerFlags
+	)
 	cmd := &cobra.Command{
 		Use:   "serve",
 		Short: "Run toolgate's HTTP listener against an existing Temporal cluster",
@@ -170,7 +189,7 @@ func (a *app) serveCommand() *cobra.Command {
 				return err
 			}
 			a.tokens = t
-			return a.runProcesses(cmd.Context(), processes{httpAddr: httpAddr, started: func(_ []string, _, httpURL string) {
+			return a.runProcesses(cmd.Context(), processes{httpAddr: httpAddr, ledger: &lf, started: func(_ []string, _, httpURL string) {
 				a.logger.Info("HTTP listener running", zap.String("url", httpURL), zap.String("temporal", a.conn.address))
 			}})
 		},
@@ -178,6 +197,7 @@ func (a *app) serveCommand() *cobra.Command {
 	a.conn.addFlags(cmd)
 	cmd.Flags().StringVar(&httpAddr, "http", envOr("TOOLGATE_HTTP", "127.0.0.1:7700"), "HTTP listen address (env TOOLGATE_HTTP)")
 	cmd.Flags().StringVar(&tokensFile, "tokens", os.Getenv("TOOLGATE_TOKENS_FILE"), "API tokens file (env TOOLGATE_TOKENS_FILE)")
+	lf.add(cmd, false)
 	return cmd
 }
 
@@ -194,6 +214,11 @@ type processes struct {
 	// dataDir keeps a generated email-link secret (toolgate dev); empty
 	// makes TOOLGATE_LINK_SECRET required when email is on.
 	dataDir string
+	// ledger says where the decision ledger is; dev makes its signing key
+	// on first start, and logs the tokens it made (madeTokens).
+	ledger     *ledgerFlags
+	dev        bool
+	madeTokens []server.TokenEntry
 	// started reports what runs, once everything does.
 	started func(tools []string, workspace, httpURL string)
 }
@@ -217,12 +242,29 @@ func (a *app) runProcesses(ctx context.Context, p processes) error {
 
 	var tools []string
 	workspace := ""
+	var channels []activities.Channel
 	if p.worker != nil {
-		channels, err := notifications.Channels(a.logger.Named("notify"))
-		if err != nil {
+		if channels, err = notifications.Channels(a.logger.Named("notify")); err != nil {
 			return usageError("notification settings: %v", err)
 		}
-		w, names, ws, err := a.startWorker(ctx, tc, *p.worker, channels)
+	}
+	var lg *ledger.Ledger
+	if p.ledger != nil {
+		if lg, err = a.openLedger(ctx, *p.ledger, p.dev, webhookOf(channels)); err != nil {
+			return err
+		}
+	}
+	if lg != nil {
+		defer lg.Close()
+		if err := a.logTokensCreated(ctx, lg, p.madeTokens); err != nil {
+			return fmt.Errorf("ledger: %w", err)
+		}
+		if p.worker != nil {
+			go lg.Run(ctx) // signs checkpoints while entries arrive
+		}
+	}
+	if p.worker != nil {
+		w, names, ws, err := a.startWorker(ctx, tc, *p.worker, channels, lg)
 		if err != nil {
 			return err
 		}
@@ -321,7 +363,7 @@ func (f *workerFlags) add(cmd *cobra.Command, workspaceDefault string) {
 
 // startWorker registers the built-in tools and default policy and starts
 // polling.
-func (a *app) startWorker(ctx context.Context, tc client.Client, f workerFlags, channels []activities.Channel) (sdkworker.Worker, []string, string, error) {
+func (a *app) startWorker(ctx context.Context, tc client.Client, f workerFlags, channels []activities.Channel, lg *ledger.Ledger) (sdkworker.Worker, []string, string, error) {
 	ws, err := filepath.Abs(f.workspace)
 	if err != nil {
 		return nil, nil, "", err
@@ -332,7 +374,7 @@ func (a *app) startWorker(ctx context.Context, tc client.Client, f workerFlags, 
 	if err := a.awaitSearchAttributes(ctx, tc); err != nil {
 		return nil, nil, "", err
 	}
-	pol, middleware, err := a.loadPolicy(ctx, f.policyFile, ws)
+	pol, middleware, err := a.loadPolicy(ctx, f.policyFile, ws, lg)
 	if err != nil {
 		return nil, nil, "", err
 	}
@@ -355,7 +397,7 @@ func (a *app) startWorker(ctx context.Context, tc client.Client, f workerFlags, 
 	}
 	closeUpstreams := ups.Close
 	sdkworker.SetStickyWorkflowCacheSize(f.cacheSize)
-	w, err := worker.New(tc, worker.Options{
+	wo := worker.Options{
 		TaskQueue:  a.conn.taskQueue,
 		Policy:     pol,
 		Middleware: middleware,
@@ -368,7 +410,11 @@ func (a *app) startWorker(ctx context.Context, tc client.Client, f workerFlags, 
 			MaxConcurrentWorkflowTaskExecutionSize: f.maxWorkflowTasks,
 			WorkerStopTimeout:                      f.shutdownTimeout,
 		},
-	})
+	}
+	if lg != nil {
+		wo.Ledger = lg
+	}
+	w, err := worker.New(tc, wo)
 	if err != nil {
 		closeUpstreams()
 		return nil, nil, "", err
@@ -384,14 +430,19 @@ func (a *app) startWorker(ctx context.Context, tc client.Client, f workerFlags, 
 
 // loadPolicy returns the policy file's rules, reloaded while ctx lasts, or
 // the built-in policy when no file is given.
-func (a *app) loadPolicy(ctx context.Context, file, workspace string) (policy.ToolPolicy, []policy.OutputMiddleware, error) {
+// Each version it serves is logged to the ledger (policy.loaded).
+func (a *app) loadPolicy(ctx context.Context, file, workspace string, lg *ledger.Ledger) (policy.ToolPolicy, []policy.OutputMiddleware, error) {
 	if file == "" {
-		return builtin.DefaultPolicy(builtin.Workspace{Root: workspace}), nil, nil
+		p := builtin.DefaultPolicy(builtin.Workspace{Root: workspace})
+		a.logPolicyLoaded(lg, "", policy.VersionOf(p))
+		return p, nil, nil
 	}
 	r, err := rules.NewReloader(file, rules.Options{Workspace: workspace}, a.logger.Named("policy"))
 	if err != nil {
 		return nil, nil, usageError("%v", err)
 	}
+	a.logPolicyLoaded(lg, file, r.Version())
+	r.OnNewVersion(func(v string) { a.logPolicyLoaded(lg, file, v) })
 	go r.Run(ctx, rules.DefaultReloadInterval)
 	a.logger.Info("Policy loaded", zap.String("file", file), zap.String("version", r.Version()))
 	return r, []policy.OutputMiddleware{r}, nil

@@ -48,7 +48,13 @@ type Reloader struct {
 	badSum  [sha256.Size]byte
 	badErr  error // the error of the content hashed to badSum, if any
 	goodSum [sha256.Size]byte
+
+	onNew func(version string)
 }
+
+// OnNewVersion has Run call f with each new version it takes (the
+// decision ledger's policy.loaded). Set it before Run.
+func (r *Reloader) OnNewVersion(f func(version string)) { r.onNew = f }
 
 var (
 	_ policy.ToolPolicy       = (*Reloader)(nil)
@@ -121,6 +127,9 @@ func (r *Reloader) Run(ctx context.Context, interval time.Duration) {
 			if after := r.Current().Version(); after != before {
 				r.logger.Info("policy reloaded", zap.String("path", r.path),
 					zap.String("version", after), zap.String("previous", before))
+				if r.onNew != nil {
+					r.onNew(after)
+				}
 			}
 		}
 	}

@@ -1,0 +1,171 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/spf13/cobra"
+	"go.uber.org/zap"
+
+	"github.com/toolgate/toolgate/activities"
+	"github.com/toolgate/toolgate/ledger"
+	"github.com/toolgate/toolgate/notify"
+	"github.com/toolgate/toolgate/server"
+)
+
+// ledgerFlags say where the decision ledger is, and what signs it.
+type ledgerFlags struct {
+	dsn, keyFile, checkpoints string
+}
+
+// ledgerOff is the --ledger value that keeps no ledger.
+const ledgerOff = "off"
+
+// devDeployment names toolgate dev's log: its origin is toolgate/dev.
+const devDeployment = "dev"
+
+func (f *ledgerFlags) add(cmd *cobra.Command, dev bool) {
+	dsnHelp, keyHelp := "", ""
+	if dev {
+		dsnHelp, keyHelp = "; default <data-dir>/ledger.db", "; default <data-dir>/ledger.key, made on first start"
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&f.dsn, "ledger", os.Getenv("TOOLGATE_LEDGER"), "decision ledger: a postgres:// URL or a SQLite file; \"off\" keeps none (env TOOLGATE_LEDGER"+dsnHelp+")")
+	fs.StringVar(&f.keyFile, "ledger-key", os.Getenv("TOOLGATE_LEDGER_KEY"), "file of the ledger's signing key ('toolgate audit key --new FILE'), or of its verifier key where nothing is signed (env TOOLGATE_LEDGER_KEY"+keyHelp+")")
+	fs.StringVar(&f.checkpoints, "ledger-checkpoints", os.Getenv("TOOLGATE_LEDGER_CHECKPOINTS"), "also append every signed checkpoint to this file: keep it where the ledger's database cannot rewrite it (env TOOLGATE_LEDGER_CHECKPOINTS)")
+}
+
+// devDefaults puts toolgate dev's ledger in its data dir, unless the flags
+// say otherwise.
+func (f *ledgerFlags) devDefaults(dataDir string) {
+	if f.dsn == "" {
+		f.dsn = filepath.Join(dataDir, "ledger.db")
+	}
+	if f.keyFile == "" {
+		f.keyFile = filepath.Join(dataDir, "ledger.key")
+	}
+}
+
+// loadLedgerKey reads a signing key file (or, for a reader, a verifier
+// key file). create makes a signing key where there is no file.
+func loadLedgerKey(path string, create bool) (ledger.Keys, bool, error) {
+	if create {
+		return ledger.LoadOrCreateKey(path, devDeployment)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return ledger.Keys{}, false, fmt.Errorf("ledger key: %w", err)
+	}
+	if strings.HasPrefix(strings.TrimSpace(string(b)), "PRIVATE+KEY+") {
+		k, err := ledger.LoadKey(path)
+		return k, false, err
+	}
+	v, err := ledger.ParseVerifierKey(string(b))
+	if err != nil {
+		return ledger.Keys{}, false, fmt.Errorf("%s: %w", path, err)
+	}
+	return ledger.Keys{Verifier: v, VerifierKey: strings.TrimSpace(string(b))}, false, nil
+}
+
+// openLedger opens the ledger the flags name; nil when they name none.
+// dev makes the signing key on first start. webhook, when set, receives
+// every checkpoint this process signs.
+func (a *app) openLedger(ctx context.Context, f ledgerFlags, dev bool, webhook *notify.Webhook) (*ledger.Ledger, error) {
+	switch {
+	case f.dsn == ledgerOff:
+		a.logger.Warn("No decision ledger (--ledger off): decisions are recorded only in Temporal, and forgotten with its retention")
+		return nil, nil
+	case f.dsn == "":
+		a.logger.Warn("No decision ledger: decisions are recorded only in Temporal, and forgotten with its retention; give --ledger (docs/audit.md)")
+		return nil, nil
+	case f.keyFile == "":
+		return nil, usageError("--ledger needs --ledger-key FILE (or TOOLGATE_LEDGER_KEY): the key that signs its checkpoints; make one with 'toolgate audit key --new FILE --deployment NAME'")
+	}
+	keys, created, err := loadLedgerKey(f.keyFile, dev)
+	if err != nil {
+		return nil, usageError("%v", err)
+	}
+	if created {
+		a.logger.Info("Ledger signing key created", zap.String("file", f.keyFile), zap.String("verifierKey", keys.VerifierKey))
+	}
+	opts := ledger.Options{DSN: f.dsn, Keys: keys, Logger: a.logger.Named("ledger")}
+	if webhook != nil {
+		opts.Publish = append(opts.Publish, func(ctx context.Context, c ledger.Checkpoint) error {
+			return webhook.Checkpoint(ctx, c.Origin, c.Size, c.Note)
+		})
+	}
+	if f.checkpoints != "" {
+		opts.Publish = append(opts.Publish, appendCheckpointTo(f.checkpoints))
+	}
+	l, err := ledger.Open(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	a.logger.Info("Decision ledger", zap.String("at", l.Where()), zap.String("origin", l.Origin()), zap.Bool("signs", keys.Signer != nil))
+	return l, nil
+}
+
+// appendCheckpointTo appends each checkpoint to a file, a note after the
+// other, each followed by a blank line.
+func appendCheckpointTo(path string) func(context.Context, ledger.Checkpoint) error {
+	var mu sync.Mutex
+	return func(_ context.Context, c ledger.Checkpoint) error {
+		mu.Lock()
+		defer mu.Unlock()
+		f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+		if err != nil {
+			return err
+		}
+		_, werr := f.Write(append(append([]byte{}, c.Note...), '\n'))
+		return errors.Join(werr, f.Close())
+	}
+}
+
+// webhookOf finds the webhook channel among a worker's channels.
+func webhookOf(channels []activities.Channel) *notify.Webhook {
+	for _, ch := range channels {
+		if w, ok := ch.(*notify.Webhook); ok {
+			return w
+		}
+	}
+	return nil
+}
+
+// logPolicyLoaded writes a policy.loaded entry, once per policy version.
+func (a *app) logPolicyLoaded(l *ledger.Ledger, file, version string) {
+	if l == nil {
+		return
+	}
+	if file == "" {
+		file = "(built-in default policy)"
+	}
+	e := ledger.Entry{Kind: ledger.KindPolicyLoaded, Event: "policy/" + version, At: time.Now(), File: file, PolicyVersion: version}
+	if version == "" {
+		e.Event = "policy/builtin"
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := l.Append(ctx, e); err != nil {
+		a.logger.Error("Could not log the policy's version to the ledger", zap.String("version", version), zap.Error(err))
+	}
+}
+
+// logTokensCreated writes a token.created entry for each token toolgate
+// made (never the token itself).
+func (a *app) logTokensCreated(ctx context.Context, l *ledger.Ledger, entries []server.TokenEntry) error {
+	if l == nil {
+		return nil
+	}
+	var out []ledger.Entry
+	for _, t := range entries {
+		out = append(out, ledger.Entry{Kind: ledger.KindTokenCreated, Event: "token/" + t.Name + "/" + t.SHA256[:16], At: time.Now(), Name: t.Name, Role: string(t.Role), By: "toolgate dev"})
+	}
+	_, err := l.Append(ctx, out...)
+	return err
+}
