@@ -50,6 +50,10 @@ var recordedScenarios = []string{
 	"cancel-leaves-room",
 	"cancel-leaves-room-room",
 	"session-end-voids-approval",
+	"ledger-auto",
+	"ledger-sticky",
+	"ledger-covered",
+	"ledger-session",
 }
 
 // newReplayer returns a replayer with every workflow registered under its

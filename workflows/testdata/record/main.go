@@ -39,6 +39,7 @@ import (
 	"github.com/toolgate/toolgate/activities"
 	toolgate "github.com/toolgate/toolgate/client"
 	"github.com/toolgate/toolgate/devserver"
+	"github.com/toolgate/toolgate/ledger"
 	"github.com/toolgate/toolgate/logging"
 	"github.com/toolgate/toolgate/policy"
 	"github.com/toolgate/toolgate/tool"
@@ -132,7 +133,17 @@ func run(ctx context.Context, logger *zap.Logger, outDir, only string) (err erro
 	if err != nil {
 		return err
 	}
-	w, err := worker.New(tc, worker.Options{Policy: recorderPolicy{}, Tools: tools, Channels: []activities.Channel{recordChannel{}}})
+	// Every scenario recorded from the ledger's release on has one.
+	keys, _, err := ledger.LoadOrCreateKey(filepath.Join(dataDir, "ledger.key"), "record")
+	if err != nil {
+		return err
+	}
+	lg, err := ledger.Open(ctx, ledger.Options{DSN: filepath.Join(dataDir, "ledger.db"), Keys: keys})
+	if err != nil {
+		return err
+	}
+	defer lg.Close()
+	w, err := worker.New(tc, worker.Options{Policy: recorderPolicy{}, Tools: tools, Channels: []activities.Channel{recordChannel{}}, Ledger: lg})
 	if err != nil {
 		return err
 	}
@@ -142,7 +153,7 @@ func run(ctx context.Context, logger *zap.Logger, outDir, only string) (err erro
 	defer w.Stop()
 	logger.Info("Recording", zap.String("temporal", srv.FrontendAddress()), zap.String("out", outDir))
 
-	r := &recorder{tc: tc, tg: toolgate.New(tc, ""), logger: logger}
+	r := &recorder{tc: tc, tg: toolgate.New(tc, ""), logger: logger, lg: lg}
 	scenarios := []struct {
 		name string
 		run  func(context.Context) error
@@ -158,6 +169,7 @@ func run(ctx context.Context, logger *zap.Logger, outDir, only string) (err erro
 		{"four-eyes", r.fourEyes},
 		{"user-decision", r.userDecision},
 		{"trust-3", r.trust3},
+		{"ledger", r.ledgered},
 	}
 	wanted := map[string]bool{}
 	for _, name := range strings.Split(only, ",") {
@@ -198,6 +210,7 @@ type recorder struct {
 	tg        *toolgate.Client
 	logger    *zap.Logger
 	histories []recorded
+	lg        *ledger.Ledger
 }
 
 // recorded is one history, encoded, to be written to <name>.json.
@@ -718,6 +731,56 @@ func (r *recorder) trust3(ctx context.Context) error {
 
 // openSession starts a session and its rooms as the first call would,
 // with in's idle timeout and limits, so their histories end soon.
+// ledgered: the calls and the session write to the decision ledger: an
+// auto-approved call; a call approved for the session; a later call the
+// sticky decision covers at evaluation; the sticky decision revoked, and
+// the session ended.
+func (r *recorder) ledgered(ctx context.Context) error {
+	const session = "replay-ledger"
+	if err := r.openSession(ctx, workflows.SessionInput{Session: session, Owner: agent, IdleTimeout: idle}); err != nil {
+		return err
+	}
+	if _, err := r.tg.Submit(ctx, toolgate.CallRequest{CallID: "ledger-auto", Session: session, Tool: "echo", Args: []byte(`{"text":"hi"}`), Requester: agent}); err != nil {
+		return err
+	}
+	if err := r.expectResult(ctx, "ledger-auto", workflows.StatusOK, policy.Approved, "policy"); err != nil {
+		return err
+	}
+	if _, err := r.tg.Submit(ctx, toolgate.CallRequest{CallID: "ledger-sticky", Session: session, Tool: "write", Args: []byte(`{"path":"l.txt","content":"x"}`), Requester: agent}); err != nil {
+		return err
+	}
+	if err := r.waitPending(ctx, "ledger-sticky"); err != nil {
+		return err
+	}
+	if err := r.decide(ctx, "ledger-sticky", policy.ApprovedForSession); err != nil {
+		return err
+	}
+	if err := r.expectResult(ctx, "ledger-sticky", workflows.StatusOK, policy.ApprovedForSession, "cli"); err != nil {
+		return err
+	}
+	if _, err := r.tg.Submit(ctx, toolgate.CallRequest{CallID: "ledger-covered", Session: session, Tool: "write", Args: []byte(`{"path":"m.txt","content":"y"}`), Requester: agent}); err != nil {
+		return err
+	}
+	if err := r.expectResult(ctx, "ledger-covered", workflows.StatusOK, policy.ApprovedForSession, "session"); err != nil {
+		return err
+	}
+	if err := r.tg.Revoke(ctx, session, "write", policy.Approver{Name: approver, Groups: []string{"*"}}); err != nil {
+		return fmt.Errorf("revoke: %w", err)
+	}
+	if err := r.endSession(ctx, session, "", 0); err != nil {
+		return err
+	}
+	for _, h := range [][2]string{{"ledger-auto", "ledger-auto"}, {"ledger-sticky", "ledger-sticky"}, {"ledger-covered", "ledger-covered"}} {
+		if err := r.writeHistory(ctx, h[0], workflows.CallWorkflowID(h[1]), ""); err != nil {
+			return err
+		}
+	}
+	if n, err := r.lg.Size(ctx); err != nil || n < 10 {
+		return fmt.Errorf("the ledger has %d entries (%v), want the calls' and the session's", n, err)
+	}
+	return r.writeHistory(ctx, "ledger-session", workflows.SessionWorkflowID(session), "")
+}
+
 func (r *recorder) openSession(ctx context.Context, in workflows.SessionInput) error {
 	id := workflows.SessionWorkflowID(in.Session)
 	_, err := r.tc.ExecuteWorkflow(ctx, sdkclient.StartWorkflowOptions{ID: id, TaskQueue: workflows.TaskQueue,
