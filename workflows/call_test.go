@@ -29,6 +29,8 @@ type CallSuite struct {
 	start   time.Time
 	// temporal answers the activities that need a Temporal client.
 	temporal *fakeTemporal
+	// ledger is the decision ledger every call writes to.
+	ledger *testLedger
 }
 
 func TestCallSuite(t *testing.T) { suite.Run(t, new(CallSuite)) }
@@ -43,7 +45,10 @@ func (s *CallSuite) SetupTest() {
 	s.runs = &runLog{runs: map[string]int{}}
 	s.hooks = &hookLog{}
 	s.channel = &fakeChannel{}
-	s.env.RegisterActivity(newActivities(s.policy, s.runs, s.hooks, s.channel))
+	acts := newActivities(s.policy, s.runs, s.hooks, s.channel)
+	s.ledger = newTestLedger(s.T())
+	acts.Ledger = s.ledger
+	s.env.RegisterActivity(acts)
 	s.env.RegisterWorkflow(ToolCallWorkflow)
 	s.env.RegisterWorkflowWithOptions(ToolgateSession, workflow.RegisterOptions{Name: SessionWorkflowType})
 	s.env.RegisterWorkflow(NoticesWorkflow)
