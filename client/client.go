@@ -469,6 +469,9 @@ type Waiting struct {
 	Comment   string `json:"comment,omitempty"`
 	// Progress is the running tool's latest progress, when it reports any.
 	Progress *tool.Progress `json:"progress,omitempty"`
+	// LedgerWait says why the call waits for the decision ledger, while
+	// it is down.
+	LedgerWait string `json:"ledger_wait,omitempty"`
 	// Preview is what the call will change, shown to its approvers.
 	Preview *policy.Preview `json:"preview,omitempty"`
 	// Approvals count a four-eyes call's approvals.
@@ -485,7 +488,7 @@ func WaitingView(s Status) Waiting {
 	w := Waiting{
 		CallID: st.Call.ID, Session: st.Call.Session, Tool: st.Call.Tool, Requester: st.Call.Requester,
 		Status: st.Status, Execution: st.Call.Execution, Args: st.Call.Args, WaitingSince: st.WaitingSince, Deadline: st.Deadline, Notices: st.Notices,
-		Progress: s.Progress, Approvals: st.Approvals,
+		Progress: s.Progress, Approvals: st.Approvals, LedgerWait: st.LedgerWait,
 	}
 	if d := st.Decision; d != nil {
 		w.Decision, w.DecidedBy, w.Comment = d.Kind.String(), d.DecidedBy, d.Comment

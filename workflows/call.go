@@ -60,6 +60,7 @@ func ToolCallWorkflow(ctx workflow.Context, in CallInput) (Result, error) {
 		if lerr := c.logFinished(dctx, r); lerr != nil {
 			return Result{}, lerr
 		}
+		c.state.Result = &r // shown once it is in the ledger
 	}
 	c.awaitTold(ctx)
 	c.handOverNotices(ctx)
@@ -245,7 +246,6 @@ func (c *callRun) finish(ctx workflow.Context, status Status, reason string, out
 	}
 	r.ModelMessage = modelMessage(r, c.noReport, c.originalArgs != nil)
 	c.state.Status = status
-	c.state.Result = &r
 	workflow.GetMetricsHandler(ctx).WithTags(map[string]string{"tool": call.Tool, "status": string(status)}).
 		Counter(MetricCallsFinished).Inc(1)
 	c.upsertStatus(ctx, status, AttrDecidedBy.ValueSet(r.DecidedBy), AttrChannel.ValueSet(r.Channel))

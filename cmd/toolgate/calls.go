@@ -224,6 +224,9 @@ func (a *app) printWaiting(st tgclient.Status, asJSON bool) {
 		return
 	}
 	fmt.Fprintf(a.stdout, "call %s  session %s  tool %s\nstatus: %s\n", w.CallID, w.Session, w.Tool, w.Status)
+	if w.LedgerWait != "" {
+		fmt.Fprintf(a.stdout, "waiting for the ledger: %s\n", w.LedgerWait)
+	}
 	switch w.Status {
 	case workflows.StatusPending:
 		fmt.Fprintf(a.stdout, "waiting for a person: %s\ndeadline: %s\napprove: toolgate approve %s --by NAME\n",

@@ -96,7 +96,7 @@ in the environment (SLACK_*, SMTP_*, TOOLGATE_*; see docs/channels.md).`,
 			}
 			return a.runProcesses(ctx, processes{worker: &wf, ledger: &lf, dev: true, madeTokens: madeTokens,
 				httpAddr: httpAddr, httpListener: httpListener, dataDir: dataDir, started: func(tools []string, ws, httpURL string) {
-				fmt.Fprintf(a.stdout, `toolgate dev is running
+					fmt.Fprintf(a.stdout, `toolgate dev is running
   Temporal   %s  namespace %s  data %s
   worker     task queue %s; tools: %s
   workspace  %s
@@ -105,7 +105,7 @@ in the environment (SLACK_*, SMTP_*, TOOLGATE_*; see docs/channels.md).`,
   toolgate call --session demo echo '{"hello":"world"}'
 Stop with Ctrl-C.
 `, srv.FrontendAddress(), srv.Namespace(), filepath.Join(dataDir, "temporal.db"), workflows.TaskQueue, strings.Join(tools, ", "), ws, httpURL, ledgerNote, tokenNote)
-			}})
+				}})
 		},
 	}
 	f := cmd.Flags()
