@@ -1,0 +1,175 @@
+package integration
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	_ "modernc.org/sqlite"
+
+	tgclient "github.com/toolgate/toolgate/client"
+	"github.com/toolgate/toolgate/ledger"
+	"github.com/toolgate/toolgate/policy"
+	"github.com/toolgate/toolgate/workflows"
+)
+
+// openDevLedger opens toolgate dev's ledger beside it, as an auditor's
+// tools would: its database and its key in the data dir.
+func openDevLedger(t *testing.T, dataDir string) *ledger.Ledger {
+	t.Helper()
+	keys, err := ledger.LoadKey(filepath.Join(dataDir, "ledger.key"))
+	require.NoError(t, err)
+	l, err := ledger.Open(context.Background(), ledger.Options{DSN: filepath.Join(dataDir, "ledger.db"), Keys: keys})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = l.Close() })
+	return l
+}
+
+// callKinds returns the kinds of each call's entries, in log order.
+func callKinds(t *testing.T, l *ledger.Ledger) map[string][]string {
+	t.Helper()
+	size, err := l.Size(context.Background())
+	require.NoError(t, err)
+	all, err := l.Entries(context.Background(), 0, size)
+	require.NoError(t, err)
+	require.Len(t, all, int(size), "no gaps")
+	out := map[string][]string{}
+	for i, e := range all {
+		require.EqualValues(t, i, e.Index)
+		h, err := ledger.ReadHeader(e.Entry)
+		require.NoError(t, err)
+		if h.CallID != "" && strings.HasPrefix(h.Kind, "call.") {
+			out[h.CallID] = append(out[h.CallID], h.Kind)
+		}
+	}
+	return out
+}
+
+var oneOfEach = []string{ledger.KindCallSubmitted, ledger.KindCallDecided, ledger.KindCallFinished}
+
+// 200 decisions while a second worker and then toolgate dev itself are
+// killed with SIGKILL: every call's submission, decision and outcome is in
+// the ledger once, and the log verifies.
+func TestTheLedgerHasEveryEventOnceThroughKills(t *testing.T) {
+	d := newDev(t)
+	c := d.client()
+	ctx := context.Background()
+	db, key := filepath.Join(d.dataDir, "ledger.db"), filepath.Join(d.dataDir, "ledger.key")
+	second := start(t, "Worker running", "worker", "--temporal-address", d.address(), "--workspace", d.workspace,
+		"--ledger", db, "--ledger-key", key, "--metrics", "")
+
+	const n = 200
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("k%03d", i)
+		args := fmt.Sprintf(`{"path":"k/%03d.txt","content":"x"}`, i)
+		_, err := c.Submit(ctx, tgclient.CallRequest{CallID: ids[i], Session: "s-kill", Tool: "write_file", Args: []byte(args), Requester: "agent"})
+		require.NoError(t, err)
+	}
+	var decided atomic.Int32
+	decide := func(id string) {
+		d := policy.Decision{Kind: policy.Approved, DecidedBy: "alice", DeciderGroups: []string{"*"}, Channel: "cli"}
+		deadline := time.Now().Add(3 * time.Minute)
+		for time.Now().Before(deadline) {
+			cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			_, err := c.Decide(cctx, id, d)
+			cancel()
+			if err == nil || strings.Contains(err.Error(), "already decided") {
+				decided.Add(1)
+				return
+			}
+			time.Sleep(200 * time.Millisecond) // pending not yet, or the server is down
+		}
+		t.Errorf("call %s was never decided", id)
+	}
+	work := make(chan string)
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for id := range work {
+				decide(id)
+			}
+		}()
+	}
+	go func() {
+		for _, id := range ids {
+			work <- id
+		}
+		close(work)
+	}()
+	require.Eventually(t, func() bool { return decided.Load() >= 60 }, 2*time.Minute, 10*time.Millisecond)
+	second.kill()
+	require.Eventually(t, func() bool { return decided.Load() >= 120 }, 2*time.Minute, 10*time.Millisecond)
+	d.dev.kill()
+	d.startDev()
+	wg.Wait()
+
+	for _, id := range ids {
+		wctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		r, err := c.Wait(wctx, id)
+		cancel()
+		require.NoError(t, err, id)
+		require.Equal(t, workflows.StatusOK, r.Status, "%s: %s", id, r.Reason)
+	}
+	l := openDevLedger(t, d.dataDir)
+	kinds := callKinds(t, l)
+	for _, id := range ids {
+		assert.Equal(t, oneOfEach, kinds[id], "call %s: each event once, in order", id)
+	}
+	_, err := l.SignCheckpoint(ctx)
+	require.NoError(t, err)
+	rep, err := l.VerifyStore(ctx, nil)
+	require.NoError(t, err)
+	assert.GreaterOrEqual(t, rep.Entries, int64(3*n))
+}
+
+// A ledger that cannot be written (its database locked by another
+// process) holds the calls: they wait, status says why, nothing runs; once
+// it can be written again they finish, logged.
+func TestALedgerThatIsDownHoldsCallsUntilItIsBack(t *testing.T) {
+	d := newDev(t)
+	c := d.client()
+	ctx := context.Background()
+
+	lock, err := sql.Open("sqlite", "file:"+filepath.Join(d.dataDir, "ledger.db")+"?_txlock=exclusive")
+	require.NoError(t, err)
+	defer lock.Close()
+	tx, err := lock.BeginTx(ctx, nil)
+	require.NoError(t, err)
+	_, err = tx.Exec(`UPDATE ledger_head SET size = size WHERE id = 1`) // takes the write lock
+	require.NoError(t, err)
+
+	_, err = c.Submit(ctx, tgclient.CallRequest{CallID: "down-1", Session: "s-down", Tool: "echo", Args: []byte(`{"text":"held"}`), Requester: "agent"})
+	require.NoError(t, err)
+	var st tgclient.Status
+	require.Eventually(t, func() bool {
+		st, err = c.Status(ctx, "down-1")
+		return err == nil && st.State != nil && st.State.LedgerWait != ""
+	}, 2*time.Minute, 200*time.Millisecond, "status says the call waits for the ledger")
+	assert.Contains(t, st.State.LedgerWait, "the ledger cannot be written")
+	assert.Nil(t, st.Result)
+	r := d.cli("status", "down-1")
+	assert.Contains(t, r.stdout, "waiting for the ledger")
+
+	require.NoError(t, tx.Rollback())
+	wctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	defer cancel()
+	res, err := c.Wait(wctx, "down-1")
+	require.NoError(t, err)
+	assert.Equal(t, workflows.StatusOK, res.Status)
+	var out map[string]string
+	require.NoError(t, json.Unmarshal(res.Output, &out))
+	assert.Equal(t, "held", out["text"])
+	assert.Equal(t, oneOfEach, callKinds(t, openDevLedger(t, d.dataDir))["down-1"])
+}
