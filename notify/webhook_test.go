@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -16,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/toolgate/toolgate/activities"
+	"github.com/toolgate/toolgate/ledger"
 	"github.com/toolgate/toolgate/notify"
 	"github.com/toolgate/toolgate/notify/notifytest"
 	"github.com/toolgate/toolgate/policy"
@@ -315,3 +317,38 @@ func TestWebhookArgsAreCut(t *testing.T) {
 }
 
 func ptr[T any](v T) *T { return &v }
+
+// Each checkpoint the ledger signs goes out as a signed ledger.checkpoint
+// event, whose note verifies with the ledger's key.
+func TestLedgerCheckpointsGoOutAsSignedWebhookEvents(t *testing.T) {
+	recv := notifytest.NewWebhookReceiver(t, "hook-secret")
+	w := notify.NewWebhook(notify.WebhookOptions{URLs: []string{recv.URL}, Secret: "hook-secret"})
+	dir := t.TempDir()
+	keys, _, err := ledger.LoadOrCreateKey(filepath.Join(dir, "ledger.key"), "prod")
+	require.NoError(t, err)
+	l, err := ledger.Open(context.Background(), ledger.Options{DSN: filepath.Join(dir, "ledger.db"), Keys: keys,
+		Publish: []func(context.Context, ledger.Checkpoint) error{func(ctx context.Context, c ledger.Checkpoint) error {
+			return w.Checkpoint(ctx, c.Origin, c.Size, c.Note)
+		}}})
+	require.NoError(t, err)
+	defer l.Close()
+	ctx := context.Background()
+	_, err = l.Append(ctx, ledger.Entry{Kind: ledger.KindCallSubmitted, Event: "c1/r/call.submitted", At: deadline, CallID: "c1"})
+	require.NoError(t, err)
+	_, err = l.SignCheckpoint(ctx)
+	require.NoError(t, err)
+	_, err = l.SignCheckpoint(ctx) // the same size again: nothing new to send
+	require.NoError(t, err)
+
+	got := recv.Deliveries()
+	require.Len(t, got, 1)
+	require.True(t, got[0].Verified, "%v", got[0].Err)
+	var ev notify.LedgerCheckpointEvent
+	require.NoError(t, json.Unmarshal(got[0].Body, &ev))
+	assert.Equal(t, notify.EventLedgerCheckpoint, ev.Event)
+	assert.Equal(t, "toolgate/prod", ev.Origin)
+	assert.EqualValues(t, 1, ev.Size)
+	c, err := ledger.ParseCheckpoint([]byte(ev.Checkpoint), keys.Verifier)
+	require.NoError(t, err)
+	assert.EqualValues(t, 1, c.Size)
+}

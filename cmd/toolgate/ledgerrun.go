@@ -52,6 +52,14 @@ func (f *ledgerFlags) devDefaults(dataDir string) {
 	}
 }
 
+// check refuses a ledger without a key before anything starts.
+func (f ledgerFlags) check() error {
+	if f.dsn != "" && f.dsn != ledgerOff && f.keyFile == "" {
+		return usageError("--ledger needs --ledger-key FILE (or TOOLGATE_LEDGER_KEY): the key that signs its checkpoints; make one with 'toolgate audit key --new FILE --deployment NAME'")
+	}
+	return nil
+}
+
 // loadLedgerKey reads a signing key file (or, for a reader, a verifier
 // key file). create makes a signing key where there is no file.
 func loadLedgerKey(path string, create bool) (ledger.Keys, bool, error) {
@@ -84,8 +92,9 @@ func (a *app) openLedger(ctx context.Context, f ledgerFlags, dev bool, webhook *
 	case f.dsn == "":
 		a.logger.Warn("No decision ledger: decisions are recorded only in Temporal, and forgotten with its retention; give --ledger (docs/audit.md)")
 		return nil, nil
-	case f.keyFile == "":
-		return nil, usageError("--ledger needs --ledger-key FILE (or TOOLGATE_LEDGER_KEY): the key that signs its checkpoints; make one with 'toolgate audit key --new FILE --deployment NAME'")
+	}
+	if err := f.check(); err != nil {
+		return nil, err
 	}
 	keys, created, err := loadLedgerKey(f.keyFile, dev)
 	if err != nil {

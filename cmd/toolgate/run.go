@@ -228,6 +228,11 @@ type processes struct {
 // in reverse order: listeners first, then the worker, which lets running
 // activities finish (up to --shutdown-timeout) before it stops polling.
 func (a *app) runProcesses(ctx context.Context, p processes) error {
+	if p.ledger != nil {
+		if err := p.ledger.check(); err != nil {
+			return err
+		}
+	}
 	notifications, err := notify.FromEnv(os.Getenv, p.dataDir)
 	if err != nil {
 		return usageError("notification settings: %v", err)

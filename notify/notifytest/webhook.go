@@ -19,6 +19,8 @@ type WebhookDelivery struct {
 	Verified bool
 	// Err is why verification failed.
 	Err error
+	// Body is the request's body, as sent.
+	Body []byte
 }
 
 // WebhookReceiver checks every delivery with notify.VerifyWebhook, as a
@@ -52,7 +54,7 @@ func (w *WebhookReceiver) AnswerWith(status int) {
 
 func (w *WebhookReceiver) serve(rw http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body)
-	d := WebhookDelivery{}
+	d := WebhookDelivery{Body: body}
 	d.Err = notify.VerifyWebhook(w.secret, r.Header, body, time.Now(), 5*time.Minute)
 	d.Verified = d.Err == nil
 	_ = json.Unmarshal(body, &d.Event)
