@@ -17,7 +17,7 @@ import (
 	"golang.org/x/mod/sumdb/tlog"
 )
 
-func openTest(t *testing.T) (*Ledger, string) {
+func openTest(t testing.TB) (*Ledger, string) {
 	t.Helper()
 	dir := t.TempDir()
 	keys, created, err := LoadOrCreateKey(filepath.Join(dir, "ledger.key"), "test")
