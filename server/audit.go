@@ -92,8 +92,9 @@ func writeText(w http.ResponseWriter, body []byte) {
 // with start <= index < end, as JSON lines {"index":N,"entry":{…}}, each
 // entry as stored (its bytes are what its leaf hash covers). start
 // defaults to 0, end to the log's size; an end past the size reads to the
-// end. At most MaxAuditPage entries come at once: when more are asked,
-// X-Next-Start names the next page's start and Link its URL (rel="next").
+// end. At most MaxAuditPage entries (and about 4 MiB) come at once: when
+// more are asked, X-Next-Start names the next page's start and Link its
+// URL (rel="next").
 func (a *api) auditEntries(w http.ResponseWriter, r *http.Request, _ Principal) {
 	if a.ledger == nil {
 		writeError(w, errNoLedger)
@@ -131,8 +132,7 @@ func (a *api) auditEntries(w http.ResponseWriter, r *http.Request, _ Principal) 
 		writeError(w, badRequest("start", fmt.Sprintf("%d is after end %d; start is inclusive, end exclusive", start, end)))
 		return
 	}
-	pageEnd := min(end, start+MaxAuditPage)
-	entries, err := a.ledger.Entries(ctx, start, pageEnd)
+	entries, pageEnd, err := a.auditPage(ctx, start, end)
 	if err != nil {
 		writeError(w, a.ledgerError(err))
 		return
@@ -152,6 +152,36 @@ func (a *api) auditEntries(w http.ResponseWriter, r *http.Request, _ Principal) 
 		}
 	}
 }
+
+// auditPage reads the entries of one page from start on, before end: at
+// most MaxAuditPage of them, and no more than maxAuditPageBytes of entries
+// past the first (an entry may hold half a MiB of arguments). pageEnd is
+// where the page stops.
+func (a *api) auditPage(ctx context.Context, start, end int64) (entries []ledger.Stored, pageEnd int64, err error) {
+	limit, size := min(end, start+MaxAuditPage), 0
+	pageEnd = start
+	for pageEnd < limit {
+		chunk, err := a.ledger.Entries(ctx, pageEnd, min(limit, pageEnd+auditChunk))
+		if err != nil {
+			return nil, 0, err
+		}
+		for _, e := range chunk {
+			if len(entries) > 0 && size+len(e.Entry) > maxAuditPageBytes {
+				return entries, e.Index, nil
+			}
+			entries, size = append(entries, e), size+len(e.Entry)
+		}
+		pageEnd = min(limit, pageEnd+auditChunk)
+	}
+	return entries, pageEnd, nil
+}
+
+// The entries one page reads at a time, and the bytes of entries a page
+// holds at most.
+const (
+	auditChunk        = 100
+	maxAuditPageBytes = 4 << 20
+)
 
 // indexParam reads an entry index from the query: a whole number from 0
 // up, in decimal digits only; absent is 0.

@@ -220,6 +220,39 @@ func TestAuditEntriesPageThroughTheWholeLog(t *testing.T) {
 	}
 }
 
+// Large entries make shorter pages: a page holds about 4 MiB at most,
+// and says where to go on.
+func TestAuditEntriesPagesOfLargeEntries(t *testing.T) {
+	l, _, _ := testLedger(t)
+	h := New(Config{Tokens: auditTokens(t), Ledger: l})
+	big := strings.Repeat("x", 200<<10)
+	var all []ledger.Entry
+	for i := range 50 { // 10 MiB
+		all = append(all, ledger.Entry{Kind: ledger.KindCallSubmitted, Event: fmt.Sprintf("e%d", i), At: auditAt, CallID: fmt.Sprintf("c%d", i),
+			Args: json.RawMessage(`{"blob":"` + big + `"}`)})
+	}
+	appendEntries(t, l, all...)
+	var got []ledger.Stored
+	path, pages := "/v1/audit/entries", 0
+	for path != "" {
+		rec := apiCall(h, "auditor-token", "GET", path, "")
+		require.Equal(t, http.StatusOK, rec.Code, path)
+		assert.LessOrEqual(t, rec.Body.Len(), maxAuditPageBytes+64<<10, "a page of about 4 MiB at most")
+		page := readLines(t, rec.Body.Bytes())
+		require.NotEmpty(t, page)
+		got, pages, path = append(got, page...), pages+1, ""
+		if next := rec.Header().Get("X-Next-Start"); next != "" {
+			assert.Equal(t, strconv.Itoa(len(got)), next)
+			path = "/v1/audit/entries?start=" + next
+		}
+	}
+	assert.GreaterOrEqual(t, pages, 3)
+	require.Len(t, got, 50)
+	for i, s := range got {
+		assert.EqualValues(t, i, s.Index)
+	}
+}
+
 func TestAuditEntriesRefuseBadRanges(t *testing.T) {
 	l, _, _ := testLedger(t)
 	h := New(Config{Tokens: auditTokens(t), Ledger: l})
