@@ -165,7 +165,8 @@ func (i *inbox) form(h inboxHandler) http.Handler {
 }
 
 // change is form for a post that changes something (decides, revokes,
-// ends): an auditor is refused before its form is even read.
+// ends): an auditor is refused before anything is read from or sent to
+// Temporal. Every such post of the table goes through it.
 func (i *inbox) change(h inboxHandler) http.Handler {
 	return i.form(func(w http.ResponseWriter, r *http.Request, s *inboxSession) {
 		if s.principal.Role == RoleAuditor {
