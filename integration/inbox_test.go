@@ -40,7 +40,7 @@ func TestInbox(t *testing.T) {
 		b.do(chromedp.Navigate(b.base + "/calls/anything"))
 		assert.Equal(t, b.base+"/login?next=%2Fcalls%2Fanything", b.location())
 		b.do(chromedp.SendKeys(chromedp.CSS("#token"), "token-agent-1"), chromedp.Click(chromedp.CSS("#login button")))
-		b.waitJS(`document.querySelector("#error")?.textContent.includes("only approver and admin tokens may sign in")`, "the agent's refusal")
+		b.waitJS(`document.querySelector("#error")?.textContent.includes("only approver, admin and auditor tokens may sign in")`, "the agent's refusal")
 	})
 
 	t.Run("sign in", func(t *testing.T) {

@@ -20,6 +20,7 @@ import (
 	"go.uber.org/zap"
 
 	tgclient "github.com/toolgate/toolgate/client"
+	"github.com/toolgate/toolgate/ledger"
 	"github.com/toolgate/toolgate/policy"
 )
 
@@ -40,6 +41,8 @@ type api struct {
 	tokens *Tokens
 	logger *zap.Logger
 	ready  *readiness
+	// ledger is the decision ledger; nil: the deployment keeps none.
+	ledger *ledger.Ledger
 }
 
 // route is one API endpoint and the roles that may call it.
@@ -49,15 +52,20 @@ type route struct {
 	roles           []Role
 }
 
+// table lists every API route. An auditor is in the roles of reading
+// routes only; auth refuses it on any other method whatever a route says.
 func (a *api) table() []route {
 	agents := []Role{RoleAgent, RoleAdmin}
 	approvers := []Role{RoleApprover, RoleAdmin}
 	everyone := []Role{RoleAgent, RoleApprover, RoleAdmin}
+	readers := []Role{RoleAgent, RoleApprover, RoleAdmin, RoleAuditor}
+	watchers := []Role{RoleApprover, RoleAdmin, RoleAuditor}
+	auditors := []Role{RoleAuditor, RoleAdmin}
 	return []route{
 		{"POST", "/v1/calls", a.submit, agents},
-		{"GET", "/v1/calls", a.listCalls, everyone},
-		{"GET", "/v1/calls/{call_id}", a.getCall, everyone},
-		{"GET", "/v1/pending", a.pending, approvers},
+		{"GET", "/v1/calls", a.listCalls, readers},
+		{"GET", "/v1/calls/{call_id}", a.getCall, readers},
+		{"GET", "/v1/pending", a.pending, watchers},
 		{"POST", "/v1/calls/{call_id}/decision", a.decideOne, approvers},
 		{"POST", "/v1/calls/{call_id}/cancel", a.cancelCall, everyone},
 		{"POST", "/v1/calls/{call_id}/user-decision", a.userDecision, []Role{RoleAgent}},
@@ -65,11 +73,25 @@ func (a *api) table() []route {
 		{"POST", "/v1/calls/{call_id}/report", a.report, agents},
 		{"POST", "/v1/calls/{call_id}/ran-after-end", a.ranAfterEnd, []Role{RoleAgent}},
 		{"POST", "/v1/decisions", a.decideBulk, approvers},
-		{"GET", "/v1/sessions/{session}", a.session, approvers},
+		{"GET", "/v1/sessions/{session}", a.session, watchers},
 		{"DELETE", "/v1/sessions/{session}/sticky/{tool}", a.revoke, approvers},
 		{"POST", "/v1/sessions/{session}/end", a.endSession, approvers},
 		{"GET", "/v1/tools", a.listTools, agents},
+		{"GET", "/v1/audit/checkpoint", a.auditCheckpoint, readers},
+		{"GET", "/v1/audit/key", a.auditKey, readers},
+		{"GET", "/v1/audit/entries", a.auditEntries, auditors},
+		{"GET", "/v1/audit/calls/{call_id}", a.auditCall, readers},
 	}
+}
+
+// readOnly reports whether a request only reads: an auditor may send no
+// other.
+func readOnly(method string) bool { return method == http.MethodGet || method == http.MethodHead }
+
+// errReadOnly refuses an auditor's request that would change something.
+func errReadOnly(name string) *apiError {
+	return &apiError{http.StatusForbidden, "read_only", fmt.Sprintf(
+		"%s holds an auditor token: it reads the ledger, the calls and the sessions, and decides, cancels, submits or changes nothing", name)}
 }
 
 func (a *api) routes(mux *http.ServeMux) {
@@ -87,6 +109,10 @@ func (a *api) auth(h func(http.ResponseWriter, *http.Request, Principal), roles 
 		if !ok || !known {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="toolgate"`)
 			writeError(w, errUnauthorized)
+			return
+		}
+		if p.Role == RoleAuditor && !readOnly(r.Method) {
+			writeError(w, errReadOnly(p.Name))
 			return
 		}
 		if !roleIn(p.Role, roles) {
@@ -329,8 +355,9 @@ func (a *api) listCalls(w http.ResponseWriter, r *http.Request, p Principal) {
 	writeJSON(w, http.StatusOK, out)
 }
 
-// pending lists the waiting calls the token may decide, oldest first, a
-// page at a time; every filter applies before paging.
+// pending lists the waiting calls the token may decide (an auditor: every
+// waiting call), oldest first, a page at a time; every filter applies
+// before paging.
 func (a *api) pending(w http.ResponseWriter, r *http.Request, p Principal) {
 	q := r.URL.Query()
 	if err := onlyParams(q, "session", "tool", "min_age", "page_size", "page_token"); err != nil {
@@ -347,7 +374,7 @@ func (a *api) pending(w http.ResponseWriter, r *http.Request, p Principal) {
 		writeError(w, err)
 		return
 	}
-	decider := p.approver()
+	decider := p.viewer()
 	f := tgclient.ListFilter{Session: q.Get("session"), Tool: q.Get("tool"), DecidableBy: &decider}
 	if minAge > 0 {
 		f.Before = time.Now().Add(-minAge)
@@ -387,7 +414,7 @@ func pageParams(q url.Values) (tgclient.PageRequest, error) {
 }
 
 func (a *api) session(w http.ResponseWriter, r *http.Request, p Principal) {
-	view, err := a.calls.SessionFor(r.Context(), r.PathValue("session"), p.approver())
+	view, err := a.calls.SessionFor(r.Context(), r.PathValue("session"), p.viewer())
 	if err != nil {
 		writeError(w, a.mapError(err))
 		return

@@ -30,7 +30,14 @@ const (
 	RoleApprover Role = "approver"
 	// RoleAdmin may do everything.
 	RoleAdmin Role = "admin"
+	// RoleAuditor reads: the decision ledger, every call, the waiting
+	// lists and sessions, in the API and the inbox. It decides, cancels,
+	// submits and changes nothing: every route that would refuses it.
+	RoleAuditor Role = "auditor"
 )
+
+// Roles are the roles a token may have.
+var Roles = []Role{RoleAgent, RoleApprover, RoleAdmin, RoleAuditor}
 
 // Principal is who a request comes from: the token's name, never a name
 // taken from the request body.
@@ -47,7 +54,18 @@ type Principal struct {
 // mayDecide reports whether p may decide a call asked of groups, for
 // listings; the workflow itself checks every decision with the same rule.
 func (p Principal) mayDecide(groups []string) bool {
-	return p.Role != RoleAgent && p.approver().MayAct(groups) == nil
+	return p.Role != RoleAgent && p.Role != RoleAuditor && p.approver().MayAct(groups) == nil
+}
+
+// viewer is p as a reader of the waiting lists and sessions: an admin
+// and an auditor see every group's calls, an approver those of its groups.
+// It is never a decider: decisions go through approver, which an auditor
+// never reaches (Decide and the routes refuse it first).
+func (p Principal) viewer() policy.Approver {
+	if p.Role == RoleAuditor {
+		return policy.Approver{Name: p.Name, Groups: []string{"*"}}
+	}
+	return p.approver()
 }
 
 // approver is p as the workflows see a decider: an admin acts for every
@@ -105,8 +123,10 @@ func NewTokens(entries []TokenEntry) (*Tokens, error) {
 			return nil, fmt.Errorf("token %d: %w", i+1, err)
 		}
 		switch {
-		case e.Role != RoleAgent && e.Role != RoleApprover && e.Role != RoleAdmin:
-			return nil, fmt.Errorf("token %q: role %q is not agent, approver or admin", e.Name, e.Role)
+		case !slices.Contains(Roles, e.Role):
+			return nil, fmt.Errorf("token %q: role %q is not agent, approver, admin or auditor", e.Name, e.Role)
+		case len(e.Groups) > 0 && e.Role == RoleAuditor:
+			return nil, fmt.Errorf("token %q: groups are for approvers; an auditor reads every call and decides none", e.Name)
 		case policy.IsReservedName(e.Name):
 			return nil, fmt.Errorf("token %q: the name is toolgate's own (reserved: toolgate records %s itself as who decided or asked, so no token of any role may carry one)", e.Name, strings.Join(policy.ReservedNames, ", "))
 		case e.Owner != "" && e.Role != RoleAgent:

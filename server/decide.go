@@ -117,8 +117,11 @@ func countedState(ctx context.Context, calls *tgclient.Client, callID string, ap
 // checks p's groups and that p did not request the call. Every channel
 // (API, inbox, Slack, email) decides through here.
 func Decide(ctx context.Context, calls *tgclient.Client, p Principal, callID string, req decisionRequest, channel string) (policy.Decision, error) {
-	if p.Role == RoleAgent {
+	switch p.Role {
+	case RoleAgent:
 		return policy.Decision{}, &apiError{http.StatusForbidden, "forbidden", "agent tokens cannot decide calls"}
+	case RoleAuditor:
+		return policy.Decision{}, errReadOnly(p.Name)
 	}
 	d, err := req.toDecision(p, channel)
 	if err != nil {

@@ -3,6 +3,7 @@ package server
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -13,6 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	tgclient "github.com/toolgate/toolgate/client"
+	"github.com/toolgate/toolgate/ledger"
 	"github.com/toolgate/toolgate/policy"
 )
 
@@ -29,6 +31,9 @@ type inbox struct {
 	errs     *api // maps client errors exactly as the JSON API does
 	sessions *inboxSessions
 	now      func() time.Time
+	// ledger is the decision ledger a call's page shows the call's
+	// entries from; nil: the deployment keeps none.
+	ledger *ledger.Ledger
 	// secureCookies marks cookies Secure on every request, not only on
 	// those that came over TLS: the public URL is https, so a proxy in
 	// front terminates TLS.
@@ -43,6 +48,7 @@ func newInbox(cfg Config) *inbox {
 		errs:          &api{calls: cfg.Calls, tokens: cfg.Tokens, logger: cfg.Logger},
 		sessions:      newInboxSessions(time.Now),
 		now:           time.Now,
+		ledger:        cfg.Ledger,
 		secureCookies: isHTTPS(cfg.Notify.PublicURL),
 	}
 }
@@ -63,13 +69,13 @@ func (i *inbox) table() []inboxRoute {
 	return []inboxRoute{
 		{"GET", "/login", http.HandlerFunc(i.loginPage)},
 		{"POST", "/login", crossOrigin.Handler(http.HandlerFunc(i.login))},
-		{"POST", "/logout", i.form(i.logout)},
+		{"POST", "/logout", i.form(i.logout)}, // an auditor signs out too: it changes no call
 		{"GET", "/{$}", i.page(i.listPage)},
 		{"GET", "/calls/{call_id}", i.page(i.callPage)},
-		{"POST", "/calls/{call_id}/decision", i.form(i.decide)},
+		{"POST", "/calls/{call_id}/decision", i.change(i.decide)},
 		{"GET", "/sessions/{session}", i.page(i.sessionPage)},
-		{"POST", "/sessions/{session}/revoke", i.form(i.revoke)},
-		{"POST", "/sessions/{session}/end", i.form(i.endSession)},
+		{"POST", "/sessions/{session}/revoke", i.change(i.revoke)},
+		{"POST", "/sessions/{session}/end", i.change(i.endSession)},
 		{"GET", "/audit", i.page(i.auditPage)},
 		{"GET", "/inbox/pending.json", i.json(i.pendingJSON)},
 		{"GET", "/inbox/state.json", i.json(i.stateJSON)},
@@ -158,6 +164,20 @@ func (i *inbox) form(h inboxHandler) http.Handler {
 	}))
 }
 
+// change is form for a post that changes something (decides, revokes,
+// ends): an auditor is refused before anything is read from or sent to
+// Temporal. Every such post of the table goes through it.
+func (i *inbox) change(h inboxHandler) http.Handler {
+	return i.form(func(w http.ResponseWriter, r *http.Request, s *inboxSession) {
+		if s.principal.Role == RoleAuditor {
+			i.logger.Info("Inbox post refused: auditors read only", zap.String("approver", s.principal.Name), zap.String("path", r.URL.Path))
+			i.renderError(w, s, http.StatusForbidden, errReadOnly(s.principal.Name).message+". Nothing was done.")
+			return
+		}
+		h(w, r, s)
+	})
+}
+
 // json serves a read-only JSON endpoint to a signed-in approver; others
 // get 401, which the page script shows as "signed out".
 func (i *inbox) json(h inboxHandler) http.Handler {
@@ -182,10 +202,10 @@ func (i *inbox) listPage(w http.ResponseWriter, r *http.Request, s *inboxSession
 }
 
 // pending reads the page of ?page_token= (the first page without it) of
-// the calls p may decide, oldest first.
+// the calls p may decide (an auditor: every waiting call), oldest first.
 func (i *inbox) pending(r *http.Request, p Principal) (pendingView, error) {
 	token := r.URL.Query().Get("page_token")
-	decider := p.approver()
+	decider := p.viewer()
 	page, err := i.calls.Pending(r.Context(), tgclient.ListFilter{DecidableBy: &decider}, tgclient.PageRequest{Token: token})
 	if err != nil {
 		return pendingView{}, err
@@ -207,10 +227,22 @@ func (i *inbox) callPage(w http.ResponseWriter, r *http.Request, s *inboxSession
 }
 
 // renderCall renders a call's page with status and an optional message
-// (a refused decision); form keeps what the approver typed.
+// (a refused decision); form keeps what the approver typed. The page shows
+// the call's ledger entries, and shows the call from them alone once
+// Temporal no longer has it (its retention passed, or it was deleted).
 func (i *inbox) renderCall(w http.ResponseWriter, r *http.Request, s *inboxSession, status int, callID, msg string, form decisionForm) {
 	st, err := i.calls.Status(r.Context(), callID)
 	if err != nil {
+		if gone := errors.Is(err, tgclient.ErrUnknownCall) || errors.Is(err, tgclient.ErrNoResult); gone && i.ledger != nil {
+			if lv, entries := i.ledgerView(r.Context(), callID); len(entries) > 0 {
+				view := newLedgerCallView(callID, entries)
+				view.Ledger = lv
+				d := i.pageData(s, "Call "+callID, view)
+				d.Error = msg
+				i.render(w, status, "call", d)
+				return
+			}
+		}
 		e := asAPIError(i.errs.mapError(err))
 		if msg == "" {
 			msg = e.message
@@ -219,6 +251,7 @@ func (i *inbox) renderCall(w http.ResponseWriter, r *http.Request, s *inboxSessi
 		return
 	}
 	view := newCallView(st, s.principal, i.now(), form)
+	view.Ledger, _ = i.ledgerView(r.Context(), callID)
 	d := i.pageData(s, "Call "+callID, view)
 	d.Error = msg
 	i.render(w, status, "call", d)
@@ -309,13 +342,15 @@ func (i *inbox) sessionPage(w http.ResponseWriter, r *http.Request, s *inboxSess
 }
 
 func (i *inbox) renderSession(w http.ResponseWriter, r *http.Request, s *inboxSession, status int, session, msg, notice string) {
-	view, err := i.calls.SessionFor(r.Context(), session, s.principal.approver())
+	view, err := i.calls.SessionFor(r.Context(), session, s.principal.viewer())
 	if err != nil {
 		e := asAPIError(i.errs.mapError(err))
 		i.renderError(w, s, e.status, e.message)
 		return
 	}
-	d := i.pageData(s, "Session "+session, newSessionView(view, i.now()))
+	sv := newSessionView(view, i.now())
+	sv.ReadOnly = s.principal.Role == RoleAuditor
+	d := i.pageData(s, "Session "+session, sv)
 	d.Error, d.Notice = msg, notice
 	i.render(w, status, "session", d)
 }

@@ -101,7 +101,7 @@ func TestInboxSignInRefusesAgentsAndBadTokens(t *testing.T) {
 		status   int
 		contains string
 	}{
-		{"agent-token", http.StatusForbidden, "agent-1 holds a token with role agent: only approver and admin tokens may sign in"},
+		{"agent-token", http.StatusForbidden, "agent-1 holds a token with role agent: only approver, admin and auditor tokens may sign in"},
 		{"no-such-token", http.StatusUnauthorized, "That token is not valid."},
 		{"", http.StatusUnauthorized, "That token is not valid."},
 	}

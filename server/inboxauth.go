@@ -145,8 +145,9 @@ func (i *inbox) renderLogin(w http.ResponseWriter, r *http.Request, status int, 
 	i.render(w, status, "login", pageData{Title: "Sign in", CSRF: token, Error: errMsg, Notice: notice, Body: loginView{Next: next}})
 }
 
-// login signs an approver or admin in. Agents are refused: the inbox
-// decides calls, which agents never may.
+// login signs an approver, an admin or an auditor in (an auditor reads
+// only: the pages show it no buttons and its posts are refused). Agents
+// are refused: the inbox decides calls, which agents never may.
 func (i *inbox) login(w http.ResponseWriter, r *http.Request) {
 	r.Body = http.MaxBytesReader(w, r.Body, 64<<10)
 	if err := r.ParseForm(); err != nil {
@@ -165,10 +166,10 @@ func (i *inbox) login(w http.ResponseWriter, r *http.Request) {
 		i.renderLogin(w, r, http.StatusUnauthorized, next, "That token is not valid.", "")
 		return
 	}
-	if p.Role != RoleApprover && p.Role != RoleAdmin {
+	if p.Role != RoleApprover && p.Role != RoleAdmin && p.Role != RoleAuditor {
 		i.logger.Info("Inbox sign-in refused: not an approver", zap.String("approver", p.Name), zap.String("role", string(p.Role)))
 		i.renderLogin(w, r, http.StatusForbidden, next,
-			fmt.Sprintf("%s holds a token with role %s: only approver and admin tokens may sign in to the inbox.", p.Name, p.Role), "")
+			fmt.Sprintf("%s holds a token with role %s: only approver, admin and auditor tokens may sign in to the inbox.", p.Name, p.Role), "")
 		return
 	}
 	if old, ok := i.session(r); ok {

@@ -81,14 +81,16 @@ type pageData struct {
 	// User is the signed-in approver; empty on the sign-in page.
 	User string
 	// CSRF goes into every form's hidden csrf field.
-	CSRF   string
-	Error  string
-	Notice string
-	Body   any
+	CSRF string
+	// Auditor: the signed-in token reads only.
+	Auditor bool
+	Error   string
+	Notice  string
+	Body    any
 }
 
 func (i *inbox) pageData(s *inboxSession, title string, body any) pageData {
-	return pageData{Title: title, User: s.principal.Name, CSRF: s.csrf, Body: body}
+	return pageData{Title: title, User: s.principal.Name, CSRF: s.csrf, Auditor: s.principal.Role == RoleAuditor, Body: body}
 }
 
 // render writes a page; a template error is logged and answered with a
@@ -210,6 +212,11 @@ type callView struct {
 	Result    *resultView
 	// Form is what the decision form shows; its Args default to the call's.
 	Form decisionForm
+	// Ledger is the call's entries in the decision ledger.
+	Ledger *ledgerView
+	// FromLedger, when set, says the page shows the call from the ledger
+	// alone: Temporal no longer has it.
+	FromLedger string
 }
 
 // resultView is the part of a Result the call page shows.
@@ -255,6 +262,8 @@ func newCallView(st tgclient.Status, p Principal, now time.Time, form decisionFo
 		}
 		switch {
 		case !v.Pending:
+		case p.Role == RoleAuditor:
+			v.Why = "You hold an auditor token: you read calls and decide none."
 		case cs.Call.Requester == p.Name:
 			v.Why = "You requested this call; another approver must decide it."
 		case !p.mayDecide(v.Groups):
@@ -311,8 +320,10 @@ func decidedText(decision, by, channel string) string {
 type sessionView struct {
 	Session, RevokeURL, EndURL, AuditURL string
 	Ended                                bool
-	Sticky                               []stickyRow
-	Waiting                              []waitingRow
+	// ReadOnly: an auditor's page, without the revoke and end buttons.
+	ReadOnly bool
+	Sticky   []stickyRow
+	Waiting  []waitingRow
 }
 
 type stickyRow struct {

@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	tgclient "github.com/toolgate/toolgate/client"
+	"github.com/toolgate/toolgate/ledger"
 	"github.com/toolgate/toolgate/notify"
 )
 
@@ -38,12 +39,16 @@ type Config struct {
 	// answers 503 and submissions a retryable 503; once it has, it is not
 	// asked again. Optional: nil means ready.
 	Ready func(context.Context) error
+	// Ledger is the decision ledger, read by /v1/audit/* and the inbox's
+	// call pages. Optional: nil means the deployment keeps none, and the
+	// audit routes answer 404 no_ledger.
+	Ledger *ledger.Ledger
 }
 
 // Agent names the holder of a bearer token and the person running it
 // (mcpgate.AgentAuth): known
 // says toolgate knows the token, agent that its role (agent or admin) may
-// submit calls.
+// submit calls (an auditor's may not).
 func (t *Tokens) Agent(token string) (name, owner string, known, agent bool) {
 	p, known := t.Lookup(token)
 	if !known {
@@ -76,7 +81,7 @@ func New(cfg Config) http.Handler {
 		}
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 	})
-	(&api{calls: cfg.Calls, tokens: cfg.Tokens, logger: cfg.Logger, ready: ready}).routes(mux)
+	(&api{calls: cfg.Calls, tokens: cfg.Tokens, logger: cfg.Logger, ready: ready, ledger: cfg.Ledger}).routes(mux)
 	newInbox(cfg).routes(mux)
 	if s := newSlackInteractions(cfg); s != nil {
 		s.routes(mux)

@@ -99,7 +99,7 @@ func TestTokensFile(t *testing.T) {
 
 	for name, tc := range map[string]struct{ body, want string }{
 		"unknown field":     {"tokens:\n  - name: a\n    role: agent\n    token: plain\n", "field token not found"},
-		"bad role":          {"tokens:\n  - name: a\n    role: root\n    sha256: " + HashToken("x") + "\n", "not agent, approver or admin"},
+		"bad role":          {"tokens:\n  - name: a\n    role: root\n    sha256: " + HashToken("x") + "\n", "not agent, approver, admin or auditor"},
 		"bad hash":          {"tokens:\n  - name: a\n    role: agent\n    sha256: abc\n", "64 hex characters"},
 		"owner of approver": {"tokens:\n  - name: a\n    role: approver\n    owner: dana\n    sha256: " + HashToken("x") + "\n", "owner is for agent tokens"},
 		"owner is agent":    {"tokens:\n  - name: a\n    role: agent\n    owner: a\n    sha256: " + HashToken("x") + "\n", "owner names the agent itself"},

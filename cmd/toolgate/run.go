@@ -285,7 +285,8 @@ func (a *app) runProcesses(ctx context.Context, p processes) error {
 		gateway := mcpgate.NewGateway(calls, mcpgate.Options{Logger: a.logger.Named("mcp")})
 		mux.Handle("/", server.New(server.Config{Calls: calls, Tokens: a.tokens,
 			Logger: a.logger.Named("http"), Notify: notifications, MCP: gateway.HTTPHandler(a.tokens.Agent),
-			Ready: func(ctx context.Context) error { return worker.SearchAttributesUsable(ctx, tc, a.conn.namespace) }}))
+			Ready:  func(ctx context.Context) error { return worker.SearchAttributesUsable(ctx, tc, a.conn.namespace) },
+			Ledger: lg}))
 		ln := p.httpListener
 		if ln == nil {
 			if ln, err = listen(p.httpAddr); err != nil {
