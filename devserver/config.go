@@ -175,6 +175,11 @@ func dynamicConfig() dynamicconfig.StaticClient {
 		// which a UI or a test polling list queries exceeds (as the CLI dev
 		// server does, raise it).
 		dynamicconfig.FrontendMaxNamespaceVisibilityRPSPerInstance.Key(): 100,
+		// A closed workflow is deleted (`temporal workflow delete`) only
+		// once the transfer queue's ack level has passed its close task,
+		// and that level is saved every 30 s by default: deletes took a
+		// minute or more.
+		dynamicconfig.TransferProcessorUpdateAckInterval.Key(): 2 * time.Second,
 		// Server.Stop never stops these system workers (upstream "TODO:
 		// Nothing is gracefully stopping these workers"): each stopped
 		// server would leak ~100 goroutines polling a dead frontend and

@@ -26,6 +26,7 @@ var apiTokens = map[string]struct{ role, groups, owner string }{
 	"bob":      {"approver", `["*"]`, ""},
 	"root":     {"admin", "", ""},
 	"finance1": {"approver", "[finance]", ""},
+	"audrey":   {"auditor", "", ""},
 }
 
 func writeTokensFile(t *testing.T, dir string) string {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -13,6 +14,10 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/assert"
+	commonpb "go.temporal.io/api/common/v1"
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/sdk/client"
 	"github.com/stretchr/testify/require"
 	_ "modernc.org/sqlite"
 
@@ -172,4 +177,49 @@ func TestALedgerThatIsDownHoldsCallsUntilItIsBack(t *testing.T) {
 	require.NoError(t, json.Unmarshal(res.Output, &out))
 	assert.Equal(t, "held", out["text"])
 	assert.Equal(t, oneOfEach, callKinds(t, openDevLedger(t, d.dataDir))["down-1"])
+}
+
+// Once Temporal has forgotten a call (its workflow deleted, as `temporal
+// workflow delete` or the namespace's retention does), an auditor still
+// reads its entries and a receipt that proves them, and changes nothing.
+func TestAnAuditorProvesACallTemporalDeleted(t *testing.T) {
+	d, as := newAPIDev(t)
+	ctx := context.Background()
+	r := as("agent-1").do("POST", "/v1/calls?wait=30s", map[string]any{"session": "s-audit", "tool": "echo", "args": map[string]any{"x": 1}, "call_id": "w1"})
+	require.Equal(t, 200, r.status, r.raw)
+
+	tc, err := client.Dial(client.Options{HostPort: d.address(), Namespace: "default", Logger: quietLogger{}})
+	require.NoError(t, err)
+	defer tc.Close()
+	_, err = tc.WorkflowService().DeleteWorkflowExecution(ctx, &workflowservice.DeleteWorkflowExecutionRequest{
+		Namespace: "default", WorkflowExecution: &commonpb.WorkflowExecution{WorkflowId: workflows.CallWorkflowID("w1")}})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		_, err := tc.DescribeWorkflowExecution(ctx, workflows.CallWorkflowID("w1"), "")
+		var nf *serviceerror.NotFound
+		return errors.As(err, &nf)
+	}, 90*time.Second, 200*time.Millisecond, "Temporal forgot the call")
+	require.Equal(t, 404, as("agent-1").do("GET", "/v1/calls/w1", nil).status)
+
+	auditor := as("audrey")
+	key := auditor.do("GET", "/v1/audit/key", nil)
+	require.Equal(t, 200, key.status, key.raw)
+	verifier, err := ledger.ParseVerifierKey(key.raw)
+	require.NoError(t, err)
+	rec := auditor.do("GET", "/v1/audit/calls/w1", nil)
+	require.Equal(t, 200, rec.status, rec.raw)
+	var receipt ledger.Receipt
+	require.NoError(t, json.Unmarshal([]byte(rec.raw), &receipt))
+	c, err := ledger.VerifyReceipt(receipt, verifier)
+	require.NoError(t, err)
+	require.Len(t, receipt.Entries, 3)
+	assert.Greater(t, c.Size, receipt.Entries[2].Index)
+	assert.Contains(t, string(receipt.Entries[1].Entry), `"decided_by":"policy"`)
+
+	assert.Equal(t, 404, as("agent-2").do("GET", "/v1/audit/calls/w1", nil).status, "another agent's call")
+	for _, path := range []string{"/v1/calls", "/v1/calls/w1/decision"} {
+		r := auditor.do("POST", path, map[string]any{"session": "s-audit", "tool": "echo", "args": map[string]any{}, "decision": "approved"})
+		assert.Equal(t, 403, r.status, path)
+		assert.Equal(t, "read_only", r.errorCode(), path)
+	}
 }
