@@ -14,11 +14,11 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 	commonpb "go.temporal.io/api/common/v1"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
-	"github.com/stretchr/testify/require"
 	_ "modernc.org/sqlite"
 
 	tgclient "github.com/toolgate/toolgate/client"
