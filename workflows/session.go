@@ -269,7 +269,7 @@ func (s *sessionRun) stickyIndex(key string) int {
 
 // view is the QuerySession answer; the client adds the waiting calls.
 func (s *sessionRun) view() SessionView {
-	v := SessionView{Session: s.in.Session, Owner: s.in.Owner, Quotas: s.state.Quotas, Ended: s.state.End != nil, End: s.state.End}
+	v := SessionView{Session: s.in.Session, Owner: s.in.Owner, Quotas: s.state.Quotas, Ended: s.state.End != nil, End: s.state.End, LedgerWait: s.logged.wait}
 	if s.state.End == nil {
 		v.Sticky = s.state.Sticky
 	}

@@ -506,6 +506,9 @@ type SessionView struct {
 	WaitingCount int              `json:"waiting_count"`
 	Quotas       []QuotaUse       `json:"quotas,omitempty"`
 	Ended        bool             `json:"ended,omitempty"`
+	// LedgerWait says why the session waits for the decision ledger (it
+	// is down), while it does.
+	LedgerWait string `json:"ledger_wait,omitempty"`
 }
 
 // MaxWaitingShown bounds SessionView.Waiting, so a query answer stays small.
