@@ -201,6 +201,18 @@ func TestAnAuditorProvesACallTemporalDeleted(t *testing.T) {
 	}, 90*time.Second, 200*time.Millisecond, "Temporal forgot the call")
 	require.Equal(t, 404, as("agent-1").do("GET", "/v1/calls/w1", nil).status)
 
+	// The CLI reads the ledger alone: Temporal has nothing of the call.
+	db, keyFile := filepath.Join(d.dataDir, "ledger.db"), filepath.Join(d.dataDir, "ledger.key")
+	show := d.cli("audit", "show", "w1", "--ledger", db, "--ledger-key", keyFile)
+	require.Equal(t, 0, show.code, show.stderr)
+	assert.Contains(t, show.stdout, "call.submitted")
+	assert.Contains(t, show.stdout, "requester: agent-1")
+	assert.Contains(t, show.stdout, "decision: approved by policy via policy")
+	assert.Contains(t, show.stdout, "status:   ok")
+	verify := d.cli("audit", "verify", "--ledger", db, "--ledger-key", keyFile)
+	require.Equal(t, 0, verify.code, verify.stderr)
+	assert.Contains(t, verify.stdout, "(toolgate/dev) intact")
+
 	auditor := as("audrey")
 	key := auditor.do("GET", "/v1/audit/key", nil)
 	require.Equal(t, 200, key.status, key.raw)

@@ -135,6 +135,7 @@ verbs from a second terminal.`,
 		a.toolsCommand(),
 		a.mcpCommand(),
 		a.namespaceCommand(),
+		a.auditCommand(),
 	)
 	return root
 }

@@ -1,0 +1,479 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/toolgate/toolgate/ledger"
+	"github.com/toolgate/toolgate/visible"
+)
+
+// auditFlags say where the ledger to read is, and whose key checks it.
+type auditFlags struct {
+	dsn, keyFile, key string
+}
+
+// devLedger is `toolgate dev`'s ledger, from the directory it runs in.
+var devLedger = filepath.Join(".toolgate", "ledger.db")
+
+func (f *auditFlags) add(cmd *cobra.Command, database bool) {
+	fs := cmd.Flags()
+	if database {
+		fs.StringVar(&f.dsn, "ledger", os.Getenv("TOOLGATE_LEDGER"), "the ledger's database: a postgres:// URL or a SQLite file (env TOOLGATE_LEDGER; default "+devLedger+", toolgate dev's)")
+	}
+	fs.StringVar(&f.keyFile, "ledger-key", os.Getenv("TOOLGATE_LEDGER_KEY"), "the ledger's key file: its signing key or its verifier key (env TOOLGATE_LEDGER_KEY; default .toolgate/ledger.key)")
+	fs.StringVar(&f.key, "key", "", "the ledger's verifier key (as 'toolgate audit key' prints it), or @FILE; wins over --ledger-key")
+}
+
+// verifier is the key the flags name.
+func (f auditFlags) verifier() (ledger.Keys, error) {
+	if f.key != "" {
+		vkey := f.key
+		if strings.HasPrefix(vkey, "@") {
+			b, err := os.ReadFile(vkey[1:])
+			if err != nil {
+				return ledger.Keys{}, usageError("--key: %v", err)
+			}
+			vkey = string(b)
+		}
+		v, err := ledger.ParseVerifierKey(vkey)
+		if err != nil {
+			return ledger.Keys{}, usageError("--key: %v", err)
+		}
+		return ledger.Keys{Verifier: v, VerifierKey: strings.TrimSpace(vkey)}, nil
+	}
+	path := f.keyFile
+	if path == "" {
+		path = filepath.Join(".toolgate", "ledger.key")
+	}
+	k, _, err := loadLedgerKey(path, false)
+	if err != nil {
+		return ledger.Keys{}, usageError("%v (give the ledger's key with --ledger-key FILE or --key VKEY)", err)
+	}
+	return k, nil
+}
+
+// open opens the ledger the flags name, to read it.
+func (f auditFlags) open(ctx context.Context) (*ledger.Ledger, error) {
+	dsn := f.dsn
+	if dsn == "" {
+		if _, err := os.Stat(devLedger); err != nil {
+			return nil, usageError("no ledger: give --ledger DSN (or TOOLGATE_LEDGER); %s, toolgate dev's, is not here", devLedger)
+		}
+		dsn = devLedger
+	}
+	if !strings.Contains(dsn, "://") {
+		if _, err := os.Stat(strings.TrimPrefix(dsn, "sqlite:")); err != nil {
+			return nil, usageError("no ledger at %s: %v", dsn, err)
+		}
+	}
+	keys, err := f.verifier()
+	if err != nil {
+		return nil, err
+	}
+	return ledger.Open(ctx, ledger.Options{DSN: dsn, Keys: keys})
+}
+
+// failed is a check that did not pass: exit status 1, the reason.
+func failed(format string, args ...any) error {
+	return &exitError{code: exitFailure, err: fmt.Errorf(format, args...)}
+}
+
+func (a *app) auditCommand() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "audit",
+		Short: "Read and check the decision ledger: who decided what, provably",
+		Long: `The decision ledger keeps every call, decision and outcome in a signed,
+append-only Merkle log apart from Temporal (docs/audit.md). These verbs read
+it from its database (--ledger; toolgate dev's by default) or check what it
+exported, offline, with its verifier key.`,
+	}
+	cmd.AddCommand(a.auditShowCommand(), a.auditVerifyCommand(), a.auditKeyCommand(), a.auditProofCommand(), a.auditExportCommand())
+	return cmd
+}
+
+func (a *app) auditShowCommand() *cobra.Command {
+	var (
+		f      auditFlags
+		asJSON bool
+	)
+	cmd := &cobra.Command{
+		Use:   "show CALL_ID",
+		Short: "Print a call's entries in the ledger, each with its index",
+		Long: `Print what the ledger holds of one call: its submission, its decision and
+its outcome (and the sticky decision taken on it), each with its index in
+the log. It reads the ledger alone: it works after Temporal has forgotten
+the call.`,
+		Args: exactArgs("CALL_ID"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			l, err := f.open(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer l.Close()
+			entries, err := l.CallEntries(cmd.Context(), args[0])
+			if err != nil {
+				return err
+			}
+			if len(entries) == 0 {
+				return failed("the ledger has no entries for call %q", args[0])
+			}
+			if asJSON {
+				for _, e := range entries {
+					if err := ledger.WriteJSON(a.stdout, e); err != nil {
+						return err
+					}
+				}
+				return nil
+			}
+			for _, e := range entries {
+				printEntry(a.stdout, e)
+			}
+			return nil
+		},
+	}
+	f.add(cmd, true)
+	cmd.Flags().BoolVar(&asJSON, "json", false, `print each entry as a JSON line, {"index":N,"entry":{…}}, as stored`)
+	return cmd
+}
+
+// printEntry prints an entry on a few lines for a person.
+func printEntry(w io.Writer, s ledger.Stored) {
+	var e ledger.Entry
+	if err := json.Unmarshal(s.Entry, &e); err != nil {
+		fmt.Fprintf(w, "#%d  (not an entry: %v)\n", s.Index, err)
+		return
+	}
+	fmt.Fprintf(w, "#%d  %s  %s\n", s.Index, e.At.UTC().Format(time.RFC3339), e.Kind)
+	line := func(label, value string) {
+		if value != "" {
+			fmt.Fprintf(w, "    %-9s %s\n", label+":", visible.Text(value))
+		}
+	}
+	line("session", e.Session)
+	line("requester", e.Requester)
+	line("user", e.ActingUser)
+	line("tool", e.Tool)
+	if len(e.Args) > 0 {
+		line("args", string(e.Args))
+	}
+	line("rule", e.Rule)
+	line("policy", e.PolicyVersion)
+	if d := e.Decision; d != nil {
+		by := d.Kind + " by " + d.DecidedBy
+		if d.Channel != "" {
+			by += " via " + d.Channel
+		}
+		if len(d.Groups) > 0 {
+			by += " for " + strings.Join(d.Groups, ",")
+		}
+		line("decision", by)
+		line("reason", d.Reason)
+		line("sticky", d.Sticky)
+		for _, ap := range d.Approvals {
+			line("approval", ap.By+" via "+ap.Channel)
+		}
+		if len(d.EditedArgs) > 0 {
+			line("edited", string(d.EditedArgs))
+		}
+	}
+	line("status", e.Status)
+	if e.Decision == nil {
+		line("reason", e.Reason)
+	}
+	if len(e.Output) > 0 {
+		line("output", string(e.Output))
+	}
+	line("by", e.By)
+	if e.Backfilled {
+		line("note", "backfilled from Temporal after the fact")
+	}
+}
+
+func (a *app) auditVerifyCommand() *cobra.Command {
+	var (
+		f                     auditFlags
+		held                  []string
+		exportFile, receiptFn string
+	)
+	cmd := &cobra.Command{
+		Use:   "verify [--checkpoint FILE]... | --export FILE | --receipt FILE",
+		Short: "Check the ledger: every entry, every checkpoint, and consistency with checkpoints held elsewhere",
+		Long: `Recompute the ledger's Merkle tree from its entries and check every signed
+checkpoint against it. --checkpoint FILE (repeatable; a file of checkpoints
+as --ledger-checkpoints writes them, or one note) proves the log consistent
+with checkpoints kept outside its database: it catches a truncated tail and
+a rewritten entry. --export FILE checks an export offline, --receipt FILE a
+receipt: no database, no server, only the verifier key (--key or
+--ledger-key; a key inside a receipt or an export is not trusted).
+
+Exit status 0 when intact; 1 naming the first bad entry or failed proof.`,
+		Args: exactArgs(),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var notes [][]byte
+			for _, h := range held {
+				b, err := os.ReadFile(h)
+				if err != nil {
+					return usageError("--checkpoint: %v", err)
+				}
+				ns := splitNotes(b)
+				if len(ns) == 0 {
+					return failed("%s holds no checkpoint", h)
+				}
+				notes = append(notes, ns...)
+			}
+			switch {
+			case exportFile != "" && receiptFn != "":
+				return usageError("--export and --receipt are checked one at a time")
+			case exportFile != "":
+				return a.verifyExport(f, exportFile, notes)
+			case receiptFn != "":
+				if len(notes) > 0 {
+					return usageError("--checkpoint goes with a whole log, not a receipt")
+				}
+				return a.verifyReceipt(f, receiptFn)
+			}
+			l, err := f.open(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer l.Close()
+			rep, err := l.VerifyStore(cmd.Context(), notes)
+			if err != nil {
+				return failed("ledger %s is NOT intact: %v", l.Where(), err)
+			}
+			a.printReport(l.Where(), rep)
+			return nil
+		},
+	}
+	f.add(cmd, true)
+	cmd.Flags().StringArrayVar(&held, "checkpoint", nil, "a checkpoint (or a file of them) kept outside the ledger's database; repeatable")
+	cmd.Flags().StringVar(&exportFile, "export", "", "check an export ('toolgate audit export') offline")
+	cmd.Flags().StringVar(&receiptFn, "receipt", "", "check a receipt ('toolgate audit proof') offline")
+	return cmd
+}
+
+func (a *app) printReport(what string, rep ledger.Report) {
+	held := ""
+	if rep.Held > 0 {
+		held = fmt.Sprintf(", consistent with the held checkpoint of size %d", rep.Held)
+	}
+	part := ""
+	if rep.Partial {
+		part = " (a part of the log, each entry proved against the latest checkpoint)"
+	}
+	fmt.Fprintf(a.stdout, "ledger %s (%s) intact: %d entries%s, %d checkpoints, signed up to size %d%s\n",
+		what, rep.Origin, rep.Entries, part, rep.Checkpoints, rep.Size, held)
+}
+
+func (a *app) verifyExport(f auditFlags, path string, held [][]byte) error {
+	keys, err := f.verifier()
+	if err != nil {
+		return err
+	}
+	file, err := os.Open(path)
+	if err != nil {
+		return usageError("--export: %v", err)
+	}
+	defer file.Close()
+	rep, err := ledger.VerifyExport(file, keys.Verifier, held)
+	if err != nil {
+		return failed("export %s is NOT intact: %v", path, err)
+	}
+	a.printReport("export "+path, rep)
+	return nil
+}
+
+func (a *app) verifyReceipt(f auditFlags, path string) error {
+	keys, err := f.verifier()
+	if err != nil {
+		return err
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return usageError("--receipt: %v", err)
+	}
+	var r ledger.Receipt
+	if err := json.Unmarshal(b, &r); err != nil {
+		return failed("receipt %s is not a receipt: %v", path, err)
+	}
+	c, err := ledger.VerifyReceipt(r, keys.Verifier)
+	if err != nil {
+		return failed("receipt %s does NOT verify: %v", path, err)
+	}
+	fmt.Fprintf(a.stdout, "receipt %s verified: call %s, %d entries in checkpoint %d of %s, signed by %s\n",
+		path, r.CallID, len(r.Entries), c.Size, c.Origin, keys.Verifier.Name())
+	return nil
+}
+
+// splitNotes splits checkpoints written one after the other (as
+// --ledger-checkpoints does). A note is its text, a blank line, then its
+// signature lines ("— name sig"); what follows the last of those starts
+// the next note.
+func splitNotes(b []byte) [][]byte {
+	var notes [][]byte
+	var cur []byte
+	inSigs := false
+	for _, line := range bytes.SplitAfter(b, []byte("\n")) {
+		isSig := bytes.HasPrefix(line, []byte("— "))
+		switch {
+		case inSigs && !isSig:
+			notes, cur, inSigs = append(notes, cur), nil, false
+		case isSig:
+			inSigs = true
+		}
+		if !inSigs && len(cur) == 0 && len(bytes.TrimSpace(line)) == 0 {
+			continue // the blank line between notes
+		}
+		cur = append(cur, line...)
+	}
+	if inSigs {
+		notes = append(notes, cur)
+	}
+	return notes
+}
+
+func (a *app) auditKeyCommand() *cobra.Command {
+	var (
+		f               auditFlags
+		newFile, deploy string
+	)
+	cmd := &cobra.Command{
+		Use:   "key [--new FILE --deployment NAME]",
+		Short: "Print the ledger's verifier key, or make a signing key",
+		Long: `Print the verifier key of the ledger's signing key (note format:
+toolgate/<deployment>+<hash>+<key>): give it to whoever checks the ledger,
+out of band. --new FILE --deployment NAME makes a signing key for a
+deployment (mode 0600; an existing file is never overwritten) and prints its
+verifier key: the log's origin is toolgate/NAME.`,
+		Args: exactArgs(),
+		RunE: func(_ *cobra.Command, _ []string) error {
+			if newFile != "" {
+				if deploy == "" {
+					return usageError("--new needs --deployment NAME (the log's origin is toolgate/NAME)")
+				}
+				if _, err := os.Stat(newFile); err == nil {
+					return failed("%s exists: a signing key is never overwritten (the ledger's checkpoints were signed with it)", newFile)
+				}
+				k, _, err := ledger.LoadOrCreateKey(newFile, deploy)
+				if err != nil {
+					return failed("%v", err)
+				}
+				fmt.Fprintln(a.stdout, k.VerifierKey)
+				return nil
+			}
+			k, err := f.verifier()
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(a.stdout, k.VerifierKey)
+			return nil
+		},
+	}
+	f.add(cmd, false)
+	cmd.Flags().StringVar(&newFile, "new", "", "make a signing key in this file")
+	cmd.Flags().StringVar(&deploy, "deployment", "", "the deployment the new key signs for")
+	return cmd
+}
+
+func (a *app) auditProofCommand() *cobra.Command {
+	var (
+		f   auditFlags
+		out string
+	)
+	cmd := &cobra.Command{
+		Use:   "proof CALL_ID [-o FILE]",
+		Short: "Write a call's receipt: its entries, their inclusion proofs and the signed checkpoint",
+		Long: `Write a receipt anyone can check offline, with 'toolgate audit verify
+--receipt FILE' or the formats' own packages (golang.org/x/mod/sumdb/note
+and tlog; docs/audit.md has the program).`,
+		Args: exactArgs("CALL_ID"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			l, err := f.open(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer l.Close()
+			r, err := l.Prove(cmd.Context(), args[0])
+			switch {
+			case errors.Is(err, ledger.ErrNotFound):
+				return failed("the ledger has no entries for call %q", args[0])
+			case err != nil:
+				return failed("%v", err)
+			}
+			return writeOut(a.stdout, out, func(w io.Writer) error { return ledger.WriteJSON(w, r) })
+		},
+	}
+	f.add(cmd, true)
+	cmd.Flags().StringVarP(&out, "output", "o", "", "write to this file instead of stdout")
+	return cmd
+}
+
+func (a *app) auditExportCommand() *cobra.Command {
+	var (
+		f            auditFlags
+		out          string
+		since, until string
+	)
+	cmd := &cobra.Command{
+		Use:   "export [--since T] [--until T] [-o FILE]",
+		Short: "Export the ledger's signed entries and checkpoints as JSON lines",
+		Long: `Export the entries up to the latest checkpoint, and every checkpoint, as
+JSON lines, for 'toolgate audit verify --export FILE' on any machine.
+--since and --until (RFC 3339) export a part of the log; each entry then
+carries its inclusion proof against the latest checkpoint.`,
+		Args: exactArgs(),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var from, to time.Time
+			var err error
+			if since != "" {
+				if from, err = time.Parse(time.RFC3339, since); err != nil {
+					return usageError("--since %q is not an RFC 3339 time (2026-12-01T00:00:00Z)", since)
+				}
+			}
+			if until != "" {
+				if to, err = time.Parse(time.RFC3339, until); err != nil {
+					return usageError("--until %q is not an RFC 3339 time (2026-12-01T00:00:00Z)", until)
+				}
+			}
+			l, err := f.open(cmd.Context())
+			if err != nil {
+				return err
+			}
+			defer l.Close()
+			return writeOut(a.stdout, out, func(w io.Writer) error { return l.Export(cmd.Context(), w, from, to) })
+		},
+	}
+	f.add(cmd, true)
+	cmd.Flags().StringVarP(&out, "output", "o", "", "write to this file instead of stdout")
+	cmd.Flags().StringVar(&since, "since", "", "only entries at or after this time (RFC 3339)")
+	cmd.Flags().StringVar(&until, "until", "", "only entries before this time (RFC 3339)")
+	return cmd
+}
+
+// writeOut writes to path, or to stdout when path is empty; a file is
+// written whole or not at all.
+func writeOut(stdout io.Writer, path string, write func(io.Writer) error) error {
+	if path == "" {
+		return write(stdout)
+	}
+	var b bytes.Buffer
+	if err := write(&b); err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, b.Bytes(), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}

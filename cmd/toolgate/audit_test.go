@@ -1,0 +1,179 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/toolgate/toolgate/ledger"
+)
+
+// auditLedger is a ledger of ten calls' entries, with a checkpoint
+// written to a file held apart from it, as --ledger-checkpoints does.
+type auditLedger struct {
+	db, key, held string
+}
+
+func newAuditLedger(t *testing.T) auditLedger {
+	dir := t.TempDir()
+	al := auditLedger{db: filepath.Join(dir, "ledger.db"), key: filepath.Join(dir, "ledger.key"), held: filepath.Join(dir, "held")}
+	keys, _, err := ledger.LoadOrCreateKey(al.key, "prod")
+	require.NoError(t, err)
+	l, err := ledger.Open(context.Background(), ledger.Options{DSN: al.db, Keys: keys,
+		Publish: []func(context.Context, ledger.Checkpoint) error{appendCheckpointTo(al.held)}})
+	require.NoError(t, err)
+	defer l.Close()
+	ctx := context.Background()
+	at := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
+	for i := range 10 {
+		id := fmt.Sprintf("w%d", i)
+		_, err := l.Append(ctx,
+			ledger.Entry{Kind: ledger.KindCallSubmitted, Event: id + "/r/call.submitted", At: at, CallID: id, Session: "demo",
+				Requester: "ci-7", Tool: "shell", Args: []byte(`{"command":"rm -rf build"}`)},
+			ledger.Entry{Kind: ledger.KindCallDecided, Event: id + "/r/call.decided", At: at, CallID: id, Session: "demo",
+				Decision: &ledger.Decision{Kind: "approved", DecidedBy: "alice", Channel: "inbox"}})
+		require.NoError(t, err)
+		if i == 4 {
+			_, err = l.SignCheckpoint(ctx)
+			require.NoError(t, err)
+		}
+	}
+	_, err = l.SignCheckpoint(ctx)
+	require.NoError(t, err)
+	return al
+}
+
+func audit(t *testing.T, args ...string) (int, string, string) {
+	var stdout, stderr bytes.Buffer
+	code := run(context.Background(), append([]string{"audit"}, args...), &stdout, &stderr)
+	return code, stdout.String(), stderr.String()
+}
+
+func (al auditLedger) exec(t *testing.T, sqls ...string) {
+	db, err := sql.Open("sqlite", "file:"+al.db)
+	require.NoError(t, err)
+	defer db.Close()
+	for _, s := range sqls {
+		_, err := db.Exec(s)
+		require.NoError(t, err)
+	}
+}
+
+func TestAuditShowPrintsACallsEntries(t *testing.T) {
+	al := newAuditLedger(t)
+	code, out, errs := audit(t, "show", "w3", "--ledger", al.db, "--ledger-key", al.key)
+	require.Equal(t, 0, code, errs)
+	assert.Contains(t, out, "#6  2026-12-03T10:00:00Z  call.submitted")
+	assert.Contains(t, out, `args:     {"command":"rm -rf build"}`)
+	assert.Contains(t, out, "#7  2026-12-03T10:00:00Z  call.decided")
+	assert.Contains(t, out, "decision: approved by alice via inbox")
+
+	code, _, errs = audit(t, "show", "nope", "--ledger", al.db, "--ledger-key", al.key)
+	assert.Equal(t, exitFailure, code)
+	assert.Contains(t, errs, `the ledger has no entries for call "nope"`)
+}
+
+func TestAuditVerifyNamesWhatWasTamperedWith(t *testing.T) {
+	code, out, errs := audit(t, "verify", "--ledger", newAuditLedger(t).db, "--ledger-key", newAuditLedger(t).key)
+	assert.Equal(t, exitFailure, code, "another deployment's key: %s", out)
+	assert.Contains(t, errs, "not signed by the log's key")
+
+	cases := map[string]struct {
+		sql  []string
+		want string
+	}{
+		"intact":    {nil, ""},
+		"edited":    {[]string{`UPDATE ledger_entries SET entry = replace(entry, 'alice', 'mallory') WHERE idx = 7`}, "entry #7 (call.decided w3/r/call.decided) was changed"},
+		"deleted":   {[]string{`DELETE FROM ledger_entries WHERE idx = 3`}, "entry #3 is missing"},
+		"reordered": {[]string{`UPDATE ledger_entries SET entry = (SELECT e.entry FROM ledger_entries e WHERE e.idx = 9 - ledger_entries.idx) WHERE idx IN (4, 5)`}, "entry #4"},
+		"truncated": {[]string{`DELETE FROM ledger_entries WHERE idx >= 12`, `DELETE FROM ledger_checkpoints WHERE size > 12`, `UPDATE ledger_head SET size = 12`}, "entries #12 to #19 were removed"},
+	}
+	for name, c := range cases {
+		t.Run(name, func(t *testing.T) {
+			al := newAuditLedger(t)
+			al.exec(t, c.sql...)
+			code, out, errs := audit(t, "verify", "--ledger", al.db, "--ledger-key", al.key, "--checkpoint", al.held)
+			if c.want == "" {
+				assert.Equal(t, 0, code, errs)
+				assert.Contains(t, out, "intact: 20 entries, 2 checkpoints, signed up to size 20, consistent with the held checkpoint of size 20")
+				return
+			}
+			assert.Equal(t, exitFailure, code, out)
+			assert.Contains(t, errs, "is NOT intact")
+			assert.Contains(t, errs, c.want)
+		})
+	}
+}
+
+func TestAuditExportAndReceiptAreCheckedOffline(t *testing.T) {
+	al := newAuditLedger(t)
+	dir := t.TempDir()
+	export, receipt := filepath.Join(dir, "export.jsonl"), filepath.Join(dir, "w3.receipt")
+	code, _, errs := audit(t, "export", "--ledger", al.db, "--ledger-key", al.key, "-o", export)
+	require.Equal(t, 0, code, errs)
+	code, _, errs = audit(t, "proof", "w3", "--ledger", al.db, "--ledger-key", al.key, "-o", receipt)
+	require.Equal(t, 0, code, errs)
+	code, vkey, errs := audit(t, "key", "--ledger-key", al.key)
+	require.Equal(t, 0, code, errs)
+	assert.True(t, strings.HasPrefix(vkey, "toolgate/prod+"), vkey)
+	key := "--key=" + strings.TrimSpace(vkey)
+
+	code, out, errs := audit(t, "verify", "--export", export, key)
+	require.Equal(t, 0, code, errs)
+	assert.Contains(t, out, "intact: 20 entries")
+	code, out, errs = audit(t, "verify", "--receipt", receipt, key)
+	require.Equal(t, 0, code, errs)
+	assert.Contains(t, out, "call w3, 2 entries in checkpoint 20 of toolgate/prod")
+
+	b, err := os.ReadFile(export)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(export, bytes.Replace(b, []byte("alice"), []byte("mallo"), 1), 0o644))
+	code, _, errs = audit(t, "verify", "--export", export, key)
+	assert.Equal(t, exitFailure, code)
+	assert.Contains(t, errs, "does not match the entries")
+
+	r, err := os.ReadFile(receipt)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(receipt, bytes.Replace(r, []byte("alice"), []byte("mallo"), 1), 0o644))
+	code, _, errs = audit(t, "verify", "--receipt", receipt, key)
+	assert.Equal(t, exitFailure, code)
+	assert.Contains(t, errs, "was changed")
+
+	for name, garbage := range map[string]string{"receipt": "{not json", "export": "garbage\n"} {
+		path := filepath.Join(dir, name+".bad")
+		require.NoError(t, os.WriteFile(path, []byte(garbage), 0o644))
+		code, _, errs = audit(t, "verify", "--"+name, path, key)
+		assert.Equal(t, exitFailure, code, name)
+		assert.Contains(t, errs, "not", name)
+	}
+	held := filepath.Join(dir, "held.bad")
+	require.NoError(t, os.WriteFile(held, []byte("toolgate/prod\n3\nnot-a-hash\n"), 0o644))
+	code, _, errs = audit(t, "verify", "--ledger", al.db, "--ledger-key", al.key, "--checkpoint", held)
+	assert.Equal(t, exitFailure, code)
+	assert.Contains(t, errs, "holds no checkpoint")
+}
+
+func TestAuditKeyNewMakesAPrivateKeyAndNeverOverwrites(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "prod.key")
+	code, out, errs := audit(t, "key", "--new", path, "--deployment", "prod")
+	require.Equal(t, 0, code, errs)
+	assert.True(t, strings.HasPrefix(out, "toolgate/prod+"))
+	info, err := os.Stat(path)
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o600), info.Mode().Perm())
+	code, _, errs = audit(t, "key", "--new", path, "--deployment", "prod")
+	assert.Equal(t, exitFailure, code)
+	assert.Contains(t, errs, "is never overwritten")
+	code, _, errs = audit(t, "key", "--new", path+"2")
+	assert.Equal(t, exitUsage, code)
+	assert.Contains(t, errs, "--new needs --deployment NAME")
+}
