@@ -235,3 +235,38 @@ func TestAnAuditorProvesACallTemporalDeleted(t *testing.T) {
 		assert.Equal(t, "read_only", r.errorCode(), path)
 	}
 }
+
+// Calls that closed before the ledger existed are logged once by
+// `toolgate audit backfill`, marked so; a second backfill, and a call that
+// logged itself, add nothing.
+func TestBackfillLogsClosedCallsOnce(t *testing.T) {
+	d := &devEnv{t: t, dataDir: t.TempDir(), port: freePort(t), httpAddr: "127.0.0.1:" + fmt.Sprint(freePort(t))}
+	d.workspace = filepath.Join(d.dataDir, "workspace")
+	d.dev = start(t, "toolgate dev is running", "dev", "--data-dir", d.dataDir, "--temporal-port", fmt.Sprint(d.port), "--http", d.httpAddr, "--ledger", "off")
+	d.callJSON(0, "--session", "s-old", "--id", "old-1", "echo", `{"n":1}`)
+	d.callJSON(3, "--session", "s-old", "--id", "old-2", "write_file", `{"path":"/etc/passwd","content":"x"}`)
+	d.dev.stop()
+	d.startDev() // now with the dev ledger
+	d.callJSON(0, "--session", "s-new", "--id", "new-1", "echo", `{"n":2}`)
+
+	db, keyFile := filepath.Join(d.dataDir, "ledger.db"), filepath.Join(d.dataDir, "ledger.key")
+	r := d.cli("audit", "backfill", "--ledger", db, "--ledger-key", keyFile)
+	require.Equal(t, 0, r.code, r.stderr)
+	assert.Contains(t, r.stdout, "backfilled 3 closed calls: 6 new entries")
+	again := d.cli("audit", "backfill", "--ledger", db, "--ledger-key", keyFile)
+	require.Equal(t, 0, again.code, again.stderr)
+	assert.Contains(t, again.stdout, "backfilled 3 closed calls: 0 new entries")
+
+	l := openDevLedger(t, d.dataDir)
+	kinds := callKinds(t, l)
+	assert.Equal(t, oneOfEach, kinds["old-1"])
+	assert.Equal(t, oneOfEach, kinds["old-2"], "denied by the policy: decided and finished")
+	assert.Equal(t, oneOfEach, kinds["new-1"], "logged by itself, once")
+	old, err := l.CallEntries(context.Background(), "old-1")
+	require.NoError(t, err)
+	assert.Contains(t, string(old[0].Entry), `"backfilled":true`)
+	show := d.cli("audit", "show", "old-2", "--ledger", db, "--ledger-key", keyFile)
+	assert.Contains(t, show.stdout, "backfilled from Temporal after the fact")
+	verify := d.cli("audit", "verify", "--ledger", db, "--ledger-key", keyFile)
+	assert.Equal(t, 0, verify.code, verify.stderr)
+}

@@ -13,9 +13,11 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"go.temporal.io/api/workflowservice/v1"
 
 	"github.com/toolgate/toolgate/ledger"
 	"github.com/toolgate/toolgate/visible"
+	"github.com/toolgate/toolgate/workflows"
 )
 
 // auditFlags say where the ledger to read is, and whose key checks it.
@@ -98,7 +100,7 @@ append-only Merkle log apart from Temporal (docs/audit.md). These verbs read
 it from its database (--ledger; toolgate dev's by default) or check what it
 exported, offline, with its verifier key.`,
 	}
-	cmd.AddCommand(a.auditShowCommand(), a.auditVerifyCommand(), a.auditKeyCommand(), a.auditProofCommand(), a.auditExportCommand())
+	cmd.AddCommand(a.auditShowCommand(), a.auditVerifyCommand(), a.auditKeyCommand(), a.auditProofCommand(), a.auditExportCommand(), a.auditBackfillCommand())
 	return cmd
 }
 
@@ -476,4 +478,73 @@ func writeOut(stdout io.Writer, path string, write func(io.Writer) error) error 
 		return err
 	}
 	return os.Rename(tmp, path)
+}
+
+func (a *app) auditBackfillCommand() *cobra.Command {
+	var f auditFlags
+	cmd := &cobra.Command{
+		Use:   "backfill",
+		Short: "Log the calls still in Temporal that closed before the ledger existed",
+		Long: `Write ledger entries (call.submitted, call.decided, call.finished, marked
+backfilled) for every closed call Temporal still has, from its Result. A call
+the ledger already has, and a second backfill, add nothing: the entries
+carry the event IDs the call would have written itself. Needs the Temporal
+connection flags and the ledger's database with its signing key.`,
+		Args: exactArgs(),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			ctx := cmd.Context()
+			l, err := f.open(ctx)
+			if err != nil {
+				return err
+			}
+			defer l.Close()
+			tc, err := a.conn.dial(a.logger, nil)
+			if err != nil {
+				return err
+			}
+			defer tc.Close()
+			before, err := l.Size(ctx)
+			if err != nil {
+				return err
+			}
+			calls, skipped := 0, 0
+			query := fmt.Sprintf("WorkflowType = '%s' AND ExecutionStatus != 'Running'", workflows.ToolCallWorkflowType)
+			var token []byte
+			for {
+				page, err := tc.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Namespace: a.conn.namespace, Query: query, PageSize: 500, NextPageToken: token})
+				if err != nil {
+					return fmt.Errorf("list closed calls: %w", err)
+				}
+				for _, e := range page.GetExecutions() {
+					run := e.GetExecution()
+					var r workflows.Result
+					if err := tc.GetWorkflow(ctx, run.GetWorkflowId(), run.GetRunId()).Get(ctx, &r); err != nil || r.CallID == "" {
+						skipped++ // failed, terminated: no Result to log
+						continue
+					}
+					if _, err := l.Append(ctx, workflows.BackfillEntries(r, run.GetRunId())...); err != nil {
+						return err
+					}
+					calls++
+				}
+				if token = page.GetNextPageToken(); len(token) == 0 {
+					break
+				}
+			}
+			after, err := l.Size(ctx)
+			if err != nil {
+				return err
+			}
+			if after > before {
+				if _, err := l.SignCheckpoint(ctx); err != nil {
+					return err
+				}
+			}
+			fmt.Fprintf(a.stdout, "backfilled %d closed calls: %d new entries (%d calls had no Result to log)\n", calls, after-before, skipped)
+			return nil
+		},
+	}
+	f.add(cmd, true)
+	a.conn.addFlags(cmd)
+	return cmd
 }
