@@ -108,29 +108,36 @@ type Parked struct {
 
 // Report is every figure of one run.
 type Report struct {
-	Machine        string  `json:"machine"`
-	Options        Options `json:"options"`
-	Baseline       Latency `json:"baseline"`
-	Auto           Latency `json:"auto"`
+	Machine  string  `json:"machine"`
+	Options  Options `json:"options"`
+	Baseline Latency `json:"baseline"`
+	Auto     Latency `json:"auto"`
+	// AutoLedger: the auto-approved call on a worker with a decision
+	// ledger (embedded SQLite): every call appends its entries.
+	AutoLedger     Latency `json:"auto_ledger"`
 	Sticky         Latency `json:"sticky"`
 	Decide         Latency `json:"decide"`
 	SignalBaseline Latency `json:"signal_baseline"`
 	// SignalActivityBaseline: a bare workflow woken by a signal that then
 	// runs one activity, the fair floor for Decide.
-	SignalActivityBaseline Latency     `json:"signal_activity_baseline"`
-	OneSession             OneSession  `json:"one_session"`
-	BaselinePerSec         float64     `json:"baseline_per_sec"`
-	AutoPerSec             float64     `json:"auto_per_sec"`
-	Parked                 Parked      `json:"parked"`
-	Pending                PendingList `json:"pending_list"`
-	Ratios                 Ratios      `json:"ratios"`
+	SignalActivityBaseline Latency       `json:"signal_activity_baseline"`
+	OneSession             OneSession    `json:"one_session"`
+	BaselinePerSec         float64       `json:"baseline_per_sec"`
+	AutoPerSec             float64       `json:"auto_per_sec"`
+	Parked                 Parked        `json:"parked"`
+	Pending                PendingList   `json:"pending_list"`
+	Ledger                 LedgerFigures `json:"ledger"`
+	Ratios                 Ratios        `json:"ratios"`
 }
 
 // Ratios compare toolgate with the baseline.
 type Ratios struct {
-	AutoBaseP50     float64 `json:"auto_base_p50"`
-	StickyBaseP50   float64 `json:"sticky_base_p50"`
-	DecideSignalP50 float64 `json:"decide_signal_p50"`
+	AutoBaseP50 float64 `json:"auto_base_p50"`
+	// AutoLedgerAutoP50: the auto-approved call with the ledger over
+	// without it (target ≤ 1.15).
+	AutoLedgerAutoP50 float64 `json:"auto_ledger_auto_p50"`
+	StickyBaseP50     float64 `json:"sticky_base_p50"`
+	DecideSignalP50   float64 `json:"decide_signal_p50"`
 	// DecideSignalActivityP50 compares a decision with a signal that wakes
 	// a workflow which then runs one activity (target ≤ 1.3).
 	DecideSignalActivityP50 float64 `json:"decide_signal_activity_p50"`
@@ -193,6 +200,16 @@ func Run(ctx context.Context, o Options, out io.Writer) (Report, error) {
 		return Report{}, err
 	}
 	defer stop()
+	ledgerDir, err := os.MkdirTemp("", "toolgate-bench-ledger")
+	if err != nil {
+		return Report{}, err
+	}
+	defer os.RemoveAll(ledgerDir)
+	stopLedger, err := startLedgerWorker(ctx, tc, benchTools(), ledgerDir)
+	if err != nil {
+		return Report{}, err
+	}
+	defer stopLedger()
 
 	calls := tgclient.New(tc, benchQueue)
 	if o.EagerStart {
@@ -200,7 +217,11 @@ func Run(ctx context.Context, o Options, out io.Writer) (Report, error) {
 	}
 	// Names of this run, so runs against one cluster never meet (a sticky
 	// decision of an earlier run would decide this run's calls).
-	b := &runner{o: o, tc: tc, calls: calls, dbPath: dbPath, run: strconv.FormatInt(time.Now().UnixNano(), 36)}
+	ledgered := tgclient.New(tc, ledgerQueue)
+	if o.EagerStart {
+		ledgered = ledgered.WithEagerStart()
+	}
+	b := &runner{o: o, tc: tc, calls: calls, ledgered: ledgered, dbPath: dbPath, run: strconv.FormatInt(time.Now().UnixNano(), 36)}
 	r := Report{Machine: fmt.Sprintf("%s/%s, %d CPUs, %s", runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.Version()), Options: o}
 	steps := []struct {
 		name string
@@ -213,6 +234,7 @@ func Run(ctx context.Context, o Options, out io.Writer) (Report, error) {
 		{"parked calls", b.parked},
 		{"one session", b.oneSession},
 		{"pending list", b.pendingList},
+		{"ledger appends", b.ledgerAppends},
 	}
 	for _, s := range steps {
 		o.Logger.Info("Bench step", zap.String("step", s.name))
@@ -222,6 +244,7 @@ func Run(ctx context.Context, o Options, out io.Writer) (Report, error) {
 	}
 	r.Ratios = Ratios{
 		AutoBaseP50:             r.Auto.P50 / r.Baseline.P50,
+		AutoLedgerAutoP50:       r.AutoLedger.P50 / r.Auto.P50,
 		StickyBaseP50:           r.Sticky.P50 / r.Baseline.P50,
 		DecideSignalP50:         r.Decide.P50 / r.SignalBaseline.P50,
 		DecideSignalActivityP50: r.Decide.P50 / r.SignalActivityBaseline.P50,
@@ -239,14 +262,18 @@ func Run(ctx context.Context, o Options, out io.Writer) (Report, error) {
 	return r, nil
 }
 
-func startWorkers(tc client.Client) (func(), error) {
+// benchTools are the bench's tools: echoes.
+func benchTools() *tool.Registry {
 	tools := tool.NewRegistry()
 	echo := func(_ context.Context, in tool.Input) (json.RawMessage, error) { return in.Args, nil }
 	for _, name := range []string{toolEcho, toolSticky, toolAsk} {
-		if err := tools.Register(tool.Tool{Name: name, Run: echo}); err != nil {
-			return nil, err
-		}
+		tools.MustRegister(tool.Tool{Name: name, Run: echo})
 	}
+	return tools
+}
+
+func startWorkers(tc client.Client) (func(), error) {
+	tools := benchTools()
 	var opts sdkworker.Options // the same defaults for both
 	tg, err := worker.New(tc, worker.Options{TaskQueue: benchQueue, Policy: benchPolicy{}, Tools: tools, Worker: opts})
 	if err != nil {
@@ -268,12 +295,14 @@ func startWorkers(tc client.Client) (func(), error) {
 }
 
 type runner struct {
-	o      Options
-	tc     client.Client
-	calls  *tgclient.Client
-	dbPath string // "" against a cluster: the database is not measured
-	run    string // this run's suffix of session names and fixed IDs
-	seq    atomic.Int64
+	o     Options
+	tc    client.Client
+	calls *tgclient.Client
+	// ledgered calls go to the worker that keeps a ledger.
+	ledgered *tgclient.Client
+	dbPath   string // "" against a cluster: the database is not measured
+	run      string // this run's suffix of session names and fixed IDs
+	seq      atomic.Int64
 }
 
 // benchQueue keeps the bench's toolgate worker apart from a cluster's own
@@ -294,7 +323,11 @@ func (b *runner) baseline(ctx context.Context) error {
 }
 
 func (b *runner) call(ctx context.Context, session, toolName string) error {
-	r, err := b.calls.Call(ctx, tgclient.CallRequest{Session: session, Tool: toolName, Args: args})
+	return callOn(ctx, b.calls, session, toolName)
+}
+
+func callOn(ctx context.Context, calls *tgclient.Client, session, toolName string) error {
+	r, err := calls.Call(ctx, tgclient.CallRequest{Session: session, Tool: toolName, Args: args})
 	if err == nil && r.Status != workflows.StatusOK {
 		err = fmt.Errorf("call %s: %s: %s", r.CallID, r.Status, r.Reason)
 	}
@@ -320,7 +353,7 @@ func (b *runner) warmUp(ctx context.Context, _ *Report) error {
 		return err
 	}
 	for range 20 {
-		for _, f := range []func(context.Context) error{b.baseline, b.auto, b.sticky} {
+		for _, f := range []func(context.Context) error{b.baseline, b.auto, b.sticky, b.autoLedger} {
 			if err := f(ctx); err != nil {
 				return err
 			}
@@ -329,9 +362,9 @@ func (b *runner) warmUp(ctx context.Context, _ *Report) error {
 	return nil
 }
 
-// latency runs the three cases in rotating order, one of each per round.
+// latency runs the four cases in rotating order, one of each per round.
 func (b *runner) latency(ctx context.Context, r *Report) error {
-	cases := []func(context.Context) error{b.baseline, b.auto, b.sticky}
+	cases := []func(context.Context) error{b.baseline, b.auto, b.sticky, b.autoLedger}
 	samples := make([][]time.Duration, len(cases))
 	for i := range b.o.Runs {
 		for k := range cases {
@@ -343,7 +376,7 @@ func (b *runner) latency(ctx context.Context, r *Report) error {
 			samples[c] = append(samples[c], time.Since(start))
 		}
 	}
-	r.Baseline, r.Auto, r.Sticky = summarise(samples[0]), summarise(samples[1]), summarise(samples[2])
+	r.Baseline, r.Auto, r.Sticky, r.AutoLedger = summarise(samples[0]), summarise(samples[1]), summarise(samples[2]), summarise(samples[3])
 	return nil
 }
 
@@ -573,6 +606,7 @@ func printReport(w io.Writer, r Report) {
 	}{
 		{"baseline: local activity + activity", r.Baseline},
 		{"toolgate: auto-approved call", r.Auto},
+		{"toolgate: auto-approved call, ledger", r.AutoLedger},
 		{"toolgate: sticky decision", r.Sticky},
 		{"baseline: signal → result", r.SignalBaseline},
 		{"baseline: signal → activity → result", r.SignalActivityBaseline},
@@ -588,6 +622,8 @@ func printReport(w io.Writer, r Report) {
 	fmt.Fprintf(w, "one session, %d calls: parked %.0f/s (bare workflows waiting for a signal: %.0f/s); one approve-for-session ran them all in %.1fs (signalling the bare workflows: %.1fs); session: %d runs, at most %d events; rooms: %d runs, at most %d events; terminated: %v\n",
 		o.Calls, o.ParkPerSec, o.BasePerSec, o.FanoutSeconds, o.BaseFanoutSeconds, o.SessionRuns, o.MaxSessionEvents, o.RoomRuns, o.MaxRoomEvents, o.SessionTerminated)
 	printPendingList(w, r.Pending, r.Ratios.PendingFirstBareP50)
+	fmt.Fprintf(w, "ledger (embedded SQLite): %.0f entries/s appended by %d appenders; auto-approved call with the ledger / without: %.2f (p50)\n",
+		r.Ledger.AppendPerSec, r.Ledger.Appenders, r.Ratios.AutoLedgerAutoP50)
 	fmt.Fprintf(w, "figures in %s\n", r.Options.JSONPath)
 	q := r.Ratios
 	fmt.Fprintf(w, "ratios: auto/base_p50=%.2f sticky/base_p50=%.2f decide/signal_p50=%.2f decide/signal_activity_p50=%.2f throughput/base=%.2f park_one_session/base_rate=%.2f fanout/base_time=%.2f parked_kib_per_call=%.1f\n",

@@ -34,8 +34,12 @@ func TestBenchQuick(t *testing.T) {
 		P50 float64 `json:"p50_ms"`
 	}
 	var r struct {
-		Baseline       latency `json:"baseline"`
-		Auto           latency `json:"auto"`
+		Baseline   latency `json:"baseline"`
+		Auto       latency `json:"auto"`
+		AutoLedger latency `json:"auto_ledger"`
+		Ledger     struct {
+			AppendPerSec float64 `json:"append_per_sec"`
+		} `json:"ledger"`
 		Sticky         latency `json:"sticky"`
 		Decide         latency `json:"decide"`
 		SignalBaseline latency `json:"signal_baseline"`
@@ -63,11 +67,13 @@ func TestBenchQuick(t *testing.T) {
 		} `json:"pending_list"`
 	}
 	require.NoError(t, json.Unmarshal(data, &r))
-	for name, l := range map[string]latency{"baseline": r.Baseline, "auto": r.Auto, "sticky": r.Sticky, "decide": r.Decide, "signal": r.SignalBaseline, "signal+activity": r.SignalActivity} {
+	for name, l := range map[string]latency{"baseline": r.Baseline, "auto": r.Auto, "auto with the ledger": r.AutoLedger, "sticky": r.Sticky, "decide": r.Decide, "signal": r.SignalBaseline, "signal+activity": r.SignalActivity} {
 		assert.Positive(t, l.N, name)
 		assert.Positive(t, l.P50, name)
 	}
 	assert.Positive(t, r.BaselinePerSec)
+	assert.Positive(t, r.Ledger.AppendPerSec, "the ledger's append rate")
+	assert.Contains(t, stdout.String(), "toolgate: auto-approved call, ledger")
 	assert.Positive(t, r.AutoPerSec)
 	assert.Equal(t, 50, r.Parked.Calls)
 	assert.Positive(t, r.Parked.DrainSeconds)
