@@ -27,4 +27,10 @@ for pair in "$DBNAME:postgresql/v12/temporal" "$VISIBILITY_DBNAME:postgresql/v12
   sql --db "$db" setup-schema -v 0.0
   sql --db "$db" update-schema --schema-name "$schema"
 done
+# toolgate's decision ledger gets a database of its own; toolgate creates
+# its tables. Set LEDGER_DBNAME empty to skip it.
+if [ -n "${LEDGER_DBNAME-toolgate_ledger}" ]; then
+  echo "temporal-schema: ${LEDGER_DBNAME-toolgate_ledger} (toolgate's decision ledger)"
+  sql --db "${LEDGER_DBNAME-toolgate_ledger}" create
+fi
 echo "temporal-schema: done"
