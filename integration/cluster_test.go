@@ -24,6 +24,7 @@ import (
 
 	tgclient "github.com/toolgate/toolgate/client"
 	"github.com/toolgate/toolgate/integration/cluster"
+	"github.com/toolgate/toolgate/ledger"
 	"github.com/toolgate/toolgate/workflows"
 )
 
@@ -529,7 +530,48 @@ func TestClusterWalkthrough(t *testing.T) {
 		require.Equal(t, http.StatusOK, r.status, r.raw)
 		assert.Equal(t, "ok", r.body["status"], "asked again after the restart, the agent gets the Result")
 	})
+
+	// Last: the whole walkthrough, its kills included, is in the ledger.
+	t.Run("two workers append to one ledger in PostgreSQL: one log, no gaps, no duplicates", func(t *testing.T) {
+		n := clusterLedgerCalls
+		if v, err := strconv.Atoi(os.Getenv("TOOLGATE_CLUSTER_LEDGER_CALLS")); err == nil && v > 0 {
+			n = v // the 2,000 of docs/benchmarks.md
+		}
+		var reqs []tgclient.CallRequest
+		var ids []string
+		for i := range n {
+			id := fmt.Sprintf("ledger-%04d", i)
+			ids = append(ids, id)
+			reqs = append(reqs, tgclient.CallRequest{CallID: id, Session: "cluster-ledger", Tool: "echo", Args: []byte(`{"n":1}`), Requester: "agent-1"})
+		}
+		require.NoError(t, submitEach(c, reqs, 32)) // both workers take them, appending at once
+		for id, r := range waitAll(t, c, ids, 5*time.Minute) {
+			require.Equal(t, workflows.StatusOK, r.Status, "%s: %s", id, r.Reason)
+		}
+		keys, err := ledger.LoadKey(e.c.LedgerKey)
+		require.NoError(t, err)
+		l, err := ledger.Open(context.Background(), ledger.Options{DSN: e.c.LedgerDSN, Keys: keys})
+		require.NoError(t, err)
+		defer l.Close()
+		kinds := callKinds(t, l) // indices 0..size-1, no gaps
+		for _, id := range ids {
+			require.Equal(t, oneOfEach, kinds[id], "call %s", id)
+		}
+		for id, k := range kinds {
+			assert.LessOrEqual(t, len(k), 3, "call %s: no event twice", id)
+		}
+		_, err = l.SignCheckpoint(context.Background())
+		require.NoError(t, err)
+		rep, err := l.VerifyStore(context.Background(), nil)
+		require.NoError(t, err, "the log verifies, checkpoints of both workers included")
+		assert.Greater(t, rep.Checkpoints, 1)
+	})
 }
+
+// clusterLedgerCalls is how many calls the cluster's ledger subtest makes:
+// hundreds in the suite; docs/benchmarks.md has a run of 2,000
+// (TOOLGATE_CLUSTER_LEDGER_CALLS=2000).
+const clusterLedgerCalls = 400
 
 // TestClusterStock runs one session's worth of waiting calls on a server
 // with the stock dynamic config (visibility: 10 requests/s per frontend):

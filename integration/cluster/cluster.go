@@ -31,6 +31,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/toolgate/toolgate/ledger"
 )
 
 // Mode is the server's dynamic config.
@@ -81,6 +83,10 @@ type Cluster struct {
 	Binaries Binaries
 	// Mode is the dynamic config the server runs with.
 	Mode Mode
+	// LedgerDSN is the decision ledger every worker appends to and serve
+	// reads (database toolgate_ledger, which the schema script creates);
+	// LedgerKey is the file of its signing key, shared by them all.
+	LedgerDSN, LedgerKey string
 
 	dir    string
 	pgPort int
@@ -156,6 +162,11 @@ func Start(ctx context.Context, o Options) (_ *Cluster, err error) {
 		return nil, fmt.Errorf("cluster: %w", err)
 	}
 	step("schema applied (deploy/temporal/setup-schema.sh)")
+	c.LedgerDSN = fmt.Sprintf("postgres://postgres@127.0.0.1:%d/toolgate_ledger?sslmode=disable", ports[0])
+	c.LedgerKey = filepath.Join(dir, "ledger.key")
+	if _, _, err := ledger.LoadOrCreateKey(c.LedgerKey, "cluster"); err != nil {
+		return nil, fmt.Errorf("cluster: %w", err)
+	}
 
 	cfg := serverConfig{
 		PGPort: ports[0], Shards: 4, LogLevel: "warn",
@@ -263,7 +274,8 @@ func (c *Cluster) toolgateCommand(ctx context.Context, toolgate string, args ...
 func (c *Cluster) newToolgateWorker(toolgate string, n int) *Process {
 	return &Process{
 		Name: "worker-" + strconv.Itoa(n),
-		path: toolgate, args: []string{"worker", "--workspace", c.Workspace, "--metrics", ""}, dir: c.dir, env: c.Env(),
+		path: toolgate, args: []string{"worker", "--workspace", c.Workspace, "--metrics", "", "--ledger", c.LedgerDSN, "--ledger-key", c.LedgerKey},
+		dir: c.dir, env: c.Env(),
 		ready: printed("Worker running"),
 	}
 }
@@ -273,7 +285,7 @@ func (c *Cluster) newToolgateServe(toolgate, tokens string) *Process {
 	return &Process{
 		Name: "serve",
 		path: toolgate,
-		args: []string{"serve", "--http", c.HTTPAddress, "--tokens", tokens},
+		args: []string{"serve", "--http", c.HTTPAddress, "--tokens", tokens, "--ledger", c.LedgerDSN, "--ledger-key", c.LedgerKey},
 		dir:  c.dir, env: c.Env(),
 		ready: func(ctx context.Context, _ func() string) error {
 			return poll(ctx, pollInterval, func() error {
