@@ -165,31 +165,44 @@ func (c *callRun) decidedEntry(ctx workflow.Context) ledger.Entry {
 		Kind: ledger.KindCallDecided, Event: callEventID(ctx, call.ID, ledger.KindCallDecided), At: workflow.Now(ctx),
 		CallID: call.ID, Session: call.Session, Decision: ledgerDecision(*c.state.Decision, call.Session),
 	}
-	if a := c.state.Approvals; a != nil {
-		for _, g := range a.Given {
-			ap := ledger.Approval{By: g.By, Channel: g.Channel, At: g.At}
-			if g.Group != "" {
-				ap.Groups = []string{g.Group}
-			}
-			e.Decision.Approvals = append(e.Decision.Approvals, ap)
-		}
-	}
+	e.Decision.Approvals = ledgerApprovals(c.state.Approvals)
 	return e
+}
+
+// ledgerApprovals are a four-eyes call's counted approvals, as the ledger
+// records them.
+func ledgerApprovals(a *Approvals) []ledger.Approval {
+	if a == nil {
+		return nil
+	}
+	var out []ledger.Approval
+	for _, g := range a.Given {
+		ap := ledger.Approval{By: g.By, Channel: g.Channel, At: g.At}
+		if g.Group != "" {
+			ap.Groups = []string{g.Group}
+		}
+		out = append(out, ap)
+	}
+	return out
 }
 
 // ledgerDecision is a decision as the ledger records it. One handed on by
 // the session names the session.sticky entry it came from.
 func ledgerDecision(d policy.Decision, session string) *ledger.Decision {
-	ld := &ledger.Decision{
+	return &ledger.Decision{
 		Kind: d.Kind.String(), DecidedBy: d.DecidedBy, Groups: d.DeciderGroups, Channel: d.Channel,
 		Reason: d.Reason, Comment: d.Comment, User: d.User, EditedArgs: d.EditedArgs, At: d.DecidedAt,
+		Sticky: stickyRef(d.Channel, d.Comment, session),
 	}
-	if d.Channel == "session" {
-		if from, ok := stickyOrigin(d.Comment); ok {
-			ld.Sticky = stickyEventID(session, from)
-		}
+}
+
+// stickyRef names the session.sticky entry of a decision the session
+// handed on ("" for any other).
+func stickyRef(channel, comment, session string) string {
+	if from, ok := stickyOrigin(comment); ok && channel == "session" {
+		return stickyEventID(session, from)
 	}
-	return ld
+	return ""
 }
 
 // stickyOrigin reads the call a sticky decision was taken on from the
@@ -342,23 +355,10 @@ func BackfillEntries(r Result, runID string) []ledger.Entry {
 	}
 	out := []ledger.Entry{submitted}
 	if r.Decision != "" && r.Decision != "timed_out" {
-		d := &ledger.Decision{Kind: r.Decision, DecidedBy: r.DecidedBy, Channel: r.Channel, Comment: r.Comment, At: r.DecidedAt}
+		d := &ledger.Decision{Kind: r.Decision, DecidedBy: r.DecidedBy, Channel: r.Channel, Comment: r.Comment, At: r.DecidedAt,
+			Sticky: stickyRef(r.Channel, r.Comment, r.Session), Approvals: ledgerApprovals(r.Approvals)}
 		if r.OriginalArgs != nil {
 			d.EditedArgs = r.Args
-		}
-		if r.Channel == "session" {
-			if from, ok := stickyOrigin(r.Comment); ok {
-				d.Sticky = stickyEventID(r.Session, from)
-			}
-		}
-		if a := r.Approvals; a != nil {
-			for _, g := range a.Given {
-				ap := ledger.Approval{By: g.By, Channel: g.Channel, At: g.At}
-				if g.Group != "" {
-					ap.Groups = []string{g.Group}
-				}
-				d.Approvals = append(d.Approvals, ap)
-			}
 		}
 		out = append(out, ledger.Entry{Kind: ledger.KindCallDecided, Event: event(ledger.KindCallDecided), At: r.DecidedAt,
 			CallID: r.CallID, Session: r.Session, Decision: d, Backfilled: true})
