@@ -54,58 +54,64 @@ func (c *Client) do(ctx context.Context, method, path string, body, out any) err
 // send sends a request and returns a 2xx answer's status and body; other
 // answers become the client package's error types.
 func (c *Client) send(ctx context.Context, method, path string, body any) (int, []byte, error) {
+	status, _, data, err := c.exchange(ctx, method, path, body)
+	return status, data, err
+}
+
+// exchange is send that also returns the answer's headers.
+func (c *Client) exchange(ctx context.Context, method, path string, body any) (int, http.Header, []byte, error) {
 	var rd io.Reader
 	if body != nil {
 		b, err := json.Marshal(body)
 		if err != nil {
-			return 0, nil, err
+			return 0, nil, nil, err
 		}
 		rd = bytes.NewReader(b)
 	}
 	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
 	if err != nil {
-		return 0, nil, fmt.Errorf("toolgate API: %w", err)
+		return 0, nil, nil, fmt.Errorf("toolgate API: %w", err)
 	}
 	req.Header.Set("Authorization", "Bearer "+c.token)
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := c.http.Do(req)
 	if err != nil {
-		return 0, nil, fmt.Errorf("toolgate API at %s: %w", c.base, err)
+		return 0, nil, nil, fmt.Errorf("toolgate API at %s: %w", c.base, err)
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
 	if err != nil {
-		return 0, nil, fmt.Errorf("toolgate API: read answer: %w", err)
+		return 0, nil, nil, fmt.Errorf("toolgate API: read answer: %w", err)
 	}
 	if resp.StatusCode/100 == 2 {
-		return resp.StatusCode, data, nil
+		return resp.StatusCode, resp.Header, data, nil
 	}
 	var e apiError
 	if json.Unmarshal(data, &e) != nil || e.Error.Code == "" {
-		return 0, nil, fmt.Errorf("toolgate API: %s: %s", resp.Status, strings.TrimSpace(string(data)))
+		return 0, nil, nil, fmt.Errorf("toolgate API: %s: %s", resp.Status, strings.TrimSpace(string(data)))
 	}
 	switch e.Error.Code {
 	case "unknown_call":
-		return 0, nil, fmt.Errorf("%w: %s", tgclient.ErrUnknownCall, e.Error.Message)
+		return 0, nil, nil, fmt.Errorf("%w: %s", tgclient.ErrUnknownCall, e.Error.Message)
 	case "already_decided":
-		return 0, nil, &tgclient.AlreadyDecidedError{Message: e.Error.Message}
+		return 0, nil, nil, &tgclient.AlreadyDecidedError{Message: e.Error.Message}
 	case "no_result":
-		return 0, nil, fmt.Errorf("%w: %s", tgclient.ErrNoResult, e.Error.Message)
+		return 0, nil, nil, fmt.Errorf("%w: %s", tgclient.ErrNoResult, e.Error.Message)
 	case "conflict": // only a taken call ID answers 409 "conflict"
-		return 0, nil, &tgclient.InputError{Field: "call_id", Problem: strings.TrimPrefix(e.Error.Message, "call_id "), Err: tgclient.ErrCallIDTaken}
+		return 0, nil, nil, &tgclient.InputError{Field: "call_id", Problem: strings.TrimPrefix(e.Error.Message, "call_id "), Err: tgclient.ErrCallIDTaken}
 	case "invalid_request": // the message is "<field> <problem>"
 		field, problem, _ := strings.Cut(e.Error.Message, " ")
-		return 0, nil, &tgclient.InputError{Field: field, Problem: problem}
+		return 0, nil, nil, &tgclient.InputError{Field: field, Problem: problem}
 	case "already_claimed":
-		return 0, nil, &tgclient.RefusedError{Type: workflows.ErrTypeAlreadyClaimed, Message: e.Error.Message}
+		return 0, nil, nil, &tgclient.RefusedError{Type: workflows.ErrTypeAlreadyClaimed, Message: e.Error.Message}
 	case "not_waiting":
-		return 0, nil, &tgclient.RefusedError{Type: workflows.ErrTypeNotWaiting, Message: e.Error.Message}
+		return 0, nil, nil, &tgclient.RefusedError{Type: workflows.ErrTypeNotWaiting, Message: e.Error.Message}
 	case "already_recorded":
-		return 0, nil, &tgclient.RefusedError{Type: workflows.ErrTypeAlreadyRecorded, Message: e.Error.Message}
+		return 0, nil, nil, &tgclient.RefusedError{Type: workflows.ErrTypeAlreadyRecorded, Message: e.Error.Message}
 	case "unauthorized":
-		return 0, nil, errors.New("toolgate API: " + e.Error.Message)
+		return 0, nil, nil, errors.New("toolgate API: " + e.Error.Message)
 	}
-	return 0, nil, &tgclient.RefusedError{Type: e.Error.Code, Message: e.Error.Message}
+	return 0, nil, nil, &tgclient.RefusedError{Type: e.Error.Code, Message: e.Error.Message}
 }
 
 // Pending lists a page of the calls waiting for a person that the token

@@ -15,14 +15,18 @@ import (
 	"github.com/spf13/cobra"
 	"go.temporal.io/api/workflowservice/v1"
 
+	"github.com/toolgate/toolgate/apiclient"
+	tgclient "github.com/toolgate/toolgate/client"
 	"github.com/toolgate/toolgate/ledger"
 	"github.com/toolgate/toolgate/visible"
 	"github.com/toolgate/toolgate/workflows"
 )
 
-// auditFlags say where the ledger to read is, and whose key checks it.
+// auditFlags say where the ledger to read is (its database, or a server's
+// API), and whose key checks it.
 type auditFlags struct {
 	dsn, keyFile, key string
+	api               apiFlags
 }
 
 // devLedger is `toolgate dev`'s ledger, from the directory it runs in.
@@ -35,6 +39,29 @@ func (f *auditFlags) add(cmd *cobra.Command, database bool) {
 	}
 	fs.StringVar(&f.keyFile, "ledger-key", os.Getenv("TOOLGATE_LEDGER_KEY"), "the ledger's key file: its signing key or its verifier key (env TOOLGATE_LEDGER_KEY; default .toolgate/ledger.key)")
 	fs.StringVar(&f.key, "key", "", "the ledger's verifier key (as 'toolgate audit key' prints it), or @FILE; wins over --ledger-key")
+}
+
+// addAPI adds --api and --token: read the ledger through a server.
+func (f *auditFlags) addAPI(cmd *cobra.Command) {
+	fs := cmd.Flags()
+	fs.StringVar(&f.api.url, "api", os.Getenv("TOOLGATE_API"), "read the ledger through toolgate's HTTP API at this URL instead of its database (env TOOLGATE_API; TOOLGATE_LEDGER wins over it)")
+	fs.StringVar(&f.api.token, "token", os.Getenv("TOOLGATE_TOKEN"), "bearer token for --api (env TOOLGATE_TOKEN); verify reads every entry, which takes an auditor's or an admin's")
+}
+
+// remote returns the API client when the ledger is to be read through a
+// server: --api given, or TOOLGATE_API set and neither --ledger nor
+// TOOLGATE_LEDGER. nil means the database.
+func (f auditFlags) remote(cmd *cobra.Command) (*apiclient.Client, error) {
+	ledgerSet, apiSet := cmd.Flags().Changed("ledger"), cmd.Flags().Changed("api")
+	switch {
+	case ledgerSet && apiSet:
+		return nil, usageError("--ledger reads the ledger's database, --api reads it through a server: give one of them")
+	case ledgerSet, f.api.url == "", !apiSet && f.dsn != "":
+		return nil, nil
+	case f.api.token == "":
+		return nil, usageError("--api needs --token (or TOOLGATE_TOKEN): an auditor's or an admin's")
+	}
+	return apiclient.New(f.api.url, f.api.token), nil
 }
 
 // verifier is the key the flags name.
@@ -115,20 +142,14 @@ func (a *app) auditShowCommand() *cobra.Command {
 		Long: `Print what the ledger holds of one call: its submission, its decision and
 its outcome (and the sticky decision taken on it), each with its index in
 the log. It reads the ledger alone: it works after Temporal has forgotten
-the call.`,
+the call. With --api it reads them through a server (the call's receipt,
+GET /v1/audit/calls/{id}); there a call's newest entries show once a
+checkpoint covers them, within seconds.`,
 		Args: exactArgs("CALL_ID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			l, err := f.open(cmd.Context())
+			entries, err := f.callEntries(cmd, args[0])
 			if err != nil {
 				return err
-			}
-			defer l.Close()
-			entries, err := l.CallEntries(cmd.Context(), args[0])
-			if err != nil {
-				return err
-			}
-			if len(entries) == 0 {
-				return failed("the ledger has no entries for call %q", args[0])
 			}
 			if asJSON {
 				for _, e := range entries {
@@ -145,8 +166,49 @@ the call.`,
 		},
 	}
 	f.add(cmd, true)
+	f.addAPI(cmd)
 	cmd.Flags().BoolVar(&asJSON, "json", false, `print each entry as a JSON line, {"index":N,"entry":{…}}, as stored`)
 	return cmd
+}
+
+// unknownCall is the failure for a call the ledger does not hold.
+func unknownCall(callID string) error {
+	return failed("the ledger has no entries for call %q", callID)
+}
+
+// callEntries reads a call's entries from the ledger's database or through
+// the API; a call without any fails.
+func (f auditFlags) callEntries(cmd *cobra.Command, callID string) ([]ledger.Stored, error) {
+	c, err := f.remote(cmd)
+	if err != nil {
+		return nil, err
+	}
+	if c != nil {
+		r, err := c.AuditReceipt(cmd.Context(), callID)
+		if errors.Is(err, tgclient.ErrUnknownCall) {
+			return nil, unknownCall(callID)
+		} else if err != nil {
+			return nil, err
+		}
+		entries := make([]ledger.Stored, len(r.Entries))
+		for i, e := range r.Entries {
+			entries[i] = ledger.Stored{Index: e.Index, Entry: e.Entry}
+		}
+		return entries, nil
+	}
+	l, err := f.open(cmd.Context())
+	if err != nil {
+		return nil, err
+	}
+	defer l.Close()
+	entries, err := l.CallEntries(cmd.Context(), callID)
+	if err != nil {
+		return nil, err
+	}
+	if len(entries) == 0 {
+		return nil, unknownCall(callID)
+	}
+	return entries, nil
 }
 
 // printEntry prints an entry on a few lines for a person.
@@ -219,6 +281,10 @@ a rewritten entry. --export FILE checks an export offline, --receipt FILE a
 receipt: no database, no server, only the verifier key (--key or
 --ledger-key; a key inside a receipt or an export is not trusted).
 
+With --api (an auditor's or an admin's token) it reads every entry and the
+latest checkpoint through a server and recomputes the tree from them,
+checked with the key you hold (--key or --ledger-key), never the server's.
+
 Exit status 0 when intact; 1 naming the first bad entry or failed proof.`,
 		Args: exactArgs(),
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -235,6 +301,8 @@ Exit status 0 when intact; 1 naming the first bad entry or failed proof.`,
 				notes = append(notes, ns...)
 			}
 			switch {
+			case cmd.Flags().Changed("api") && (exportFile != "" || receiptFn != ""):
+				return usageError("--export and --receipt are checked offline, from the file alone: leave out --api")
 			case exportFile != "" && receiptFn != "":
 				return usageError("--export and --receipt are checked one at a time")
 			case exportFile != "":
@@ -244,6 +312,13 @@ Exit status 0 when intact; 1 naming the first bad entry or failed proof.`,
 					return usageError("--checkpoint goes with a whole log, not a receipt")
 				}
 				return a.verifyReceipt(f, receiptFn)
+			}
+			c, err := f.remote(cmd)
+			if err != nil {
+				return err
+			}
+			if c != nil {
+				return a.verifyAPI(cmd.Context(), f, c, notes)
 			}
 			l, err := f.open(cmd.Context())
 			if err != nil {
@@ -259,6 +334,7 @@ Exit status 0 when intact; 1 naming the first bad entry or failed proof.`,
 		},
 	}
 	f.add(cmd, true)
+	f.addAPI(cmd)
 	cmd.Flags().StringArrayVar(&held, "checkpoint", nil, "a checkpoint (or a file of them) kept outside the ledger's database; repeatable")
 	cmd.Flags().StringVar(&exportFile, "export", "", "check an export ('toolgate audit export') offline")
 	cmd.Flags().StringVar(&receiptFn, "receipt", "", "check a receipt ('toolgate audit proof') offline")
@@ -276,6 +352,48 @@ func (a *app) printReport(what string, rep ledger.Report) {
 	}
 	fmt.Fprintf(a.stdout, "ledger %s (%s) intact: %d entries%s, %d checkpoints, signed up to size %d%s\n",
 		what, rep.Origin, rep.Entries, part, rep.Checkpoints, rep.Size, held)
+}
+
+// verifyAPI checks the ledger a server reads: every entry through GET
+// /v1/audit/entries, recomputed into the tree, against its latest
+// checkpoint and the held ones, with the key the flags name.
+func (a *app) verifyAPI(ctx context.Context, f auditFlags, c *apiclient.Client, held [][]byte) error {
+	keys, err := f.verifier()
+	if err != nil {
+		return err
+	}
+	v := ledger.NewVerification(keys.Verifier)
+	// The checkpoint first: the entries read after it cover it, however
+	// the log grows meanwhile.
+	cp, err := c.AuditCheckpoint(ctx)
+	var refused *tgclient.RefusedError
+	switch {
+	case errors.As(err, &refused) && refused.Type == "no_checkpoint":
+		// an empty log verifies; entries without a checkpoint do not (Finish)
+	case err != nil:
+		return err
+	default:
+		v.Checkpoint(cp)
+	}
+	for _, n := range held {
+		v.Held(n)
+	}
+	for next := int64(0); next >= 0; {
+		page, n, err := c.AuditEntries(ctx, next)
+		if err != nil {
+			return err
+		}
+		for _, e := range page {
+			v.Entry(e.Index, e.Entry, nil)
+		}
+		next = n
+	}
+	rep, err := v.Finish()
+	if err != nil {
+		return failed("ledger at %s is NOT intact: %v", f.api.url, err)
+	}
+	a.printReport("at "+f.api.url, rep)
+	return nil
 }
 
 func (a *app) verifyExport(f auditFlags, path string, held [][]byte) error {
@@ -357,9 +475,11 @@ func (a *app) auditKeyCommand() *cobra.Command {
 toolgate/<deployment>+<hash>+<key>): give it to whoever checks the ledger,
 out of band. --new FILE --deployment NAME makes a signing key for a
 deployment (mode 0600; an existing file is never overwritten) and prints its
-verifier key: the log's origin is toolgate/NAME.`,
+verifier key: the log's origin is toolgate/NAME. With --api it prints the
+key a server states: that is the server's word, to compare with the key
+its operator gave you, not to check the server's ledger with.`,
 		Args: exactArgs(),
-		RunE: func(_ *cobra.Command, _ []string) error {
+		RunE: func(cmd *cobra.Command, _ []string) error {
 			if newFile != "" {
 				if deploy == "" {
 					return usageError("--new needs --deployment NAME (the log's origin is toolgate/NAME)")
@@ -374,6 +494,18 @@ verifier key: the log's origin is toolgate/NAME.`,
 				fmt.Fprintln(a.stdout, k.VerifierKey)
 				return nil
 			}
+			c, err := f.remote(cmd)
+			if err != nil {
+				return err
+			}
+			if c != nil {
+				key, err := c.AuditKey(cmd.Context())
+				if err != nil {
+					return err
+				}
+				fmt.Fprintln(a.stdout, key)
+				return nil
+			}
 			k, err := f.verifier()
 			if err != nil {
 				return err
@@ -383,6 +515,7 @@ verifier key: the log's origin is toolgate/NAME.`,
 		},
 	}
 	f.add(cmd, false)
+	f.addAPI(cmd)
 	cmd.Flags().StringVar(&newFile, "new", "", "make a signing key in this file")
 	cmd.Flags().StringVar(&deploy, "deployment", "", "the deployment the new key signs for")
 	return cmd
@@ -398,18 +531,16 @@ func (a *app) auditProofCommand() *cobra.Command {
 		Short: "Write a call's receipt: its entries, their inclusion proofs and the signed checkpoint",
 		Long: `Write a receipt anyone can check offline, with 'toolgate audit verify
 --receipt FILE' or the formats' own packages (golang.org/x/mod/sumdb/note
-and tlog; docs/audit.md has the program).`,
+and tlog; docs/audit.md has the program). With --api the server writes it
+(GET /v1/audit/calls/{id}).`,
 		Args: exactArgs("CALL_ID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			l, err := f.open(cmd.Context())
-			if err != nil {
-				return err
-			}
-			defer l.Close()
-			r, err := l.Prove(cmd.Context(), args[0])
+			r, err := f.prove(cmd, args[0])
 			switch {
-			case errors.Is(err, ledger.ErrNotFound):
-				return failed("the ledger has no entries for call %q", args[0])
+			case errors.Is(err, ledger.ErrNotFound), errors.Is(err, tgclient.ErrUnknownCall):
+				return unknownCall(args[0])
+			case errors.As(err, new(*exitError)):
+				return err
 			case err != nil:
 				return failed("%v", err)
 			}
@@ -417,8 +548,26 @@ and tlog; docs/audit.md has the program).`,
 		},
 	}
 	f.add(cmd, true)
+	f.addAPI(cmd)
 	cmd.Flags().StringVarP(&out, "output", "o", "", "write to this file instead of stdout")
 	return cmd
+}
+
+// prove returns a call's receipt, from the database or through the API.
+func (f auditFlags) prove(cmd *cobra.Command, callID string) (ledger.Receipt, error) {
+	c, err := f.remote(cmd)
+	if err != nil {
+		return ledger.Receipt{}, err
+	}
+	if c != nil {
+		return c.AuditReceipt(cmd.Context(), callID)
+	}
+	l, err := f.open(cmd.Context())
+	if err != nil {
+		return ledger.Receipt{}, err
+	}
+	defer l.Close()
+	return l.Prove(cmd.Context(), callID)
 }
 
 func (a *app) auditExportCommand() *cobra.Command {
