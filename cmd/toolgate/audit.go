@@ -498,6 +498,10 @@ its operator gave you, not to check the server's ledger with.`,
 			if err != nil {
 				return err
 			}
+			local := cmd.Flags().Changed("ledger-key") || cmd.Flags().Changed("key")
+			if c != nil && local && !cmd.Flags().Changed("api") {
+				c = nil // a key named on the command line wins over TOOLGATE_API
+			}
 			if c != nil {
 				key, err := c.AuditKey(cmd.Context())
 				if err != nil {

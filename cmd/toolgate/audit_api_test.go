@@ -123,3 +123,33 @@ func TestAuditOverTheAPIRefusesWhatItCannotDo(t *testing.T) {
 	assert.Equal(t, exitUsage, code)
 	assert.Contains(t, errs, "--key VKEY")
 }
+
+func TestAuditTakesTheServerFromTheEnvironmentUnlessTheDatabaseIsNamed(t *testing.T) {
+	al := newAuditLedger(t)
+	_, url := serveAuditLedger(t, al)
+	_, vkey, _ := audit(t, "key", "--ledger-key", al.key)
+	t.Setenv("TOOLGATE_API", url)
+	t.Setenv("TOOLGATE_TOKEN", "auditor-token")
+
+	code, out, errs := audit(t, "verify", "--key", strings.TrimSpace(vkey))
+	require.Equal(t, 0, code, errs)
+	assert.Contains(t, out, "ledger at "+url+" (toolgate/prod) intact")
+
+	code, out, errs = audit(t, "verify", "--ledger", al.db, "--key", strings.TrimSpace(vkey))
+	require.Equal(t, 0, code, errs)
+	assert.Contains(t, out, "ledger "+al.db+" (toolgate/prod) intact", "--ledger names the database")
+	t.Setenv("TOOLGATE_LEDGER", al.db)
+	code, out, errs = audit(t, "verify", "--key", strings.TrimSpace(vkey))
+	require.Equal(t, 0, code, errs)
+	assert.Contains(t, out, "ledger "+al.db+" (toolgate/prod) intact", "TOOLGATE_LEDGER wins over TOOLGATE_API")
+
+	other := filepath.Join(t.TempDir(), "other.key")
+	code, otherKey, errs := audit(t, "key", "--new", other, "--deployment", "other")
+	require.Equal(t, 0, code, errs)
+	code, out, errs = audit(t, "key", "--ledger-key", other)
+	require.Equal(t, 0, code, errs)
+	assert.Equal(t, otherKey, out, "a key file named on the command line, not the server's key")
+	code, out, errs = audit(t, "key")
+	require.Equal(t, 0, code, errs)
+	assert.Equal(t, vkey, out, "the server's key")
+}
