@@ -294,9 +294,14 @@ Exit status 0 when intact; 1 naming the first bad entry or failed proof.`,
 				if err != nil {
 					return usageError("--checkpoint: %v", err)
 				}
-				ns := splitNotes(b)
-				if len(ns) == 0 {
+				ns, err := splitNotes(b)
+				switch {
+				case len(ns) == 0 && err != nil:
+					return failed("%s holds no checkpoint: %v", h, err)
+				case len(ns) == 0:
 					return failed("%s holds no checkpoint", h)
+				case err != nil:
+					return failed("%s: %v", h, err)
 				}
 				notes = append(notes, ns...)
 			}
@@ -439,12 +444,14 @@ func (a *app) verifyReceipt(f auditFlags, path string) error {
 // splitNotes splits checkpoints written one after the other (as
 // --ledger-checkpoints does). A note is its text, a blank line, then its
 // signature lines ("— name sig"); what follows the last of those starts
-// the next note.
-func splitNotes(b []byte) [][]byte {
+// the next note. Text after the last note that no signature line ends (a
+// note cut short, or something else) is an error, never skipped.
+func splitNotes(b []byte) ([][]byte, error) {
 	var notes [][]byte
 	var cur []byte
-	inSigs := false
+	inSigs, lineNo, from := false, 0, 0
 	for _, line := range bytes.SplitAfter(b, []byte("\n")) {
+		lineNo++
 		isSig := bytes.HasPrefix(line, []byte("— "))
 		switch {
 		case inSigs && !isSig:
@@ -452,15 +459,20 @@ func splitNotes(b []byte) [][]byte {
 		case isSig:
 			inSigs = true
 		}
-		if !inSigs && len(cur) == 0 && len(bytes.TrimSpace(line)) == 0 {
-			continue // the blank line between notes
+		if !inSigs && len(cur) == 0 {
+			if len(bytes.TrimSpace(line)) == 0 {
+				continue // the blank line between notes
+			}
+			from = lineNo
 		}
 		cur = append(cur, line...)
 	}
 	if inSigs {
 		notes = append(notes, cur)
+	} else if len(cur) > 0 {
+		return notes, fmt.Errorf("line %d on is not a signed note (its text, a blank line, then signature lines starting with \"— \"): a checkpoint cut short?", from)
 	}
-	return notes
+	return notes, nil
 }
 
 func (a *app) auditKeyCommand() *cobra.Command {
@@ -646,6 +658,11 @@ connection flags and the ledger's database with its signing key.`,
 		Args: exactArgs(),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
+			if keys, err := f.verifier(); err != nil {
+				return err
+			} else if keys.Signer == nil {
+				return usageError("backfill signs a checkpoint of what it adds: give the ledger's signing key (--ledger-key FILE), not its verifier key")
+			}
 			l, err := f.open(ctx)
 			if err != nil {
 				return err

@@ -177,3 +177,32 @@ func TestAuditKeyNewMakesAPrivateKeyAndNeverOverwrites(t *testing.T) {
 	assert.Equal(t, exitUsage, code)
 	assert.Contains(t, errs, "--new needs --deployment NAME")
 }
+
+func TestAuditVerifySplitsAHeldFileOfCheckpoints(t *testing.T) {
+	al := newAuditLedger(t)
+	held, err := os.ReadFile(al.held)
+	require.NoError(t, err)
+	require.Equal(t, 2, bytes.Count(held, []byte("\n— ")), "two checkpoints, as --ledger-checkpoints wrote them")
+	path := filepath.Join(t.TempDir(), "held")
+
+	spaced := bytes.ReplaceAll(held, []byte("\n\ntoolgate/"), []byte("\n\n\n \n\ntoolgate/"))
+	require.NotEqual(t, held, spaced, "more blank lines between the checkpoints")
+	require.NoError(t, os.WriteFile(path, append([]byte("\n"), spaced...), 0o644))
+	code, out, errs := audit(t, "verify", "--ledger", al.db, "--ledger-key", al.key, "--checkpoint", path)
+	require.Equal(t, 0, code, errs)
+	assert.Contains(t, out, "consistent with the held checkpoint of size 20")
+
+	// A checkpoint cut short at the end is named, not skipped.
+	require.NoError(t, os.WriteFile(path, append(held, "toolgate/prod\n20\n"...), 0o644))
+	code, _, errs = audit(t, "verify", "--ledger", al.db, "--ledger-key", al.key, "--checkpoint", path)
+	assert.Equal(t, exitFailure, code)
+	assert.Contains(t, errs, path+": line 13 on is not a signed note")
+}
+
+func TestAuditBackfillNeedsTheSigningKey(t *testing.T) {
+	al := newAuditLedger(t)
+	_, vkey, _ := audit(t, "key", "--ledger-key", al.key)
+	code, _, errs := audit(t, "backfill", "--ledger", al.db, "--key", strings.TrimSpace(vkey))
+	assert.Equal(t, exitUsage, code)
+	assert.Contains(t, errs, "give the ledger's signing key")
+}
