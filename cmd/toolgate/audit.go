@@ -613,6 +613,9 @@ carries its inclusion proof against the latest checkpoint.`,
 					return usageError("--until %q is not an RFC 3339 time (2026-12-01T00:00:00Z)", until)
 				}
 			}
+			if !from.IsZero() && !to.IsZero() && !to.After(from) {
+				return usageError("--until %s is not after --since %s: the export would be empty", until, since)
+			}
 			l, err := f.open(cmd.Context())
 			if err != nil {
 				return err

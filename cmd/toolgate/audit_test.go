@@ -206,3 +206,25 @@ func TestAuditBackfillNeedsTheSigningKey(t *testing.T) {
 	assert.Equal(t, exitUsage, code)
 	assert.Contains(t, errs, "give the ledger's signing key")
 }
+
+func TestAuditExportNamesABadTimeRange(t *testing.T) {
+	al := newAuditLedger(t)
+	for args, want := range map[[2]string]string{
+		{"--since", "yesterday"}: `--since "yesterday" is not an RFC 3339 time`,
+		{"--until", "2026-13-01"}: `--until "2026-13-01" is not an RFC 3339 time`,
+	} {
+		code, _, errs := audit(t, "export", "--ledger", al.db, "--ledger-key", al.key, args[0], args[1])
+		assert.Equal(t, exitUsage, code, args)
+		assert.Contains(t, errs, want)
+	}
+	code, _, errs := audit(t, "export", "--ledger", al.db, "--ledger-key", al.key, "--since", "2026-12-03T11:00:00Z", "--until", "2026-12-03T10:00:00Z")
+	assert.Equal(t, exitUsage, code)
+	assert.Contains(t, errs, "--until 2026-12-03T10:00:00Z is not after --since 2026-12-03T11:00:00Z")
+
+	out := filepath.Join(t.TempDir(), "part.jsonl")
+	code, _, errs = audit(t, "export", "--ledger", al.db, "--ledger-key", al.key, "--since", "2026-12-03T09:00:00Z", "--until", "2026-12-03T11:00:00Z", "-o", out)
+	require.Equal(t, 0, code, errs)
+	code, stdout, errs := audit(t, "verify", "--export", out, "--ledger-key", al.key)
+	require.Equal(t, 0, code, errs)
+	assert.Contains(t, stdout, "intact: 20 entries (a part of the log, each entry proved against the latest checkpoint)")
+}
