@@ -210,7 +210,7 @@ func TestAuditBackfillNeedsTheSigningKey(t *testing.T) {
 func TestAuditExportNamesABadTimeRange(t *testing.T) {
 	al := newAuditLedger(t)
 	for args, want := range map[[2]string]string{
-		{"--since", "yesterday"}: `--since "yesterday" is not an RFC 3339 time`,
+		{"--since", "yesterday"}:  `--since "yesterday" is not an RFC 3339 time`,
 		{"--until", "2026-13-01"}: `--until "2026-13-01" is not an RFC 3339 time`,
 	} {
 		code, _, errs := audit(t, "export", "--ledger", al.db, "--ledger-key", al.key, args[0], args[1])
