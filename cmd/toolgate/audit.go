@@ -228,6 +228,9 @@ func printEntry(w io.Writer, s ledger.Stored) {
 	line("requester", e.Requester)
 	line("user", e.ActingUser)
 	line("tool", e.Tool)
+	if e.Execution == "agent" {
+		line("runs", "in the agent, which reports its outcome")
+	}
 	if len(e.Args) > 0 {
 		line("args", string(e.Args))
 	}
@@ -241,8 +244,12 @@ func printEntry(w io.Writer, s ledger.Stored) {
 		if len(d.Groups) > 0 {
 			by += " for " + strings.Join(d.Groups, ",")
 		}
+		if d.User {
+			by += " (the acting user, in the agent's client)"
+		}
 		line("decision", by)
 		line("reason", d.Reason)
+		line("comment", d.Comment)
 		line("sticky", d.Sticky)
 		for _, ap := range d.Approvals {
 			line("approval", ap.By+" via "+ap.Channel)

@@ -228,3 +228,29 @@ func TestAuditExportNamesABadTimeRange(t *testing.T) {
 	require.Equal(t, 0, code, errs)
 	assert.Contains(t, stdout, "intact: 20 entries (a part of the log, each entry proved against the latest checkpoint)")
 }
+
+func TestAuditShowSaysWhoDecidedAndWhereTheToolRan(t *testing.T) {
+	dir := t.TempDir()
+	db, keyFile := filepath.Join(dir, "ledger.db"), filepath.Join(dir, "ledger.key")
+	keys, _, err := ledger.LoadOrCreateKey(keyFile, "prod")
+	require.NoError(t, err)
+	l, err := ledger.Open(context.Background(), ledger.Options{DSN: db, Keys: keys})
+	require.NoError(t, err)
+	at := time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC)
+	_, err = l.Append(context.Background(),
+		ledger.Entry{Kind: ledger.KindCallSubmitted, Event: "u1/r/call.submitted", At: at, CallID: "u1", Requester: "claude", ActingUser: "dana", Tool: "shell", Execution: "agent"},
+		ledger.Entry{Kind: ledger.KindCallDecided, Event: "u1/r/call.decided", At: at, CallID: "u1",
+			Decision: &ledger.Decision{Kind: "denied", DecidedBy: "dana", Channel: "hook", User: true, Reason: "not on main", Comment: "use a branch"}},
+		ledger.Entry{Kind: ledger.KindCallFinished, Event: "u1/r/call.finished", At: at, CallID: "u1", Status: "denied", Reason: "not on main"})
+	require.NoError(t, err)
+	require.NoError(t, l.Close())
+
+	code, out, errs := audit(t, "show", "u1", "--ledger", db, "--ledger-key", keyFile)
+	require.Equal(t, 0, code, errs)
+	assert.Contains(t, out, "user:     dana")
+	assert.Contains(t, out, "runs:     in the agent, which reports its outcome")
+	assert.Contains(t, out, "decision: denied by dana via hook (the acting user, in the agent's client)")
+	assert.Contains(t, out, "reason:   not on main")
+	assert.Contains(t, out, "comment:  use a branch")
+	assert.Contains(t, out, "status:   denied")
+}
