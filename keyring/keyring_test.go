@@ -1,0 +1,196 @@
+package keyring_test
+
+import (
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	commonpb "go.temporal.io/api/common/v1"
+	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/toolgate/toolgate/keyring"
+)
+
+const secret = "AWS_SECRET=sk-live-4f9d2c"
+
+func newRing(t *testing.T) (*keyring.Keyring, string) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "keys.json")
+	k, created, err := keyring.LoadOrCreate(path)
+	require.NoError(t, err)
+	require.True(t, created)
+	return k, path
+}
+
+func TestTheFirstStartMakesAPrivateKeyringAndTheNextReadsIt(t *testing.T) {
+	k, path := newRing(t)
+	info, err := os.Stat(path)
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o600), info.Mode().Perm())
+	again, created, err := keyring.LoadOrCreate(path)
+	require.NoError(t, err)
+	assert.False(t, created)
+	assert.Equal(t, k.Current(), again.Current())
+	require.Len(t, again.List(), 1)
+	assert.True(t, again.List()[0].Current)
+	assert.Regexp(t, `^k\d{8}-[0-9a-f]{6}$`, k.Current())
+}
+
+func TestAKeyringOthersMayReadIsRefused(t *testing.T) {
+	_, path := newRing(t)
+	require.NoError(t, os.Chmod(path, 0o640))
+	_, err := keyring.Load(path)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "chmod 600")
+}
+
+func TestABrokenKeyringFileIsNamed(t *testing.T) {
+	for name, body := range map[string]string{
+		"not json":        `{"keys": [`,
+		"no keys":         `{"current": "a", "keys": []}`,
+		"short key":       `{"current": "a", "keys": [{"id": "a", "key": "AAAA"}]}`,
+		"unknown current": `{"current": "b", "keys": [{"id": "a", "key": "` + strings.Repeat("A", 43) + `="}]}`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "keys.json")
+			require.NoError(t, os.WriteFile(path, []byte(body), 0o600))
+			_, err := keyring.Load(path)
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), path)
+		})
+	}
+}
+
+func TestPayloadsAreEncryptedAndReadBack(t *testing.T) {
+	k, _ := newRing(t)
+	dc := keyring.DataConverter(k)
+	p, err := dc.ToPayload(map[string]string{"content": secret})
+	require.NoError(t, err)
+	assert.Equal(t, keyring.EncodingEncrypted, string(p.Metadata[converter.MetadataEncoding]))
+	assert.Equal(t, k.Current(), string(p.Metadata[keyring.MetadataKeyID]))
+	assert.NotContains(t, string(p.Data), "sk-live")
+	raw, _ := json.Marshal(p)
+	assert.NotContains(t, string(raw), "sk-live")
+
+	var back map[string]string
+	require.NoError(t, dc.FromPayload(p, &back))
+	assert.Equal(t, secret, back["content"])
+
+	again, err := dc.ToPayload(map[string]string{"content": secret})
+	require.NoError(t, err)
+	assert.NotEqual(t, p.Data, again.Data, "a fresh nonce per payload")
+}
+
+func TestPlaintextPayloadsFromBeforeStillRead(t *testing.T) {
+	k, _ := newRing(t)
+	plain, err := converter.GetDefaultDataConverter().ToPayload("written before encryption")
+	require.NoError(t, err)
+	var s string
+	require.NoError(t, keyring.DataConverter(k).FromPayload(plain, &s))
+	assert.Equal(t, "written before encryption", s)
+}
+
+func TestRotationKeepsOldPayloadsReadable(t *testing.T) {
+	k, path := newRing(t)
+	old, err := keyring.DataConverter(k).ToPayload(secret)
+	require.NoError(t, err)
+
+	added, err := keyring.Rotate(path)
+	require.NoError(t, err)
+	rotated, err := keyring.Load(path)
+	require.NoError(t, err)
+	assert.Equal(t, added.ID, rotated.Current())
+	assert.NotEqual(t, k.Current(), rotated.Current())
+	require.Len(t, rotated.List(), 2)
+
+	var s string
+	require.NoError(t, keyring.DataConverter(rotated).FromPayload(old, &s))
+	assert.Equal(t, secret, s)
+	fresh, err := keyring.DataConverter(rotated).ToPayload(secret)
+	require.NoError(t, err)
+	assert.Equal(t, added.ID, string(fresh.Metadata[keyring.MetadataKeyID]))
+
+	// A process still running with the ring before rotation reads the new
+	// key from the file when it first meets it.
+	require.NoError(t, keyring.DataConverter(k).FromPayload(fresh, &s))
+	assert.Equal(t, secret, s)
+}
+
+func TestAPayloadThatCannotBeDecryptedIsAClearError(t *testing.T) {
+	k, _ := newRing(t)
+	other, _ := newRing(t)
+	p, err := keyring.DataConverter(k).ToPayload(secret)
+	require.NoError(t, err)
+	var s string
+
+	err = keyring.DataConverter(other).FromPayload(p, &s)
+	require.Error(t, err)
+	assert.True(t, errors.Is(err, keyring.ErrUnknownKey), "%v", err)
+	assert.Contains(t, err.Error(), k.Current())
+
+	corrupted := clone(p)
+	corrupted.Data[len(corrupted.Data)-1] ^= 0x01
+	err = keyring.DataConverter(k).FromPayload(corrupted, &s)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "does not decrypt")
+
+	truncated := clone(p)
+	truncated.Data = truncated.Data[:10]
+	err = keyring.DataConverter(k).FromPayload(truncated, &s)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "truncated")
+
+	// The same key ID with other bytes: a wrong key, not garbage.
+	wrong := filepath.Join(t.TempDir(), "keys.json")
+	body := `{"current": "` + k.Current() + `", "keys": [{"id": "` + k.Current() + `", "key": "` + strings.Repeat("A", 43) + `="}]}`
+	require.NoError(t, os.WriteFile(wrong, []byte(body), 0o600))
+	wk, err := keyring.Load(wrong)
+	require.NoError(t, err)
+	err = keyring.DataConverter(wk).FromPayload(p, &s)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "does not decrypt")
+
+	unnamed := clone(p)
+	delete(unnamed.Metadata, keyring.MetadataKeyID)
+	err = keyring.DataConverter(k).FromPayload(unnamed, &s)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), keyring.MetadataKeyID)
+}
+
+func TestFailuresCarryTheirMessageEncrypted(t *testing.T) {
+	k, _ := newRing(t)
+	fc := keyring.FailureConverter(k)
+	f := fc.ErrorToFailure(temporal.NewApplicationError("tool failed: "+secret, "ToolError"))
+	assert.NotContains(t, f.GetMessage(), "sk-live")
+	assert.NotContains(t, f.GetStackTrace(), "sk-live")
+	require.NotNil(t, f.GetEncodedAttributes())
+	assert.Equal(t, keyring.EncodingEncrypted, string(f.GetEncodedAttributes().Metadata[converter.MetadataEncoding]))
+
+	err := fc.FailureToError(f)
+	assert.Contains(t, err.Error(), secret)
+}
+
+func TestSealedValuesAreBoundToTheirPurpose(t *testing.T) {
+	k, _ := newRing(t)
+	id, sealed, err := k.Seal("ledger", []byte(secret))
+	require.NoError(t, err)
+	plain, err := k.Open("ledger", id, sealed)
+	require.NoError(t, err)
+	assert.Equal(t, secret, string(plain))
+	_, err = k.Open("payload", id, sealed)
+	assert.Error(t, err)
+}
+
+func clone(p *commonpb.Payload) *commonpb.Payload {
+	c := &commonpb.Payload{Metadata: map[string][]byte{}, Data: append([]byte(nil), p.Data...)}
+	for k, v := range p.Metadata {
+		c.Metadata[k] = v
+	}
+	return c
+}
