@@ -15,6 +15,7 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/toolgate/toolgate/policy"
@@ -59,10 +60,20 @@ type Activities struct {
 	Channels []Channel
 	// Client starts session workflows (SignalWithStart).
 	Client client.Client
+	// DataConverter is the one Client was dialled with: it decodes the
+	// memos the activities read. Nil: the SDK's default.
+	DataConverter converter.DataConverter
 	// MaxOutputBytes caps tool outputs; zero means DefaultMaxOutputBytes.
 	MaxOutputBytes int
 	// Ledger receives the workflows' ledger entries; nil: none kept.
 	Ledger Ledger
+}
+
+func (a *Activities) dataConverter() converter.DataConverter {
+	if a.DataConverter == nil {
+		return converter.GetDefaultDataConverter()
+	}
+	return a.DataConverter
 }
 
 // Evaluation is the policy's verdict on a call, recorded in history so a

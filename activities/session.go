@@ -91,7 +91,7 @@ func (a *Activities) readSession(ctx context.Context, workflowID, key string) (S
 	case err != nil:
 		return SessionWord{}, fmt.Errorf("read session %s: %w", workflowID, err)
 	}
-	return sessionWordOf(desc.GetWorkflowExecutionInfo(), key)
+	return sessionWordOf(a.dataConverter(), desc.GetWorkflowExecutionInfo(), key)
 }
 
 // ReadSessionInput is the argument of ReadSession.
@@ -112,8 +112,8 @@ func (a *Activities) ReadSession(ctx context.Context, in ReadSessionInput) (Sess
 
 // sessionWordOf reads a session's word to a call of key from its run's
 // description.
-func sessionWordOf(info *workflowpb.WorkflowExecutionInfo, key string) (SessionWord, error) {
-	news, owner, err := SessionMemo(info)
+func sessionWordOf(dc converter.DataConverter, info *workflowpb.WorkflowExecutionInfo, key string) (SessionWord, error) {
+	news, owner, err := SessionMemo(dc, info)
 	if err != nil {
 		return SessionWord{}, err
 	}
@@ -124,12 +124,12 @@ func sessionWordOf(info *workflowpb.WorkflowExecutionInfo, key string) (SessionW
 	return word, nil
 }
 
-// newsOf decodes a session run's news and owner from its memo.
-func SessionMemo(info *workflowpb.WorkflowExecutionInfo) (SessionNews, string, error) {
+// SessionMemo decodes a session run's news and owner from its memo, with
+// the data converter the memo was written with.
+func SessionMemo(dc converter.DataConverter, info *workflowpb.WorkflowExecutionInfo) (SessionNews, string, error) {
 	var news SessionNews
 	var owner string
 	fields := info.GetMemo().GetFields()
-	dc := converter.GetDefaultDataConverter()
 	if p, ok := fields[MemoNews]; ok {
 		if err := dc.FromPayload(p, &news); err != nil {
 			return news, "", fmt.Errorf("decode the session's news: %w", err)
@@ -173,7 +173,7 @@ func (a *Activities) SignalWithStart(ctx context.Context, in SignalWithStartInpu
 		case err != nil:
 			return fmt.Errorf("describe %s: %w", in.WorkflowID, err)
 		case desc.GetWorkflowExecutionInfo().GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING:
-			news, _, err := SessionMemo(desc.GetWorkflowExecutionInfo())
+			news, _, err := SessionMemo(a.dataConverter(), desc.GetWorkflowExecutionInfo())
 			if err != nil {
 				return err
 			}
@@ -215,7 +215,7 @@ func (a *Activities) JoinWaitingRoom(ctx context.Context, in JoinInput) (Session
 	case err != nil:
 		return SessionWord{}, fmt.Errorf("read session %s: %w", in.Session, err)
 	}
-	return sessionWordOf(desc.GetWorkflowExecutionInfo(), in.Key)
+	return sessionWordOf(a.dataConverter(), desc.GetWorkflowExecutionInfo(), in.Key)
 }
 
 // Census counts the calls waiting in a session's rooms, with the groups

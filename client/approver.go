@@ -17,6 +17,7 @@ import (
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/toolgate/toolgate/keyring"
 	"github.com/toolgate/toolgate/policy"
 	"github.com/toolgate/toolgate/workflows"
 )
@@ -93,7 +94,7 @@ func (c *Client) summaries(ctx context.Context, q string, pageSize int32, limit 
 			return nil, fmt.Errorf("list calls: %w", err)
 		}
 		for _, e := range resp.GetExecutions() {
-			s, err := summaryFrom(e)
+			s, err := summaryFrom(c.dc, e)
 			if err != nil {
 				return nil, err
 			}
@@ -172,7 +173,7 @@ func quote(s string) string {
 	return strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(s)
 }
 
-func summaryFrom(e *workflowpb.WorkflowExecutionInfo) (CallSummary, error) {
+func summaryFrom(dc converter.DataConverter, e *workflowpb.WorkflowExecutionInfo) (CallSummary, error) {
 	sa, err := searchAttributes(e.GetSearchAttributes())
 	if err != nil {
 		return CallSummary{}, err
@@ -190,11 +191,15 @@ func summaryFrom(e *workflowpb.WorkflowExecutionInfo) (CallSummary, error) {
 	if e.GetCloseTime() != nil {
 		s.ClosedAt = e.GetCloseTime().AsTime()
 	}
-	dc := converter.GetDefaultDataConverter()
 	fields := e.GetMemo().GetFields()
+	var errs []error
 	decode := func(key string, into any) {
 		if v, ok := fields[key]; ok {
-			_ = dc.FromPayload(v, into)
+			// A memo of an older shape reads as far as it goes; one that
+			// does not decrypt is said, never shown as empty.
+			if err := dc.FromPayload(v, into); err != nil && keyring.Encrypted(v) {
+				errs = append(errs, fmt.Errorf("call %s: memo %s: %w", s.CallID, key, err))
+			}
 		}
 	}
 	decode(workflows.MemoMessage, &s.Message)
@@ -203,7 +208,7 @@ func summaryFrom(e *workflowpb.WorkflowExecutionInfo) (CallSummary, error) {
 	decode(workflows.MemoGroups, &s.Groups)
 	decode(workflows.MemoDeadline, &s.Deadline)
 	decode(workflows.MemoApprovals, &s.Approvals)
-	return s, nil
+	return s, errors.Join(errs...)
 }
 
 type callAttributes struct {
@@ -479,7 +484,7 @@ func (c *Client) Request(ctx context.Context, callID string) (policy.Call, error
 		return policy.Call{}, fmt.Errorf("call %s: history does not start with its request", callID)
 	}
 	var in workflows.CallInput
-	if err := converter.GetDefaultDataConverter().FromPayloads(attrs.GetInput(), &in); err != nil {
+	if err := c.dc.FromPayloads(attrs.GetInput(), &in); err != nil {
 		return policy.Call{}, fmt.Errorf("decode request of call %s: %w", callID, err)
 	}
 	return in.Call, nil

@@ -45,6 +45,9 @@ type Client struct {
 	// claims remembers the sessions found to belong to their caller
 	// (session.go).
 	claims *claims
+	// dc decodes what the client reads raw (memos, heartbeats, inputs): the
+	// converter tc was dialled with.
+	dc converter.DataConverter
 }
 
 // New wraps a connected Temporal client. taskQueue is where toolgate's
@@ -53,7 +56,17 @@ func New(tc client.Client, taskQueue string) *Client {
 	if taskQueue == "" {
 		taskQueue = workflows.TaskQueue
 	}
-	return &Client{tc: tc, taskQueue: taskQueue, namespace: "default", firstPages: &pageHints{}, claims: &claims{}}
+	return &Client{tc: tc, taskQueue: taskQueue, namespace: "default", firstPages: &pageHints{}, claims: &claims{}, dc: converter.GetDefaultDataConverter()}
+}
+
+// WithDataConverter returns a client that decodes what it reads raw from
+// Temporal (memos, heartbeats, a call's request) with dc: the data
+// converter tc was dialled with (keyring.DataConverter when payloads are
+// encrypted). The default is the SDK's.
+func (c *Client) WithDataConverter(dc converter.DataConverter) *Client {
+	n := *c
+	n.dc = dc
+	return &n
 }
 
 // WithNamespace returns a client that names namespace where the Temporal
@@ -416,18 +429,18 @@ func (c *Client) Status(ctx context.Context, callID string) (Status, error) {
 	if err := c.withRanAfterEnd(ctx, callID, st.Result); err != nil { // final, the workflow is finishing up
 		return Status{}, err
 	}
-	return Status{State: &st, Progress: toolProgress(desc)}, nil
+	return Status{State: &st, Progress: toolProgress(c.dc, desc)}, nil
 }
 
 // toolProgress is the progress a running tool step's heartbeat carries
 // (activities.ToolHeartbeat), from the describe of its call.
-func toolProgress(desc *workflowservice.DescribeWorkflowExecutionResponse) *tool.Progress {
+func toolProgress(dc converter.DataConverter, desc *workflowservice.DescribeWorkflowExecutionResponse) *tool.Progress {
 	for _, pa := range desc.GetPendingActivities() {
 		if pa.GetActivityType().GetName() != activities.RunToolType || pa.GetHeartbeatDetails() == nil {
 			continue
 		}
 		var hb activities.ToolHeartbeat
-		if err := converter.GetDefaultDataConverter().FromPayloads(pa.GetHeartbeatDetails(), &hb); err == nil {
+		if err := dc.FromPayloads(pa.GetHeartbeatDetails(), &hb); err == nil {
 			return hb.Progress
 		}
 	}

@@ -176,7 +176,7 @@ func (c *Client) ListPage(ctx context.Context, f ListFilter, p PageRequest) (Pag
 	}
 	out := Page{Calls: make([]CallSummary, 0, len(resp.GetExecutions()))}
 	for _, e := range resp.GetExecutions() {
-		s, err := summaryFrom(e)
+		s, err := summaryFrom(c.dc, e)
 		if err != nil {
 			return Page{}, err
 		}

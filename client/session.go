@@ -49,7 +49,7 @@ func (c *Client) openSession(ctx context.Context, session, agent string) error {
 			return fmt.Errorf("read session %s: %w", session, err)
 		default:
 			info := desc.GetWorkflowExecutionInfo()
-			news, owner, err := activities.SessionMemo(info)
+			news, owner, err := activities.SessionMemo(c.dc, info)
 			if err != nil {
 				return fmt.Errorf("read session %s: %w", session, err)
 			}

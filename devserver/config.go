@@ -41,9 +41,13 @@ func pickPorts(frontend int) (ports, error) {
 	var p ports
 	targets := []*int{&p.history, &p.matching, &p.worker}
 	if frontend != 0 {
-		if err := checkPortFree(frontend); err != nil {
-			return p, err
+		// Held while the others are picked: released first, the kernel
+		// could hand it out again as one of them.
+		l, err := net.Listen("tcp", hostPort(frontend))
+		if err != nil {
+			return p, fmt.Errorf("devserver: frontend port %d is not free: %w", frontend, err)
 		}
+		defer func() { _ = l.Close() }()
 		p.frontend = frontend
 	} else {
 		targets = append(targets, &p.frontend)
@@ -57,17 +61,6 @@ func pickPorts(frontend int) (ports, error) {
 		*t = l.Addr().(*net.TCPAddr).Port
 	}
 	return p, nil
-}
-
-// checkPortFree fails early when port is taken: the server itself would
-// log a Fatal, which exits the whole process (or, with a discarding
-// logger, is ignored and the service runs without a listener).
-func checkPortFree(port int) error {
-	l, err := net.Listen("tcp", hostPort(port))
-	if err != nil {
-		return fmt.Errorf("devserver: frontend port %d is not free: %w", port, err)
-	}
-	return l.Close()
 }
 
 // staticHosts tells each service where the others are, replacing ringpop:

@@ -313,7 +313,7 @@ rules:
 				model := &modelStandIn{command: "touch " + mark, callID: "call_" + agent.name + "_" + slug}
 				home, project := t.TempDir(), t.TempDir()
 				before := callsOf(t, c, agent.requester)
-				out := agent.run(t, home, project, tc.settings, []string{tc.path, tc.temporal, "XDG_STATE_HOME=" + filepath.Join(home, "state")}, model)
+				out := agent.run(t, home, project, tc.settings, []string{tc.path, tc.temporal, "TOOLGATE_KEYS=" + d.keysFile(), "XDG_STATE_HOME=" + filepath.Join(home, "state")}, model)
 				_, err := os.Stat(mark)
 				ran := err == nil
 				assert.Equal(t, tc.runs, ran, "the tool ran: %v; the model was told %q; the agent printed:\n%s", ran, model.toldModel(), tail(out, 4000))
@@ -418,7 +418,7 @@ rules:
 	home, project := t.TempDir(), t.TempDir()
 	before := callsOf(t, c, cc.requester)
 	out := cc.run(t, home, project, settings, []string{"PATH=" + filepath.Dir(binary) + ":/usr/local/bin:/usr/bin:/bin",
-		"TEMPORAL_ADDRESS=" + d.address(), "XDG_STATE_HOME=" + filepath.Join(home, "state")}, model)
+		"TEMPORAL_ADDRESS=" + d.address(), "TOOLGATE_KEYS=" + d.keysFile(), "XDG_STATE_HOME=" + filepath.Join(home, "state")}, model)
 
 	_, err := os.Stat(mark)
 	assert.True(t, os.IsNotExist(err), "nobody approved at the prompt: the tool did not run; the agent printed:\n%s", tail(out, 4000))

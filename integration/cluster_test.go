@@ -52,7 +52,7 @@ func startCluster(t *testing.T, mode cluster.Mode) *clusterEnv {
 	_, port, err := net.SplitHostPort(c.FrontendAddress)
 	require.NoError(t, err)
 	p, _ := strconv.Atoi(port)
-	return &clusterEnv{devEnv: &devEnv{t: t, port: p, httpAddr: c.HTTPAddress, workspace: c.Workspace}, c: c}
+	return &clusterEnv{devEnv: &devEnv{t: t, port: p, httpAddr: c.HTTPAddress, workspace: c.Workspace, keys: c.Keys}, c: c}
 }
 
 // as is the HTTP API as the holder of token-<name> (api_test.go's tokens).
@@ -308,7 +308,7 @@ func TestClusterWalkthrough(t *testing.T) {
 		const queue = "walk-pins"
 		var workers []*proc
 		for range 2 {
-			workers = append(workers, start(t, "Worker running", "worker", "--temporal-address", e.c.FrontendAddress, "--task-queue", queue,
+			workers = append(workers, start(t, "Worker running", "worker", "--temporal-address", e.c.FrontendAddress, "--keys", e.c.Keys, "--task-queue", queue,
 				"--workspace", t.TempDir(), "--metrics", "", "--mcp", upstreams, "--policy", policyFile))
 		}
 		n := 0
@@ -355,7 +355,7 @@ func TestClusterWalkthrough(t *testing.T) {
 	t.Run("serve is not ready until the namespace's search attributes are usable", func(t *testing.T) {
 		d := e.in(t)
 		addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-		start(t, "HTTP listener running", "serve", "--temporal-address", e.c.FrontendAddress, "--namespace", "fresh",
+		start(t, "HTTP listener running", "serve", "--temporal-address", e.c.FrontendAddress, "--keys", e.c.Keys, "--namespace", "fresh",
 			"--http", addr, "--tokens", writeTokensFile(t, t.TempDir()))
 		get := func(path string, body string) (*http.Response, string) {
 			method := "GET"
@@ -373,8 +373,9 @@ func TestClusterWalkthrough(t *testing.T) {
 		}
 		// A worker started before the namespace exists waits, and takes
 		// no calls, until the attributes are usable.
-		worker := exec.Command(binary, "worker", "--temporal-address", e.c.FrontendAddress, "--namespace", "fresh",
+		worker := exec.Command(binary, "worker", "--temporal-address", e.c.FrontendAddress, "--keys", e.c.Keys, "--namespace", "fresh",
 			"--workspace", t.TempDir(), "--metrics", "")
+		worker.Env = e.c.Env()
 		workerOut := &syncBuffer{}
 		worker.Stdout, worker.Stderr = workerOut, workerOut
 		require.NoError(t, worker.Start())

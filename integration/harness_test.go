@@ -28,6 +28,7 @@ import (
 	"go.temporal.io/sdk/client"
 
 	tgclient "github.com/toolgate/toolgate/client"
+	"github.com/toolgate/toolgate/keyring"
 	"github.com/toolgate/toolgate/workflows"
 )
 
@@ -137,6 +138,17 @@ type devEnv struct {
 	port      int
 	httpAddr  string
 	dev       *proc
+	// keys is the keyring the processes encrypt with; empty: toolgate
+	// dev's, in the data dir.
+	keys string
+}
+
+// keysFile is the keyring clients need to read what the workers wrote.
+func (d *devEnv) keysFile() string {
+	if d.keys != "" {
+		return d.keys
+	}
+	return filepath.Join(d.dataDir, "keys.json")
 }
 
 func freePort(t *testing.T) int {
@@ -185,7 +197,7 @@ func (d *devEnv) cliWith(env []string, args ...string) result {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, binary, args...)
-	cmd.Env = append(append(os.Environ(), "TEMPORAL_ADDRESS="+d.address(), "TEMPORAL_NAMESPACE=default"), env...)
+	cmd.Env = append(append(os.Environ(), "TEMPORAL_ADDRESS="+d.address(), "TEMPORAL_NAMESPACE=default", "TOOLGATE_KEYS="+d.keysFile()), env...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
@@ -211,10 +223,27 @@ func (d *devEnv) callJSON(wantCode int, args ...string) map[string]any {
 // client is a Go client for checks the CLI does not print.
 func (d *devEnv) client() *tgclient.Client {
 	d.t.Helper()
-	tc, err := client.Dial(client.Options{HostPort: d.address(), Namespace: "default", Logger: quietLogger{}})
-	require.NoError(d.t, err)
+	tc := d.temporal()
 	d.t.Cleanup(tc.Close)
-	return tgclient.New(tc, workflows.TaskQueue)
+	return tgclient.New(tc, workflows.TaskQueue).WithDataConverter(keyring.DataConverter(d.keyring()))
+}
+
+// keyring is the keyring the processes encrypt with.
+func (d *devEnv) keyring() *keyring.Keyring {
+	d.t.Helper()
+	k, err := keyring.Load(d.keysFile())
+	require.NoError(d.t, err)
+	return k
+}
+
+// temporal is a Temporal client that reads what the workers wrote.
+func (d *devEnv) temporal() client.Client {
+	d.t.Helper()
+	opts := client.Options{HostPort: d.address(), Namespace: "default", Logger: quietLogger{}}
+	keyring.Configure(&opts, d.keyring())
+	tc, err := client.Dial(opts)
+	require.NoError(d.t, err)
+	return tc
 }
 
 // waitPending waits until the call waits for a person.

@@ -242,7 +242,7 @@ func TestClaudeCodeHookFailsClosed(t *testing.T) {
 	assert.Greater(t, time.Duration(handler.Timeout)*time.Second, 560*time.Second, "above --wait's default (540s) and the hook's own slack")
 
 	d := startDevForHooks(t)
-	toolgateUp := "--temporal-address " + d.address() + " --state-dir " + t.TempDir()
+	toolgateUp := "--temporal-address " + d.address() + " --keys " + d.keysFile() + " --state-dir " + t.TempDir()
 	event := hookEvent(t, "pre-edit.json", "cc-fail-closed")
 	for _, c := range failClosedCases(t, "claude-code", toolgateUp, event) {
 		t.Run(c.name, func(t *testing.T) {
@@ -335,7 +335,7 @@ func TestCodexHookFailsClosed(t *testing.T) {
 	assert.Greater(t, timeout, 560*time.Second, "above --wait's default (540s) and the hook's own slack")
 
 	d := startDevForHooks(t)
-	toolgateUp := "--temporal-address " + d.address() + " --state-dir " + t.TempDir()
+	toolgateUp := "--temporal-address " + d.address() + " --keys " + d.keysFile() + " --state-dir " + t.TempDir()
 	event := `{"session_id":"019ad3c2-5b7e-7c10-9e4f-2a6b8c0d1e3f","turn_id":"1","transcript_path":null,"cwd":"/home/dev/shop","hook_event_name":"PreToolUse","model":"gpt-5.5","permission_mode":"default","tool_name":"apply_patch","tool_input":{"command":"*** Begin Patch\n*** Add File: b.txt\n+hi\n*** End Patch\n"},"tool_use_id":"call_patch"}`
 	for _, c := range failClosedCases(t, "codex", toolgateUp, event) {
 		t.Run(c.name, func(t *testing.T) {

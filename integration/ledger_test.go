@@ -18,7 +18,6 @@ import (
 	commonpb "go.temporal.io/api/common/v1"
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/api/workflowservice/v1"
-	"go.temporal.io/sdk/client"
 	_ "modernc.org/sqlite"
 
 	tgclient "github.com/toolgate/toolgate/client"
@@ -69,7 +68,7 @@ func TestTheLedgerHasEveryEventOnceThroughKills(t *testing.T) {
 	c := d.client()
 	ctx := context.Background()
 	db, key := filepath.Join(d.dataDir, "ledger.db"), filepath.Join(d.dataDir, "ledger.key")
-	second := start(t, "Worker running", "worker", "--temporal-address", d.address(), "--workspace", d.workspace,
+	second := start(t, "Worker running", "worker", "--temporal-address", d.address(), "--keys", d.keysFile(), "--workspace", d.workspace,
 		"--ledger", db, "--ledger-key", key, "--metrics", "")
 
 	const n = 200
@@ -188,10 +187,9 @@ func TestAnAuditorProvesACallTemporalDeleted(t *testing.T) {
 	r := as("agent-1").do("POST", "/v1/calls?wait=30s", map[string]any{"session": "s-audit", "tool": "echo", "args": map[string]any{"x": 1}, "call_id": "w1"})
 	require.Equal(t, 200, r.status, r.raw)
 
-	tc, err := client.Dial(client.Options{HostPort: d.address(), Namespace: "default", Logger: quietLogger{}})
-	require.NoError(t, err)
+	tc := d.temporal()
 	defer tc.Close()
-	_, err = tc.WorkflowService().DeleteWorkflowExecution(ctx, &workflowservice.DeleteWorkflowExecutionRequest{
+	_, err := tc.WorkflowService().DeleteWorkflowExecution(ctx, &workflowservice.DeleteWorkflowExecutionRequest{
 		Namespace: "default", WorkflowExecution: &commonpb.WorkflowExecution{WorkflowId: workflows.CallWorkflowID("w1")}})
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {

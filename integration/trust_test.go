@@ -18,9 +18,9 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"go.temporal.io/sdk/client"
 
 	tgclient "github.com/toolgate/toolgate/client"
+	"github.com/toolgate/toolgate/keyring"
 	"github.com/toolgate/toolgate/policy"
 	"github.com/toolgate/toolgate/tool"
 	"github.com/toolgate/toolgate/worker"
@@ -229,8 +229,7 @@ type allowAll struct{ policy.Base }
 
 func TestATimedOutToolThatIsNotIdempotentRunsOnce(t *testing.T) {
 	d := newDev(t)
-	tc, err := client.Dial(client.Options{HostPort: d.address(), Namespace: "default", Logger: quietLogger{}})
-	require.NoError(t, err)
+	tc := d.temporal()
 	defer tc.Close()
 
 	// A worker of this test's own, with a tool that outlasts its timeout,
@@ -245,7 +244,7 @@ func TestATimedOutToolThatIsNotIdempotentRunsOnce(t *testing.T) {
 		}},
 	)
 	const queue = "slow-tools"
-	w, err := worker.New(tc, worker.Options{TaskQueue: queue, Policy: allowAll{}, Tools: tools})
+	w, err := worker.New(tc, worker.Options{TaskQueue: queue, Policy: allowAll{}, Tools: tools, DataConverter: keyring.DataConverter(d.keyring())})
 	require.NoError(t, err)
 	require.NoError(t, w.Start())
 	defer w.Stop()

@@ -33,7 +33,7 @@ func (k *Keyring) Codec() Codec { return Codec{k: k} }
 func (c Codec) Encode(payloads []*commonpb.Payload) ([]*commonpb.Payload, error) {
 	out := make([]*commonpb.Payload, len(payloads))
 	for i, p := range payloads {
-		if encrypted(p) {
+		if Encrypted(p) {
 			out[i] = p
 			continue
 		}
@@ -58,7 +58,7 @@ func (c Codec) Encode(payloads []*commonpb.Payload) ([]*commonpb.Payload, error)
 func (c Codec) Decode(payloads []*commonpb.Payload) ([]*commonpb.Payload, error) {
 	out := make([]*commonpb.Payload, len(payloads))
 	for i, p := range payloads {
-		if !encrypted(p) {
+		if !Encrypted(p) {
 			out[i] = p
 			continue
 		}
@@ -79,7 +79,8 @@ func (c Codec) Decode(payloads []*commonpb.Payload) ([]*commonpb.Payload, error)
 	return out, nil
 }
 
-func encrypted(p *commonpb.Payload) bool {
+// Encrypted says whether p is a payload Codec encrypted.
+func Encrypted(p *commonpb.Payload) bool {
 	return string(p.GetMetadata()[converter.MetadataEncoding]) == EncodingEncrypted
 }
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
 	sdkworker "go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
@@ -39,6 +40,10 @@ type Options struct {
 	// (a *ledger.Ledger). Optional: without it nothing is logged outside
 	// Temporal.
 	Ledger activities.Ledger
+	// DataConverter is the one c was dialled with (keyring.DataConverter
+	// when payloads are encrypted): the activities decode the memos they
+	// read with it. Nil: the SDK's default.
+	DataConverter converter.DataConverter
 	// Worker passes options through to the Temporal worker (pollers,
 	// concurrency, cache). Zero values are the SDK's defaults.
 	Worker sdkworker.Options
@@ -71,6 +76,7 @@ func New(c client.Client, o Options) (sdkworker.Worker, error) {
 		Client:         c,
 		MaxOutputBytes: o.MaxOutputBytes,
 		Ledger:         o.Ledger,
+		DataConverter:  o.DataConverter,
 	})
 	return w, nil
 }

@@ -12,12 +12,20 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"go.temporal.io/sdk/client"
 
 	tgclient "github.com/toolgate/toolgate/client"
+	"github.com/toolgate/toolgate/keyring"
 	"github.com/toolgate/toolgate/policy"
 	"github.com/toolgate/toolgate/visible"
 	"github.com/toolgate/toolgate/workflows"
 )
+
+// calls wraps a Temporal client dialled with a.conn, decoding what it
+// reads with the same keys.
+func (a *app) calls(tc client.Client) *tgclient.Client {
+	return tgclient.New(tc, a.conn.taskQueue).WithNamespace(a.conn.namespace).WithDataConverter(keyring.DataConverter(a.conn.keys.ring))
+}
 
 // client connects and wraps the Temporal client in toolgate's.
 func (a *app) client() (*tgclient.Client, func(), error) {
@@ -25,7 +33,7 @@ func (a *app) client() (*tgclient.Client, func(), error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	return tgclient.New(tc, a.conn.taskQueue).WithNamespace(a.conn.namespace), tc.Close, nil
+	return a.calls(tc), tc.Close, nil
 }
 
 func (a *app) callCommand() *cobra.Command {

@@ -10,6 +10,7 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.uber.org/zap"
 
+	"github.com/toolgate/toolgate/keyring"
 	"github.com/toolgate/toolgate/logging"
 	"github.com/toolgate/toolgate/workflows"
 )
@@ -19,6 +20,8 @@ type connection struct {
 	address, namespace, taskQueue string
 	tlsCert, tlsKey, tlsCA        string
 	apiKey                        string
+	// keys encrypt the payloads.
+	keys payloadKeys
 }
 
 func envOr(name, fallback string) string {
@@ -38,17 +41,24 @@ func (c *connection) addFlags(cmd *cobra.Command) {
 	f.StringVar(&c.tlsKey, "tls-key", os.Getenv("TEMPORAL_TLS_KEY"), "client key file for mTLS (env TEMPORAL_TLS_KEY)")
 	f.StringVar(&c.tlsCA, "tls-ca", os.Getenv("TEMPORAL_TLS_CA"), "CA certificate file to verify the server (env TEMPORAL_TLS_CA)")
 	f.StringVar(&c.apiKey, "api-key", os.Getenv("TEMPORAL_API_KEY"), "API key, e.g. for Temporal Cloud; implies TLS (env TEMPORAL_API_KEY)")
+	c.keys.add(cmd, false)
 }
 
-// dial connects to Temporal with the SDK's logs going through zap and its
-// metrics to metrics (nil: none).
+// dial connects to Temporal with the SDK's logs going through zap, its
+// metrics to metrics (nil: none) and its payloads encrypted with the
+// keyring (refused without one, unless plaintext was asked for).
 func (c *connection) dial(logger *zap.Logger, metrics client.MetricsHandler) (client.Client, error) {
+	ring, err := c.keys.load(logger)
+	if err != nil {
+		return nil, err
+	}
 	opts := client.Options{
 		HostPort:       c.address,
 		Namespace:      c.namespace,
 		Logger:         logging.NewTemporal(logger.Named("temporal")),
 		MetricsHandler: metrics,
 	}
+	keyring.Configure(&opts, ring)
 	tlsConfig, err := c.tlsConfig()
 	if err != nil {
 		return nil, usageError("%v", err)

@@ -136,6 +136,7 @@ verbs from a second terminal.`,
 		a.mcpCommand(),
 		a.namespaceCommand(),
 		a.auditCommand(),
+		a.keysCommand(),
 	)
 	return root
 }

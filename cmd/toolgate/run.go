@@ -20,8 +20,8 @@ import (
 
 	"github.com/toolgate/toolgate/activities"
 	"github.com/toolgate/toolgate/builtin"
-	tgclient "github.com/toolgate/toolgate/client"
 	"github.com/toolgate/toolgate/devserver"
+	"github.com/toolgate/toolgate/keyring"
 	"github.com/toolgate/toolgate/ledger"
 	"github.com/toolgate/toolgate/mcpgate"
 	"github.com/toolgate/toolgate/metrics"
@@ -81,7 +81,11 @@ in the environment (SLACK_*, SMTP_*, TOOLGATE_*; see docs/channels.md).`,
 				return fmt.Errorf("start embedded Temporal: %w", err)
 			}
 			defer func() { _ = srv.Stop() }()
-			a.conn = connection{address: srv.FrontendAddress(), namespace: srv.Namespace(), taskQueue: workflows.TaskQueue}
+			a.conn.address, a.conn.namespace, a.conn.taskQueue = srv.FrontendAddress(), srv.Namespace(), workflows.TaskQueue
+			keysNote, err := a.conn.keys.devDefault(dataDir)
+			if err != nil {
+				return err
+			}
 			tokenNote, madeTokens, err := a.devTokens(dataDir, tokensFile)
 			if err != nil {
 				return err
@@ -101,10 +105,10 @@ in the environment (SLACK_*, SMTP_*, TOOLGATE_*; see docs/channels.md).`,
   worker     task queue %s; tools: %s
   workspace  %s
   HTTP       %s  (API under /v1, inbox at /)
-%s%sTry in another terminal:
+%s%s%sTry in another terminal:
   toolgate call --session demo echo '{"hello":"world"}'
 Stop with Ctrl-C.
-`, srv.FrontendAddress(), srv.Namespace(), filepath.Join(dataDir, "temporal.db"), workflows.TaskQueue, strings.Join(tools, ", "), ws, httpURL, ledgerNote, tokenNote)
+`, srv.FrontendAddress(), srv.Namespace(), filepath.Join(dataDir, "temporal.db"), workflows.TaskQueue, strings.Join(tools, ", "), ws, httpURL, keysNote, ledgerNote, tokenNote)
 				}})
 		},
 	}
@@ -114,6 +118,7 @@ Stop with Ctrl-C.
 	f.StringVar(&httpAddr, "http", envOr("TOOLGATE_HTTP", "127.0.0.1:7700"), "HTTP listen address, empty disables it (env TOOLGATE_HTTP)")
 	wf.add(cmd, "")
 	lf.add(cmd, true)
+	a.conn.keys.add(cmd, true)
 	f.StringVar(&tokensFile, "tokens", os.Getenv("TOOLGATE_TOKENS_FILE"), "API tokens file (default: generate an agent and an approver token in <data-dir>/tokens.json)")
 	return cmd
 }
@@ -281,7 +286,7 @@ func (a *app) runProcesses(ctx context.Context, p processes) error {
 	if p.httpAddr != "" {
 		mux := http.NewServeMux()
 		mux.Handle("GET /metrics", m.HTTP)
-		calls := tgclient.New(tc, a.conn.taskQueue).WithNamespace(a.conn.namespace)
+		calls := a.calls(tc)
 		gateway := mcpgate.NewGateway(calls, mcpgate.Options{Logger: a.logger.Named("mcp")})
 		mux.Handle("/", server.New(server.Config{Calls: calls, Tokens: a.tokens,
 			Logger: a.logger.Named("http"), Notify: notifications, MCP: gateway.HTTPHandler(a.tokens.Agent),
@@ -397,7 +402,7 @@ func (a *app) startWorker(ctx context.Context, tc client.Client, f workerFlags, 
 			return nil, nil, "", err
 		}
 	}
-	ups, err := a.startUpstreams(ctx, f, tools, tgclient.New(tc, a.conn.taskQueue).WithNamespace(a.conn.namespace))
+	ups, err := a.startUpstreams(ctx, f, tools, a.calls(tc))
 	if err != nil {
 		return nil, nil, "", err
 	}
@@ -409,6 +414,8 @@ func (a *app) startWorker(ctx context.Context, tc client.Client, f workerFlags, 
 		Middleware: middleware,
 		Channels:   channels,
 		Tools:      tools,
+		// The converter tc was dialled with (dial loaded the keys).
+		DataConverter: keyring.DataConverter(a.conn.keys.ring),
 		Worker: sdkworker.Options{
 			MaxConcurrentActivityTaskPollers:       f.pollers,
 			MaxConcurrentWorkflowTaskPollers:       f.pollers,

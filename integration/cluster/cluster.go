@@ -32,6 +32,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/toolgate/toolgate/keyring"
 	"github.com/toolgate/toolgate/ledger"
 )
 
@@ -87,6 +88,9 @@ type Cluster struct {
 	// reads (database toolgate_ledger, which the schema script creates);
 	// LedgerKey is the file of its signing key, shared by them all.
 	LedgerDSN, LedgerKey string
+	// Keys is the keyring every toolgate process encrypts its payloads
+	// with (TOOLGATE_KEYS in Env).
+	Keys string
 
 	dir    string
 	pgPort int
@@ -165,6 +169,10 @@ func Start(ctx context.Context, o Options) (_ *Cluster, err error) {
 	c.LedgerDSN = fmt.Sprintf("postgres://postgres@127.0.0.1:%d/toolgate_ledger?sslmode=disable", ports[0])
 	c.LedgerKey = filepath.Join(dir, "ledger.key")
 	if _, _, err := ledger.LoadOrCreateKey(c.LedgerKey, "cluster"); err != nil {
+		return nil, fmt.Errorf("cluster: %w", err)
+	}
+	c.Keys = filepath.Join(dir, "keys.json")
+	if _, _, err := keyring.LoadOrCreate(c.Keys); err != nil {
 		return nil, fmt.Errorf("cluster: %w", err)
 	}
 
@@ -258,7 +266,7 @@ func DocumentedDynamicConfig(moduleDir string) string {
 
 // Env is the environment that points a toolgate command at the cluster.
 func (c *Cluster) Env() []string {
-	return baseEnv("TEMPORAL_ADDRESS="+c.FrontendAddress, "TEMPORAL_NAMESPACE="+c.Namespace)
+	return baseEnv("TEMPORAL_ADDRESS="+c.FrontendAddress, "TEMPORAL_NAMESPACE="+c.Namespace, "TOOLGATE_KEYS="+c.Keys)
 }
 
 // toolgateCommand runs a toolgate command against the cluster and returns
