@@ -34,6 +34,11 @@ import (
 
 var binary string
 
+// spareKeys is a keyring for processes that never reach a toolgate of
+// this suite (a hook pointed at a server that hangs or is down): they
+// must get past their keys to fail for the reason under test.
+var spareKeys string
+
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "toolgate-bin")
 	if err != nil {
@@ -44,6 +49,11 @@ func TestMain(m *testing.M) {
 	build.Stdout, build.Stderr = os.Stderr, os.Stderr
 	if err := build.Run(); err != nil {
 		fmt.Fprintln(os.Stderr, "build toolgate:", err)
+		os.Exit(1)
+	}
+	spareKeys = filepath.Join(dir, "spare-keys.json")
+	if _, _, err := keyring.LoadOrCreate(spareKeys); err != nil {
+		fmt.Fprintln(os.Stderr, "keyring:", err)
 		os.Exit(1)
 	}
 	code := m.Run()

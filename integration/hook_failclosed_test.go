@@ -93,7 +93,7 @@ func (h agentHook) run(t *testing.T, event string, kill func(shellPID int)) hook
 	cmd := exec.CommandContext(ctx, shell, "-c", h.command)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
-	cmd.Env = append(append(os.Environ(), "TOOLGATE_API=", "TOOLGATE_TOKEN=", "TEMPORAL_ADDRESS=", "TEMPORAL_NAMESPACE="), h.env...)
+	cmd.Env = append(append(os.Environ(), "TOOLGATE_API=", "TOOLGATE_TOKEN=", "TEMPORAL_ADDRESS=", "TEMPORAL_NAMESPACE=", "TOOLGATE_KEYS="+spareKeys), h.env...)
 	cmd.Stdin = strings.NewReader(event)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr

@@ -70,7 +70,7 @@ func (h hookRunner) run(event string, extra ...string) result {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, binary, append(append([]string{"hook", "claude-code"}, h.args...), extra...)...)
-	cmd.Env = append(append(os.Environ(), "TOOLGATE_API=", "TOOLGATE_TOKEN=", "TEMPORAL_ADDRESS=", "TEMPORAL_NAMESPACE="), h.env...)
+	cmd.Env = append(append(os.Environ(), "TOOLGATE_API=", "TOOLGATE_TOKEN=", "TEMPORAL_ADDRESS=", "TEMPORAL_NAMESPACE=", "TOOLGATE_KEYS="+spareKeys), h.env...)
 	cmd.Stdin = strings.NewReader(event)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr

@@ -19,6 +19,9 @@ const (
 	KindPinsDenied     = "pins.denied"
 	KindPolicyLoaded   = "policy.loaded"
 	KindTokenCreated   = "token.created"
+	// KindCodecDecoded: someone read payloads through the codec endpoint
+	// (who, how many; never what).
+	KindCodecDecoded = "codec.decoded"
 )
 
 // Entry is one event in the log. Its bytes in the log are its canonical

@@ -10,6 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.temporal.io/sdk/converter"
 	"go.uber.org/zap"
 
 	tgclient "github.com/toolgate/toolgate/client"
@@ -43,6 +44,17 @@ type Config struct {
 	// call pages. Optional: nil means the deployment keeps none, and the
 	// audit routes answer 404 no_ledger.
 	Ledger *ledger.Ledger
+	// Codec, when set, is served at /codec/{Namespace}/encode and /decode
+	// (Temporal's codec-server protocol) for the temporal CLI and the Web
+	// UI, to approvers, admins and auditors. Optional.
+	Codec converter.PayloadCodec
+	// Namespace is the Temporal namespace Calls talks to; the codec serves
+	// it alone. Default "default".
+	Namespace string
+	// CodecCORSOrigins are the origins (e.g. the Web UI's,
+	// "http://localhost:8233") whose pages may read the codec's answers.
+	// Optional: none.
+	CodecCORSOrigins []string
 }
 
 // Agent names the holder of a bearer token and the person running it
@@ -82,7 +94,11 @@ func New(cfg Config) http.Handler {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 	})
 	(&api{calls: cfg.Calls, tokens: cfg.Tokens, logger: cfg.Logger, ready: ready, ledger: cfg.Ledger}).routes(mux)
-	newInbox(cfg).routes(mux)
+	in := newInbox(cfg)
+	in.routes(mux)
+	if c := newCodecEndpoint(cfg, in); c != nil {
+		c.routes(mux)
+	}
 	if s := newSlackInteractions(cfg); s != nil {
 		s.routes(mux)
 	}

@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -152,4 +153,14 @@ with the new key. With several machines, copy the file to every one.`,
 	}
 	cmd.AddCommand(newCmd, listCmd)
 	return cmd
+}
+
+// addCodecFlags adds the codec endpoint's flags to a command that serves
+// HTTP.
+func (a *app) addCodecFlags(cmd *cobra.Command) {
+	var origins []string
+	if v := os.Getenv("TOOLGATE_CODEC_CORS_ORIGINS"); v != "" {
+		origins = strings.Split(v, ",")
+	}
+	cmd.Flags().StringSliceVar(&a.codecOrigins, "codec-cors-origin", origins, "origin whose pages may use the codec endpoint /codec/{namespace}, e.g. the Temporal Web UI's http://localhost:8233; repeatable (env TOOLGATE_CODEC_CORS_ORIGINS, comma-separated)")
 }

@@ -89,6 +89,8 @@ type app struct {
 	logger         *zap.Logger
 	tokens         *server.Tokens
 	api            apiFlags
+	// codecOrigins may read the codec endpoint's answers (CORS).
+	codecOrigins []string
 }
 
 func (a *app) rootCommand() *cobra.Command {

@@ -119,6 +119,7 @@ Stop with Ctrl-C.
 	wf.add(cmd, "")
 	lf.add(cmd, true)
 	a.conn.keys.add(cmd, true)
+	a.addCodecFlags(cmd)
 	f.StringVar(&tokensFile, "tokens", os.Getenv("TOOLGATE_TOKENS_FILE"), "API tokens file (default: generate an agent and an approver token in <data-dir>/tokens.json)")
 	return cmd
 }
@@ -203,6 +204,7 @@ func (a *app) serveCommand() *cobra.Command {
 	cmd.Flags().StringVar(&httpAddr, "http", envOr("TOOLGATE_HTTP", "127.0.0.1:7700"), "HTTP listen address (env TOOLGATE_HTTP)")
 	cmd.Flags().StringVar(&tokensFile, "tokens", os.Getenv("TOOLGATE_TOKENS_FILE"), "API tokens file (env TOOLGATE_TOKENS_FILE)")
 	lf.add(cmd, false)
+	a.addCodecFlags(cmd)
 	return cmd
 }
 
@@ -288,10 +290,14 @@ func (a *app) runProcesses(ctx context.Context, p processes) error {
 		mux.Handle("GET /metrics", m.HTTP)
 		calls := a.calls(tc)
 		gateway := mcpgate.NewGateway(calls, mcpgate.Options{Logger: a.logger.Named("mcp")})
-		mux.Handle("/", server.New(server.Config{Calls: calls, Tokens: a.tokens,
+		cfg := server.Config{Calls: calls, Tokens: a.tokens,
 			Logger: a.logger.Named("http"), Notify: notifications, MCP: gateway.HTTPHandler(a.tokens.Agent),
 			Ready:  func(ctx context.Context) error { return worker.SearchAttributesUsable(ctx, tc, a.conn.namespace) },
-			Ledger: lg}))
+			Ledger: lg, Namespace: a.conn.namespace, CodecCORSOrigins: a.codecOrigins}
+		if ring := a.conn.keys.ring; ring != nil {
+			cfg.Codec = ring.Codec()
+		}
+		mux.Handle("/", server.New(cfg))
 		ln := p.httpListener
 		if ln == nil {
 			if ln, err = listen(p.httpAddr); err != nil {

@@ -1,0 +1,209 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	commonpb "go.temporal.io/api/common/v1"
+	"go.temporal.io/sdk/converter"
+	"go.uber.org/zap"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	"github.com/toolgate/toolgate/ledger"
+)
+
+// MaxCodecRequestBytes caps a codec request's body: twice Temporal's
+// largest payload (2 MiB), and far below what would tie the server up.
+const MaxCodecRequestBytes = 4 << 20
+
+// codecRoles may use the codec endpoint: whoever may read calls in full.
+var codecRoles = []Role{RoleApprover, RoleAdmin, RoleAuditor}
+
+// codecEndpoint serves Temporal's codec-server protocol (POST
+// /codec/{namespace}/encode and /decode) for the stock temporal CLI
+// (--codec-endpoint) and the Temporal Web UI: it decrypts what toolgate
+// encrypted, for people allowed to read it. Every request is logged with
+// who made it and how many payloads it carried, and, with a ledger, goes
+// into the ledger before it is answered.
+type codecEndpoint struct {
+	codec     http.Handler
+	namespace string
+	origins   []string
+	tokens    *Tokens
+	inbox     *inbox
+	ledger    *ledger.Ledger
+	logger    *zap.Logger
+}
+
+func newCodecEndpoint(cfg Config, in *inbox) *codecEndpoint {
+	if cfg.Codec == nil {
+		return nil
+	}
+	ns := cfg.Namespace
+	if ns == "" {
+		ns = "default"
+	}
+	return &codecEndpoint{
+		codec:     converter.NewPayloadCodecHTTPHandler(cfg.Codec),
+		namespace: ns,
+		origins:   cfg.CodecCORSOrigins,
+		tokens:    cfg.Tokens,
+		inbox:     in,
+		ledger:    cfg.Ledger,
+		logger:    cfg.Logger,
+	}
+}
+
+func (c *codecEndpoint) routes(mux *http.ServeMux) {
+	mux.HandleFunc("POST /codec/{namespace}/{op}", c.serve)
+	mux.HandleFunc("OPTIONS /codec/{namespace}/{op}", c.preflight)
+}
+
+// preflight answers a browser's CORS preflight: the Web UI sends its
+// requests with the X-Namespace and Authorization headers.
+func (c *codecEndpoint) preflight(w http.ResponseWriter, r *http.Request) {
+	if !c.allowCORS(w, r) {
+		w.WriteHeader(http.StatusForbidden)
+		return
+	}
+	w.Header().Set("Access-Control-Allow-Methods", "POST")
+	w.Header().Set("Access-Control-Allow-Headers", "Content-Type, X-Namespace, Authorization")
+	w.Header().Set("Access-Control-Max-Age", "600")
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// allowCORS sets the CORS headers for a configured origin; a request from
+// any other origin gets none, so no other page reads the answer.
+func (c *codecEndpoint) allowCORS(w http.ResponseWriter, r *http.Request) bool {
+	origin := r.Header.Get("Origin")
+	if origin == "" || !slices.Contains(c.origins, origin) {
+		return false
+	}
+	w.Header().Set("Access-Control-Allow-Origin", origin)
+	w.Header().Set("Access-Control-Allow-Credentials", "true")
+	w.Header().Add("Vary", "Origin")
+	return true
+}
+
+func (c *codecEndpoint) serve(w http.ResponseWriter, r *http.Request) {
+	origin := r.Header.Get("Origin")
+	corsOK := c.allowCORS(w, r)
+	op := r.PathValue("op")
+	if op != "encode" && op != "decode" {
+		writeError(w, &apiError{http.StatusNotFound, "not_found", "the codec endpoint has /encode and /decode"})
+		return
+	}
+	if ns := r.PathValue("namespace"); ns != c.namespace {
+		writeError(w, &apiError{http.StatusNotFound, "unknown_namespace", fmt.Sprintf("this server's codec is for namespace %q, not %q", c.namespace, ns)})
+		return
+	}
+	if ns := r.Header.Get("X-Namespace"); ns != "" && ns != c.namespace {
+		writeError(w, &apiError{http.StatusNotFound, "unknown_namespace", fmt.Sprintf("this server's codec is for namespace %q, not %q (X-Namespace)", c.namespace, ns)})
+		return
+	}
+	p, via, refused := c.principal(r, origin, corsOK)
+	if refused != nil {
+		writeError(w, refused)
+		return
+	}
+	if r.ContentLength > MaxCodecRequestBytes {
+		writeError(w, tooLarge())
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxCodecRequestBytes))
+	if err != nil {
+		writeError(w, tooLarge())
+		return
+	}
+	var payloads commonpb.Payloads
+	if err := protojson.Unmarshal(body, &payloads); err != nil {
+		writeError(w, badRequest("body", "is not Temporal's payloads JSON ({\"payloads\": [...]}): "+err.Error()))
+		return
+	}
+	n := len(payloads.GetPayloads())
+	if op == "decode" {
+		if err := c.record(r.Context(), p, via, n); err != nil {
+			c.logger.Error("Codec decode refused: the ledger did not take it", zap.String("by", p.Name), zap.Error(err))
+			writeError(w, errLedgerUnavailable)
+			return
+		}
+	}
+	c.logger.Info("Codec", zap.String("op", op), zap.String("by", p.Name), zap.String("role", string(p.Role)),
+		zap.String("via", via), zap.Int("payloads", n))
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	c.codec.ServeHTTP(&codecErrors{ResponseWriter: w}, r)
+}
+
+// principal is who asks: a bearer token, or a person signed in to the
+// inbox (the Web UI's requests carry its cookie), from a configured
+// origin or none, so that no other page can make a signed-in browser ask.
+func (c *codecEndpoint) principal(r *http.Request, origin string, corsOK bool) (Principal, string, *apiError) {
+	var p Principal
+	via := "token"
+	if token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok {
+		known := false
+		if p, known = c.tokens.Lookup(strings.TrimSpace(token)); !known {
+			return p, via, errUnauthorized
+		}
+	} else if s, ok := c.inbox.session(r); ok && (origin == "" || corsOK) {
+		p, via = s.principal, "inbox"
+	} else {
+		return p, via, errUnauthorized
+	}
+	if !roleIn(p.Role, codecRoles) {
+		return p, via, &apiError{http.StatusForbidden, "forbidden", fmt.Sprintf("%s holds a token with role %s; the codec endpoint needs role %s", p.Name, p.Role, joinRoles(codecRoles))}
+	}
+	return p, via, nil
+}
+
+// record puts a decode into the ledger: who read how many payloads.
+func (c *codecEndpoint) record(ctx context.Context, p Principal, via string, n int) error {
+	if c.ledger == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	_, err := c.ledger.Append(ctx, ledger.Entry{
+		Kind: ledger.KindCodecDecoded, Event: "codec/" + rand.Text(), At: time.Now().UTC(),
+		By: p.Name, Role: string(p.Role), Counts: map[string]int{"payloads": n},
+		Details: map[string]any{"namespace": c.namespace, "via": via},
+	})
+	return err
+}
+
+func tooLarge() *apiError {
+	return &apiError{http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("a codec request carries at most %d bytes of payloads", MaxCodecRequestBytes)}
+}
+
+// codecErrors turns the SDK handler's plain-text errors (a payload that
+// does not decrypt: its key is missing, it was altered) into toolgate's
+// JSON error, status kept.
+type codecErrors struct {
+	http.ResponseWriter
+	failed bool
+	status int
+}
+
+func (e *codecErrors) WriteHeader(status int) {
+	if status >= 400 {
+		e.failed, e.status = true, status
+		return
+	}
+	e.ResponseWriter.WriteHeader(status)
+}
+
+func (e *codecErrors) Write(b []byte) (int, error) {
+	if e.failed {
+		writeError(e.ResponseWriter, &apiError{e.status, "codec_failed", strings.TrimSpace(string(b))})
+		e.failed = false
+		return len(b), nil
+	}
+	return e.ResponseWriter.Write(b)
+}
