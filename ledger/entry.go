@@ -71,9 +71,108 @@ type Entry struct {
 
 	// Details holds what a kind carries beyond these fields.
 	Details map[string]any `json:"details,omitempty"`
+	// Sealed holds, encrypted, what may carry secrets (arguments, preview,
+	// output, reason, report, edited arguments) when the ledger has a
+	// Sealer: the leaf hash covers the ciphertext, so the log verifies
+	// without the keys and reads with them.
+	Sealed *Sealed `json:"sealed,omitempty"`
 	// Backfilled: written by `toolgate audit backfill` from a call's
 	// Temporal history, after the fact.
 	Backfilled bool `json:"backfilled,omitempty"`
+}
+
+// Sealed is the encrypted part of an entry: the key's ID and the sealed
+// JSON of its secrets.
+type Sealed struct {
+	Key  string `json:"key"`
+	Data []byte `json:"data"`
+}
+
+// Sealer encrypts and decrypts the sealed part of entries (a
+// keyring.Keyring).
+type Sealer interface {
+	Seal(purpose string, plaintext []byte) (keyID string, sealed []byte, err error)
+	Open(purpose, keyID string, sealed []byte) ([]byte, error)
+}
+
+// sealPurpose binds a sealed part to the ledger: it cannot be passed off
+// as a Temporal payload, nor one as it.
+const sealPurpose = "ledger"
+
+// secrets are the fields Seal encrypts.
+type secrets struct {
+	Args       json.RawMessage `json:"args,omitempty"`
+	Preview    any             `json:"preview,omitempty"`
+	Output     json.RawMessage `json:"output,omitempty"`
+	Reason     string          `json:"reason,omitempty"`
+	Report     any             `json:"report,omitempty"`
+	EditedArgs json.RawMessage `json:"edited_args,omitempty"`
+}
+
+// Seal returns e with its secrets moved into Sealed, encrypted; an entry
+// without any is returned as it is.
+func (e Entry) Seal(s Sealer) (Entry, error) {
+	var sec secrets
+	sec.Args, sec.Preview, sec.Output, sec.Reason, sec.Report = e.Args, e.Preview, e.Output, e.Reason, e.Report
+	if e.Decision != nil {
+		sec.EditedArgs = e.Decision.EditedArgs
+	}
+	if len(sec.Args) == 0 && sec.Preview == nil && len(sec.Output) == 0 && sec.Reason == "" && sec.Report == nil && len(sec.EditedArgs) == 0 {
+		return e, nil
+	}
+	plain, err := json.Marshal(sec)
+	if err != nil {
+		return e, fmt.Errorf("ledger entry %s: seal: %w", e.Event, err)
+	}
+	key, data, err := s.Seal(sealPurpose, plain)
+	if err != nil {
+		return e, fmt.Errorf("ledger entry %s: seal: %w", e.Event, err)
+	}
+	e.Args, e.Preview, e.Output, e.Reason, e.Report = nil, nil, nil, "", nil
+	if e.Decision != nil {
+		d := *e.Decision
+		d.EditedArgs = nil
+		e.Decision = &d
+	}
+	e.Sealed = &Sealed{Key: key, Data: data}
+	return e, nil
+}
+
+// Open returns e with its sealed secrets decrypted back into their
+// fields; an entry with nothing sealed is returned as it is.
+func (e Entry) Open(s Sealer) (Entry, error) {
+	if e.Sealed == nil {
+		return e, nil
+	}
+	plain, err := s.Open(sealPurpose, e.Sealed.Key, e.Sealed.Data)
+	if err != nil {
+		return e, fmt.Errorf("ledger entry %s: %w", e.Event, err)
+	}
+	var sec secrets
+	if err := json.Unmarshal(plain, &sec); err != nil {
+		return e, fmt.Errorf("ledger entry %s: sealed part: %w", e.Event, err)
+	}
+	e.Args, e.Preview, e.Output, e.Reason, e.Report = sec.Args, sec.Preview, sec.Output, sec.Reason, sec.Report
+	if len(sec.EditedArgs) > 0 && e.Decision != nil {
+		d := *e.Decision
+		d.EditedArgs = sec.EditedArgs
+		e.Decision = &d
+	}
+	e.Sealed = nil
+	return e, nil
+}
+
+// Decode reads a stored entry, opening its sealed part with s when s is
+// not nil (without s, or a key s lacks, Sealed stays set: the rest reads).
+func Decode(raw []byte, s Sealer) (Entry, error) {
+	var e Entry
+	if err := json.Unmarshal(raw, &e); err != nil {
+		return e, fmt.Errorf("not a ledger entry: %w", err)
+	}
+	if s == nil {
+		return e, nil
+	}
+	return e.Open(s)
 }
 
 // Decision is a decision as the log records it.

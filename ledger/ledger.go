@@ -45,7 +45,10 @@ type Options struct {
 	// Publish receives every checkpoint this process signed first (a
 	// webhook, a file), so that it also lives outside the store.
 	Publish []func(context.Context, Checkpoint) error
-	Logger  *zap.Logger
+	// Sealer, when set, encrypts what may carry secrets in every entry
+	// appended (Entry.Seal), and Read decrypts it. Optional.
+	Sealer Sealer
+	Logger *zap.Logger
 }
 
 // Ledger is an open log.
@@ -120,6 +123,12 @@ func (l *Ledger) Where() string { return l.st.where }
 func (l *Ledger) Append(ctx context.Context, entries ...Entry) ([]int64, error) {
 	req := &appendReq{done: make(chan appendResult, 1)}
 	for _, e := range entries {
+		if l.opts.Sealer != nil {
+			var err error
+			if e, err = e.Seal(l.opts.Sealer); err != nil {
+				return nil, err
+			}
+		}
 		data, err := e.Canonical()
 		if err != nil {
 			return nil, err
@@ -195,6 +204,10 @@ func (l *Ledger) commit(batch []*appendReq) {
 		r.done <- res
 	}
 }
+
+// Read decodes a stored entry, its sealed part opened with the ledger's
+// Sealer (see Decode).
+func (l *Ledger) Read(s Stored) (Entry, error) { return Decode(s.Entry, l.opts.Sealer) }
 
 // Size is the number of entries in the log.
 func (l *Ledger) Size(ctx context.Context) (int64, error) { return l.st.size(ctx) }

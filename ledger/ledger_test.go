@@ -5,6 +5,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"path/filepath"
 	"sync"
@@ -15,6 +16,8 @@ import (
 	"github.com/stretchr/testify/require"
 	"golang.org/x/mod/sumdb/note"
 	"golang.org/x/mod/sumdb/tlog"
+
+	"github.com/toolgate/toolgate/keyring"
 )
 
 func openTest(t testing.TB) (*Ledger, string) {
@@ -147,4 +150,71 @@ func TestVerifyNamesWhatWasTamperedWith(t *testing.T) {
 			assert.ErrorContains(t, err, c.want)
 		})
 	}
+}
+
+func TestSealedEntriesVerifyWithoutTheKeysAndReadWithThem(t *testing.T) {
+	dir := t.TempDir()
+	keys, _, err := LoadOrCreateKey(filepath.Join(dir, "ledger.key"), "test")
+	require.NoError(t, err)
+	ring, _, err := keyring.LoadOrCreate(filepath.Join(dir, "keys.json"))
+	require.NoError(t, err)
+	ctx := context.Background()
+	l, err := Open(ctx, Options{DSN: filepath.Join(dir, "ledger.db"), Keys: keys, Sealer: ring})
+	require.NoError(t, err)
+	defer l.Close()
+
+	const secret = "sk-live-ledger-9"
+	submitted := Entry{Kind: KindCallSubmitted, Event: "c1/submitted", At: time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC), CallID: "c1",
+		Requester: "agent", Tool: "write_file", Args: json.RawMessage(`{"content":"` + secret + `"}`), Preview: map[string]any{"diff": "+" + secret}}
+	decided := Entry{Kind: KindCallDecided, Event: "c1/decided", At: submitted.At, CallID: "c1",
+		Decision: &Decision{Kind: "approved", DecidedBy: "alice", EditedArgs: json.RawMessage(`{"content":"edited ` + secret + `"}`)}}
+	finished := Entry{Kind: KindCallFinished, Event: "c1/finished", At: submitted.At, CallID: "c1", Status: "error",
+		Output: json.RawMessage(`{"stderr":"` + secret + `"}`), Reason: "tool failed: " + secret}
+	ended := Entry{Kind: KindSessionEnded, Event: "s/ended", At: submitted.At, Session: "s", By: "bob"}
+	_, err = l.Append(ctx, submitted, decided, finished, ended)
+	require.NoError(t, err)
+	_, err = l.SignCheckpoint(ctx)
+	require.NoError(t, err)
+
+	stored, err := l.Entries(ctx, 0, 4)
+	require.NoError(t, err)
+	for _, s := range stored[:3] {
+		assert.NotContains(t, string(s.Entry), secret)
+		assert.Contains(t, string(s.Entry), `"sealed":{"data":`)
+	}
+	assert.NotContains(t, string(stored[3].Entry), "sealed", "an entry without secrets is stored as it is")
+	assert.Contains(t, string(stored[1].Entry), `"decided_by":"alice"`, "who decided stays readable")
+
+	// The log verifies with the verifier key alone, exported too.
+	_, err = l.VerifyStore(ctx, nil)
+	require.NoError(t, err)
+	var export bytes.Buffer
+	require.NoError(t, l.Export(ctx, &export, time.Time{}, time.Time{}))
+	_, err = VerifyExport(&export, keys.Verifier, nil)
+	require.NoError(t, err)
+
+	// With the keys it reads as written; without, the sealed part stays.
+	got, err := l.Read(stored[0])
+	require.NoError(t, err)
+	assert.JSONEq(t, string(submitted.Args), string(got.Args))
+	assert.Equal(t, submitted.Preview, got.Preview)
+	got, err = l.Read(stored[1])
+	require.NoError(t, err)
+	assert.JSONEq(t, string(decided.Decision.EditedArgs), string(got.Decision.EditedArgs))
+	got, err = l.Read(stored[2])
+	require.NoError(t, err)
+	assert.Equal(t, finished.Reason, got.Reason)
+	assert.JSONEq(t, string(finished.Output), string(got.Output))
+
+	blind, err := Decode(stored[2].Entry, nil)
+	require.NoError(t, err)
+	require.NotNil(t, blind.Sealed)
+	assert.Equal(t, ring.Current(), blind.Sealed.Key)
+	assert.Empty(t, blind.Output)
+
+	other, _, err := keyring.LoadOrCreate(filepath.Join(t.TempDir(), "keys.json"))
+	require.NoError(t, err)
+	_, err = Decode(stored[2].Entry, other)
+	require.ErrorIs(t, err, keyring.ErrUnknownKey)
+	assert.Contains(t, err.Error(), ring.Current())
 }

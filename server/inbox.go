@@ -235,7 +235,7 @@ func (i *inbox) renderCall(w http.ResponseWriter, r *http.Request, s *inboxSessi
 	if err != nil {
 		if gone := errors.Is(err, tgclient.ErrUnknownCall) || errors.Is(err, tgclient.ErrNoResult); gone && i.ledger != nil {
 			if lv, entries := i.ledgerView(r.Context(), callID); len(entries) > 0 {
-				view := newLedgerCallView(callID, entries)
+				view := newLedgerCallView(callID, entries, i.ledger.Read)
 				view.Ledger = lv
 				d := i.pageData(s, "Call "+callID, view)
 				d.Error = msg

@@ -41,6 +41,9 @@ type ledgerEntryView struct {
 	Proof string
 	// JSON is the entry as stored, pretty-printed.
 	JSON string
+	// Opened is the entry with its sealed part decrypted, when it has one
+	// and the server holds its key; Sealed says which key, or why not.
+	Opened, Sealed string
 }
 
 // ledgerView reads the call's entries and proves them: the receipt the
@@ -84,6 +87,13 @@ func (i *inbox) ledgerView(ctx context.Context, callID string) (*ledgerView, []l
 	}
 	for _, e := range entries {
 		ev := ledgerEntryView{Index: e.Index, JSON: pretty(e.Entry)}
+		if opened, err := i.ledger.Read(e); err != nil {
+			ev.Sealed = err.Error()
+		} else if stored, _ := ledger.Decode(e.Entry, nil); stored.Sealed != nil {
+			if b, err := json.Marshal(opened); err == nil {
+				ev.Opened, ev.Sealed = pretty(b), "its arguments and outputs are stored encrypted with key "+stored.Sealed.Key+"; decrypted here"
+			}
+		}
 		if h, err := ledger.ReadHeader(e.Entry); err == nil {
 			ev.Kind, ev.At = h.Kind, clock(h.At)
 		}
@@ -102,13 +112,13 @@ func (i *inbox) ledgerView(ctx context.Context, callID string) (*ledgerView, []l
 
 // newLedgerCallView is a call's page from its ledger entries alone, for a
 // call Temporal no longer has: what was asked, decided and how it ended.
-func newLedgerCallView(callID string, entries []ledger.Stored) callView {
+func newLedgerCallView(callID string, entries []ledger.Stored, read func(ledger.Stored) (ledger.Entry, error)) callView {
 	v := callView{ID: callID, Final: true, Result: &resultView{},
 		FromLedger: "Temporal no longer has this call (its retention passed, or its workflow was deleted): this page shows it from the decision ledger alone."}
 	finished := false
 	for _, s := range entries {
-		var e ledger.Entry
-		if err := json.Unmarshal(s.Entry, &e); err != nil {
+		e, err := read(s)
+		if err != nil {
 			continue // shown as stored in the ledger section
 		}
 		switch e.Kind {

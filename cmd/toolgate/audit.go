@@ -17,6 +17,7 @@ import (
 
 	"github.com/toolgate/toolgate/apiclient"
 	tgclient "github.com/toolgate/toolgate/client"
+	"github.com/toolgate/toolgate/keyring"
 	"github.com/toolgate/toolgate/ledger"
 	"github.com/toolgate/toolgate/visible"
 	"github.com/toolgate/toolgate/workflows"
@@ -27,6 +28,8 @@ import (
 type auditFlags struct {
 	dsn, keyFile, key string
 	api               apiFlags
+	// keys, for show: the keyring that opens the entries' sealed parts.
+	keys string
 }
 
 // devLedger is `toolgate dev`'s ledger, from the directory it runs in.
@@ -92,8 +95,9 @@ func (f auditFlags) verifier() (ledger.Keys, error) {
 	return k, nil
 }
 
-// open opens the ledger the flags name, to read it.
-func (f auditFlags) open(ctx context.Context) (*ledger.Ledger, error) {
+// open opens the ledger the flags name, to read it; sealer (optional)
+// seals what is appended and opens what is read.
+func (f auditFlags) open(ctx context.Context, sealer ledger.Sealer) (*ledger.Ledger, error) {
 	dsn := f.dsn
 	if dsn == "" {
 		if _, err := os.Stat(devLedger); err != nil {
@@ -110,7 +114,33 @@ func (f auditFlags) open(ctx context.Context) (*ledger.Ledger, error) {
 	if err != nil {
 		return nil, err
 	}
-	return ledger.Open(ctx, ledger.Options{DSN: dsn, Keys: keys})
+	return ledger.Open(ctx, ledger.Options{DSN: dsn, Keys: keys, Sealer: sealer})
+}
+
+// sealer is the keyring as the ledger's Sealer; nil without one.
+func sealer(ring *keyring.Keyring) ledger.Sealer {
+	if ring == nil {
+		return nil
+	}
+	return ring
+}
+
+// showKeys is the keyring show opens sealed entries with: --keys, or
+// toolgate dev's when it is here; none is not an error (the sealed parts
+// are said to be sealed).
+func (f auditFlags) showKeys() (*keyring.Keyring, error) {
+	file := f.keys
+	if file == "" {
+		file = filepath.Join(".toolgate", devKeysFile)
+		if _, err := os.Stat(file); err != nil {
+			return nil, nil
+		}
+	}
+	ring, err := keyring.Load(file)
+	if err != nil {
+		return nil, usageError("%v", err)
+	}
+	return ring, nil
 }
 
 // failed is a check that did not pass: exit status 1, the reason.
@@ -159,14 +189,19 @@ checkpoint covers them, within seconds.`,
 				}
 				return nil
 			}
+			ring, err := f.showKeys()
+			if err != nil {
+				return err
+			}
 			for _, e := range entries {
-				printEntry(a.stdout, e)
+				printEntry(a.stdout, e, sealer(ring))
 			}
 			return nil
 		},
 	}
 	f.add(cmd, true)
 	f.addAPI(cmd)
+	cmd.Flags().StringVar(&f.keys, "keys", os.Getenv("TOOLGATE_KEYS"), "keyring that opens the entries' encrypted arguments and outputs (env TOOLGATE_KEYS; default .toolgate/keys.json when it exists)")
 	cmd.Flags().BoolVar(&asJSON, "json", false, `print each entry as a JSON line, {"index":N,"entry":{…}}, as stored`)
 	return cmd
 }
@@ -196,7 +231,7 @@ func (f auditFlags) callEntries(cmd *cobra.Command, callID string) ([]ledger.Sto
 		}
 		return entries, nil
 	}
-	l, err := f.open(cmd.Context())
+	l, err := f.open(cmd.Context(), nil)
 	if err != nil {
 		return nil, err
 	}
@@ -211,11 +246,12 @@ func (f auditFlags) callEntries(cmd *cobra.Command, callID string) ([]ledger.Sto
 	return entries, nil
 }
 
-// printEntry prints an entry on a few lines for a person.
-func printEntry(w io.Writer, s ledger.Stored) {
-	var e ledger.Entry
-	if err := json.Unmarshal(s.Entry, &e); err != nil {
-		fmt.Fprintf(w, "#%d  (not an entry: %v)\n", s.Index, err)
+// printEntry prints an entry on a few lines for a person, its sealed part
+// opened with sealer when it holds the key.
+func printEntry(w io.Writer, s ledger.Stored, sealer ledger.Sealer) {
+	e, openErr := ledger.Decode(s.Entry, sealer)
+	if openErr != nil && e.Kind == "" {
+		fmt.Fprintf(w, "#%d  (%v)\n", s.Index, openErr)
 		return
 	}
 	fmt.Fprintf(w, "#%d  %s  %s\n", s.Index, e.At.UTC().Format(time.RFC3339), e.Kind)
@@ -266,6 +302,12 @@ func printEntry(w io.Writer, s ledger.Stored) {
 		line("output", string(e.Output))
 	}
 	line("by", e.By)
+	switch {
+	case openErr != nil:
+		line("sealed", openErr.Error())
+	case e.Sealed != nil:
+		line("sealed", "arguments and outputs encrypted with key "+e.Sealed.Key+"; --keys FILE reads them")
+	}
 	if e.Backfilled {
 		line("note", "backfilled from Temporal after the fact")
 	}
@@ -332,7 +374,7 @@ Exit status 0 when intact; 1 naming the first bad entry or failed proof.`,
 			if c != nil {
 				return a.verifyAPI(cmd.Context(), f, c, notes)
 			}
-			l, err := f.open(cmd.Context())
+			l, err := f.open(cmd.Context(), nil)
 			if err != nil {
 				return err
 			}
@@ -585,7 +627,7 @@ func (f auditFlags) prove(cmd *cobra.Command, callID string) (ledger.Receipt, er
 	if c != nil {
 		return c.AuditReceipt(cmd.Context(), callID)
 	}
-	l, err := f.open(cmd.Context())
+	l, err := f.open(cmd.Context(), nil)
 	if err != nil {
 		return ledger.Receipt{}, err
 	}
@@ -623,7 +665,7 @@ carries its inclusion proof against the latest checkpoint.`,
 			if !from.IsZero() && !to.IsZero() && !to.After(from) {
 				return usageError("--until %s is not after --since %s: the export would be empty", until, since)
 			}
-			l, err := f.open(cmd.Context())
+			l, err := f.open(cmd.Context(), nil)
 			if err != nil {
 				return err
 			}
@@ -673,7 +715,11 @@ connection flags and the ledger's database with its signing key.`,
 			} else if keys.Signer == nil {
 				return usageError("backfill signs a checkpoint of what it adds: give the ledger's signing key (--ledger-key FILE), not its verifier key")
 			}
-			l, err := f.open(ctx)
+			ring, err := a.conn.keys.load(a.logger) // seals what is added, as the workers do
+			if err != nil {
+				return err
+			}
+			l, err := f.open(ctx, sealer(ring))
 			if err != nil {
 				return err
 			}

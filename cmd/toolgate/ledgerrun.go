@@ -103,7 +103,8 @@ func (a *app) openLedger(ctx context.Context, f ledgerFlags, dev bool, webhook *
 	if created {
 		a.logger.Info("Ledger signing key created", zap.String("file", f.keyFile), zap.String("verifierKey", keys.VerifierKey))
 	}
-	opts := ledger.Options{DSN: f.dsn, Keys: keys, Logger: a.logger.Named("ledger")}
+	// With payload keys, what may hold secrets is sealed in the ledger too.
+	opts := ledger.Options{DSN: f.dsn, Keys: keys, Sealer: sealer(a.conn.keys.ring), Logger: a.logger.Named("ledger")}
 	if webhook != nil {
 		opts.Publish = append(opts.Publish, func(ctx context.Context, c ledger.Checkpoint) error {
 			return webhook.Checkpoint(ctx, c.Origin, c.Size, c.Note)
