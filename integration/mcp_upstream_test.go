@@ -26,8 +26,9 @@ func init() { mcptest.ServeStdioIfAsked() }
 
 // newDevWithMCP starts toolgate dev with an MCP servers file that names a
 // stdio upstream (this test binary) and an HTTP one (served here), in the
-// format of Claude Code's .mcp.json, with ${VAR}s from the environment.
-func newDevWithMCP(t *testing.T) *devEnv {
+// format of Claude Code's .mcp.json, with ${VAR}s from the environment;
+// flags are more of dev's.
+func newDevWithMCP(t *testing.T, flags ...string) *devEnv {
 	self, err := os.Executable()
 	require.NoError(t, err)
 	srv := mcptest.NewServer()
@@ -52,8 +53,8 @@ func newDevWithMCP(t *testing.T) *devEnv {
 	require.NoError(t, os.WriteFile(file, cfg, 0o600))
 	t.Setenv("MCPTEST_STDIO_FLAG", "1")
 	t.Setenv("MCPTEST_KEY", "k1")
-	d.dev = start(t, "toolgate dev is running", "dev", "--data-dir", d.dataDir,
-		"--temporal-port", strconv.Itoa(d.port), "--http", d.httpAddr, "--mcp", file)
+	d.dev = start(t, "toolgate dev is running", append([]string{"dev", "--data-dir", d.dataDir,
+		"--temporal-port", strconv.Itoa(d.port), "--http", d.httpAddr, "--mcp", file}, flags...)...)
 	return d
 }
 
