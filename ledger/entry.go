@@ -99,25 +99,34 @@ type Sealer interface {
 // as a Temporal payload, nor one as it.
 const sealPurpose = "ledger"
 
-// secrets are the fields Seal encrypts.
+// secrets are the fields Seal encrypts: everything that may quote an
+// argument or an output, or a person's words about them.
 type secrets struct {
 	Args       json.RawMessage `json:"args,omitempty"`
 	Preview    any             `json:"preview,omitempty"`
 	Output     json.RawMessage `json:"output,omitempty"`
 	Reason     string          `json:"reason,omitempty"`
 	Report     any             `json:"report,omitempty"`
+	Note       any             `json:"note,omitempty"`
 	EditedArgs json.RawMessage `json:"edited_args,omitempty"`
+	// The decision's reason and comment.
+	DecisionReason string `json:"decision_reason,omitempty"`
+	Comment        string `json:"comment,omitempty"`
+}
+
+func (sec secrets) empty() bool {
+	return len(sec.Args) == 0 && sec.Preview == nil && len(sec.Output) == 0 && sec.Reason == "" && sec.Report == nil &&
+		sec.Note == nil && len(sec.EditedArgs) == 0 && sec.DecisionReason == "" && sec.Comment == ""
 }
 
 // Seal returns e with its secrets moved into Sealed, encrypted; an entry
 // without any is returned as it is.
 func (e Entry) Seal(s Sealer) (Entry, error) {
-	var sec secrets
-	sec.Args, sec.Preview, sec.Output, sec.Reason, sec.Report = e.Args, e.Preview, e.Output, e.Reason, e.Report
-	if e.Decision != nil {
-		sec.EditedArgs = e.Decision.EditedArgs
+	sec := secrets{Args: e.Args, Preview: e.Preview, Output: e.Output, Reason: e.Reason, Report: e.Report, Note: e.Details["note"]}
+	if d := e.Decision; d != nil {
+		sec.EditedArgs, sec.DecisionReason, sec.Comment = d.EditedArgs, d.Reason, d.Comment
 	}
-	if len(sec.Args) == 0 && sec.Preview == nil && len(sec.Output) == 0 && sec.Reason == "" && sec.Report == nil && len(sec.EditedArgs) == 0 {
+	if sec.empty() {
 		return e, nil
 	}
 	plain, err := json.Marshal(sec)
@@ -129,9 +138,12 @@ func (e Entry) Seal(s Sealer) (Entry, error) {
 		return e, fmt.Errorf("ledger entry %s: seal: %w", e.Event, err)
 	}
 	e.Args, e.Preview, e.Output, e.Reason, e.Report = nil, nil, nil, "", nil
+	if sec.Note != nil {
+		e.Details = without(e.Details, "note")
+	}
 	if e.Decision != nil {
 		d := *e.Decision
-		d.EditedArgs = nil
+		d.EditedArgs, d.Reason, d.Comment = nil, "", ""
 		e.Decision = &d
 	}
 	e.Sealed = &Sealed{Key: key, Data: data}
@@ -153,13 +165,41 @@ func (e Entry) Open(s Sealer) (Entry, error) {
 		return e, fmt.Errorf("ledger entry %s: sealed part: %w", e.Event, err)
 	}
 	e.Args, e.Preview, e.Output, e.Reason, e.Report = sec.Args, sec.Preview, sec.Output, sec.Reason, sec.Report
-	if len(sec.EditedArgs) > 0 && e.Decision != nil {
+	if sec.Note != nil {
+		e.Details = with(e.Details, "note", sec.Note)
+	}
+	if e.Decision != nil {
 		d := *e.Decision
-		d.EditedArgs = sec.EditedArgs
+		d.EditedArgs, d.Reason, d.Comment = sec.EditedArgs, sec.DecisionReason, sec.Comment
 		e.Decision = &d
 	}
 	e.Sealed = nil
 	return e, nil
+}
+
+// without returns a copy of m without key; nil when nothing is left.
+func without(m map[string]any, key string) map[string]any {
+	out := map[string]any{}
+	for k, v := range m {
+		if k != key {
+			out[k] = v
+		}
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
+}
+
+// with returns a copy of m with key set to v.
+func with(m map[string]any, key string, v any) map[string]any {
+	out := map[string]any{key: v}
+	for k, x := range m {
+		if k != key {
+			out[k] = x
+		}
+	}
+	return out
 }
 
 // Decode reads a stored entry, opening its sealed part with s when s is

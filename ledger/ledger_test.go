@@ -167,9 +167,11 @@ func TestSealedEntriesVerifyWithoutTheKeysAndReadWithThem(t *testing.T) {
 	submitted := Entry{Kind: KindCallSubmitted, Event: "c1/submitted", At: time.Date(2026, 12, 3, 10, 0, 0, 0, time.UTC), CallID: "c1",
 		Requester: "agent", Tool: "write_file", Args: json.RawMessage(`{"content":"` + secret + `"}`), Preview: map[string]any{"diff": "+" + secret}}
 	decided := Entry{Kind: KindCallDecided, Event: "c1/decided", At: submitted.At, CallID: "c1",
-		Decision: &Decision{Kind: "approved", DecidedBy: "alice", EditedArgs: json.RawMessage(`{"content":"edited ` + secret + `"}`)}}
+		Decision: &Decision{Kind: "approved", DecidedBy: "alice", EditedArgs: json.RawMessage(`{"content":"edited ` + secret + `"}`),
+			Reason: "fine, " + secret, Comment: "see " + secret}}
 	finished := Entry{Kind: KindCallFinished, Event: "c1/finished", At: submitted.At, CallID: "c1", Status: "error",
-		Output: json.RawMessage(`{"stderr":"` + secret + `"}`), Reason: "tool failed: " + secret}
+		Output: json.RawMessage(`{"stderr":"` + secret + `"}`), Reason: "tool failed: " + secret,
+		Details: map[string]any{"note": "alice edited the arguments: " + secret, "redactions": float64(1)}}
 	ended := Entry{Kind: KindSessionEnded, Event: "s/ended", At: submitted.At, Session: "s", By: "bob"}
 	_, err = l.Append(ctx, submitted, decided, finished, ended)
 	require.NoError(t, err)
@@ -184,6 +186,7 @@ func TestSealedEntriesVerifyWithoutTheKeysAndReadWithThem(t *testing.T) {
 	}
 	assert.NotContains(t, string(stored[3].Entry), "sealed", "an entry without secrets is stored as it is")
 	assert.Contains(t, string(stored[1].Entry), `"decided_by":"alice"`, "who decided stays readable")
+	assert.Contains(t, string(stored[2].Entry), `"details":{"redactions":1}`, "what holds no secret stays readable")
 
 	// The log verifies with the verifier key alone, exported too.
 	_, err = l.VerifyStore(ctx, nil)
@@ -201,9 +204,12 @@ func TestSealedEntriesVerifyWithoutTheKeysAndReadWithThem(t *testing.T) {
 	got, err = l.Read(stored[1])
 	require.NoError(t, err)
 	assert.JSONEq(t, string(decided.Decision.EditedArgs), string(got.Decision.EditedArgs))
+	assert.Equal(t, decided.Decision.Reason, got.Decision.Reason)
+	assert.Equal(t, decided.Decision.Comment, got.Decision.Comment)
 	got, err = l.Read(stored[2])
 	require.NoError(t, err)
 	assert.Equal(t, finished.Reason, got.Reason)
+	assert.Equal(t, finished.Details, got.Details)
 	assert.JSONEq(t, string(finished.Output), string(got.Output))
 
 	blind, err := Decode(stored[2].Entry, nil)

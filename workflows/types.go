@@ -133,6 +133,9 @@ const (
 
 // Search attributes on every call, so waiting calls are one visibility
 // query away. The server must have them registered (toolgate dev does).
+// Temporal never encrypts them: they hold names, statuses, groups and
+// times, never arguments, outputs, previews or reasons (docs/production.md,
+// "Payload keys", lists them).
 var (
 	AttrStatus      = temporal.NewSearchAttributeKeyKeyword("ToolgateStatus")
 	AttrTool        = temporal.NewSearchAttributeKeyKeyword("ToolgateTool")

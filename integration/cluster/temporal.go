@@ -269,3 +269,42 @@ func freePorts(n int) ([]int, error) {
 	}
 	return ports, nil
 }
+
+// TemporalCLIVersion is the stock `temporal` CLI the suite reads
+// histories with (its codec flags), built from source by BuildCLI.
+const TemporalCLIVersion = "v1.5.1"
+
+// BuildCLI builds the stock `temporal` CLI once per version and Go version,
+// from its module's source (the Go module proxy, as for any module), into
+// the same cache as Build, and returns its path.
+func BuildCLI(ctx context.Context) (string, error) {
+	cache := os.Getenv("TOOLGATE_CLUSTER_CACHE")
+	if cache == "" {
+		base, err := os.UserCacheDir()
+		if err != nil {
+			return "", fmt.Errorf("no cache directory for the temporal CLI (set TOOLGATE_CLUSTER_CACHE): %w", err)
+		}
+		cache = filepath.Join(base, "toolgate", "cluster")
+	}
+	dir := filepath.Join(cache, "cli-"+TemporalCLIVersion+"-"+runtime.Version())
+	bin := filepath.Join(dir, "temporal")
+	if fileExists(bin) {
+		return bin, nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	tmp, err := os.MkdirTemp(dir, "build-")
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(tmp)
+	// Outside this module: the CLI builds against its own go.mod.
+	cmd := exec.CommandContext(ctx, "go", "install", "github.com/temporalio/cli/cmd/temporal@"+TemporalCLIVersion)
+	cmd.Dir = tmp
+	cmd.Env = append(os.Environ(), "GOBIN="+tmp, "GOFLAGS=", "GOWORK=off")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return "", fmt.Errorf("go install temporal CLI %s: %w\n%s", TemporalCLIVersion, err, out)
+	}
+	return bin, os.Rename(filepath.Join(tmp, "temporal"), bin)
+}
