@@ -38,7 +38,9 @@ rules:
 // its own secret string in its arguments, output, preview, edit, reason
 // or error, and returns the secrets by where they went.
 func secretsRun(t *testing.T, d *devEnv, tag string) map[string]string {
-	as := func(name string) apiClient { return apiClient{t: t, base: "http://" + d.httpAddr, token: "token-" + name} }
+	as := func(name string) apiClient {
+		return apiClient{t: t, base: "http://" + d.httpAddr, token: "token-" + name}
+	}
 	agent, bob, alice := as("agent-1"), as("bob"), as("alice")
 	s := func(what string) string { return "SECRET-" + tag + "-" + what + "-7f3a" }
 	secrets := map[string]string{}
