@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -530,6 +531,24 @@ func TestClusterWalkthrough(t *testing.T) {
 		r = agent.do("GET", "/v1/calls/fs-1?wait=25s", nil)
 		require.Equal(t, http.StatusOK, r.status, r.raw)
 		assert.Equal(t, "ok", r.body["status"], "asked again after the restart, the agent gets the Result")
+	})
+
+	t.Run("no secret reaches Temporal's databases: pg_dump of history and visibility", func(t *testing.T) {
+		secrets := secretsRun(t, e.devEnv.in(t), "cluster", true)
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		for _, db := range []string{"temporal", "temporal_visibility", "toolgate_ledger"} {
+			dump, err := e.c.Dump(ctx, db)
+			require.NoError(t, err)
+			require.NotEmpty(t, dump)
+			for what, secret := range secrets {
+				assert.Zero(t, bytes.Count(dump, []byte(secret)), "the %s secret is in pg_dump %s", what, db)
+			}
+		}
+		// The dump can find what is there: the calls' IDs and tools are.
+		dump, err := e.c.Dump(ctx, "temporal_visibility")
+		require.NoError(t, err)
+		assert.Contains(t, string(dump), "toolgate/call/cluster-auto")
 	})
 
 	// Last: the whole walkthrough, its kills included, is in the ledger.

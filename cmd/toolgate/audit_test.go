@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/toolgate/toolgate/keyring"
 	"github.com/toolgate/toolgate/ledger"
 )
 
@@ -253,4 +254,31 @@ func TestAuditShowSaysWhoDecidedAndWhereTheToolRan(t *testing.T) {
 	assert.Contains(t, out, "reason:   not on main")
 	assert.Contains(t, out, "comment:  use a branch")
 	assert.Contains(t, out, "status:   denied")
+}
+
+func TestAuditShowOpensSealedEntriesWithTheKeys(t *testing.T) {
+	dir := t.TempDir()
+	db, keyFile, keysFile := filepath.Join(dir, "ledger.db"), filepath.Join(dir, "ledger.key"), filepath.Join(dir, "keys.json")
+	keys, _, err := ledger.LoadOrCreateKey(keyFile, "prod")
+	require.NoError(t, err)
+	ring, _, err := keyring.LoadOrCreate(keysFile)
+	require.NoError(t, err)
+	l, err := ledger.Open(context.Background(), ledger.Options{DSN: db, Keys: keys, Sealer: ring})
+	require.NoError(t, err)
+	_, err = l.Append(context.Background(), ledger.Entry{Kind: ledger.KindCallSubmitted, Event: "s1/submitted", At: time.Now(), CallID: "s1",
+		Requester: "ci-7", Tool: "write_file", Args: []byte(`{"content":"AWS_SECRET=sk-live-show"}`)})
+	require.NoError(t, err)
+	require.NoError(t, l.Close())
+
+	code, out, errs := audit(t, "show", "s1", "--ledger", db, "--ledger-key", keyFile, "--keys", keysFile)
+	require.Equal(t, 0, code, errs)
+	assert.Contains(t, out, `args:     {"content":"AWS_SECRET=sk-live-show"}`)
+	assert.Contains(t, out, "requester: ci-7")
+
+	t.Chdir(t.TempDir()) // no .toolgate/keys.json here
+	code, out, errs = audit(t, "show", "s1", "--ledger", db, "--ledger-key", keyFile)
+	require.Equal(t, 0, code, errs)
+	assert.NotContains(t, out, "sk-live")
+	assert.Contains(t, out, "requester: ci-7", "who asked stays readable")
+	assert.Contains(t, out, "sealed:   arguments and outputs encrypted with key "+ring.Current())
 }

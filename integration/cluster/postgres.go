@@ -1,6 +1,8 @@
 package cluster
 
 import (
+	"bytes"
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -88,4 +90,23 @@ func postgresBinDir() (string, error) {
 		return filepath.Dir(path), nil
 	}
 	return "", fmt.Errorf("the PostgreSQL server binaries (initdb, postgres) are not installed: not in /usr/lib/postgresql/*/bin nor on PATH; install them with: %s", InstallPostgres)
+}
+
+// Dump is pg_dump of one of the cluster's databases (temporal,
+// temporal_visibility, toolgate_ledger): every row as the database holds
+// it, for a test that looks for what must not be there.
+func (c *Cluster) Dump(ctx context.Context, database string) ([]byte, error) {
+	bin, err := postgresBinDir()
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.CommandContext(ctx, filepath.Join(bin, "pg_dump"), "-h", "127.0.0.1", "-p", strconv.Itoa(c.pgPort), "-U", "postgres", "--data-only", database)
+	cmd.Env = baseEnv()
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("pg_dump %s: %w\n%s", database, err, stderr.String())
+	}
+	return out, nil
 }
