@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -44,6 +45,7 @@ search attributes in the Cloud UI or with tcld instead (docs/production.md).`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx, cancel := context.WithTimeout(cmd.Context(), wait)
 			defer cancel()
+			a.conn.keys.skip() // it registers names and types, no payloads
 			tc, err := a.dialWithin(ctx)
 			if err != nil {
 				return err
@@ -76,8 +78,9 @@ search attributes in the Cloud UI or with tcld instead (docs/production.md).`,
 func (a *app) dialWithin(ctx context.Context) (client.Client, error) {
 	for {
 		tc, err := a.conn.dial(a.logger, nil)
-		if err == nil {
-			return tc, nil
+		var usage *exitError
+		if err == nil || errors.As(err, &usage) {
+			return tc, err // a bad flag does not get better with time
 		}
 		a.logger.Info("Temporal not reachable yet; retrying", zap.Error(err))
 		select {
