@@ -114,20 +114,25 @@ type Report struct {
 	Auto     Latency `json:"auto"`
 	// AutoLedger: the auto-approved call on a worker with a decision
 	// ledger (embedded SQLite): every call appends its entries.
-	AutoLedger     Latency `json:"auto_ledger"`
+	AutoLedger Latency `json:"auto_ledger"`
+	// AutoEncrypted: the auto-approved call on a worker whose client
+	// encrypts every payload (AES-256-GCM, keyring.Codec).
+	AutoEncrypted  Latency `json:"auto_encrypted"`
 	Sticky         Latency `json:"sticky"`
 	Decide         Latency `json:"decide"`
 	SignalBaseline Latency `json:"signal_baseline"`
 	// SignalActivityBaseline: a bare workflow woken by a signal that then
 	// runs one activity, the fair floor for Decide.
-	SignalActivityBaseline Latency       `json:"signal_activity_baseline"`
-	OneSession             OneSession    `json:"one_session"`
-	BaselinePerSec         float64       `json:"baseline_per_sec"`
-	AutoPerSec             float64       `json:"auto_per_sec"`
-	Parked                 Parked        `json:"parked"`
-	Pending                PendingList   `json:"pending_list"`
-	Ledger                 LedgerFigures `json:"ledger"`
-	Ratios                 Ratios        `json:"ratios"`
+	SignalActivityBaseline Latency    `json:"signal_activity_baseline"`
+	OneSession             OneSession `json:"one_session"`
+	BaselinePerSec         float64    `json:"baseline_per_sec"`
+	AutoPerSec             float64    `json:"auto_per_sec"`
+	// AutoEncryptedPerSec: the throughput of auto-approved calls encrypted.
+	AutoEncryptedPerSec float64       `json:"auto_encrypted_per_sec"`
+	Parked              Parked        `json:"parked"`
+	Pending             PendingList   `json:"pending_list"`
+	Ledger              LedgerFigures `json:"ledger"`
+	Ratios              Ratios        `json:"ratios"`
 }
 
 // Ratios compare toolgate with the baseline.
@@ -152,6 +157,11 @@ type Ratios struct {
 	// PendingFirstBareP50: the pending list's first page over a bare
 	// visibility listing of a page, with Waiting calls waiting.
 	PendingFirstBareP50 float64 `json:"pending_first_bare_p50"`
+	// AutoEncryptedAutoP50: the auto-approved call encrypted over in
+	// plaintext (target ≤ 1.05); ThroughputEncryptedPlain: their
+	// throughputs (target ≥ 0.95).
+	AutoEncryptedAutoP50     float64 `json:"auto_encrypted_auto_p50"`
+	ThroughputEncryptedPlain float64 `json:"throughput_encrypted_plain"`
 }
 
 // Tools and sessions of the run.
@@ -190,7 +200,8 @@ func Run(ctx context.Context, o Options, out io.Writer) (Report, error) {
 		defer func() { _ = srv.Stop() }()
 		address, dbPath = srv.FrontendAddress(), filepath.Join(dir, "temporal.db")
 	}
-	tc, err := client.Dial(client.Options{HostPort: address, Namespace: o.Namespace, Logger: logging.NewTemporal(o.Logger)})
+	dialOpts := client.Options{HostPort: address, Namespace: o.Namespace, Logger: logging.NewTemporal(o.Logger)}
+	tc, err := client.Dial(dialOpts)
 	if err != nil {
 		return Report{}, fmt.Errorf("connect to Temporal at %s: %w", address, err)
 	}
@@ -210,6 +221,14 @@ func Run(ctx context.Context, o Options, out io.Writer) (Report, error) {
 		return Report{}, err
 	}
 	defer stopLedger()
+	encrypted, stopEncrypted, err := startEncryptedWorker(dialOpts, benchTools(), ledgerDir)
+	if err != nil {
+		return Report{}, err
+	}
+	defer stopEncrypted()
+	if o.EagerStart {
+		encrypted = encrypted.WithEagerStart()
+	}
 
 	calls := tgclient.New(tc, benchQueue)
 	if o.EagerStart {
@@ -221,13 +240,14 @@ func Run(ctx context.Context, o Options, out io.Writer) (Report, error) {
 	if o.EagerStart {
 		ledgered = ledgered.WithEagerStart()
 	}
-	b := &runner{o: o, tc: tc, calls: calls, ledgered: ledgered, dbPath: dbPath, run: strconv.FormatInt(time.Now().UnixNano(), 36)}
+	b := &runner{o: o, tc: tc, calls: calls, ledgered: ledgered, encrypted: encrypted, dbPath: dbPath, run: strconv.FormatInt(time.Now().UnixNano(), 36)}
 	r := Report{Machine: fmt.Sprintf("%s/%s, %d CPUs, %s", runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.Version()), Options: o}
 	steps := []struct {
 		name string
 		fn   func(context.Context, *Report) error
 	}{
 		{"warm up", b.warmUp},
+		{"encryption check", b.checkEncrypted},
 		{"latency", b.latency},
 		{"decision round trip", b.decisionRoundTrip},
 		{"throughput", b.throughput},
@@ -243,16 +263,18 @@ func Run(ctx context.Context, o Options, out io.Writer) (Report, error) {
 		}
 	}
 	r.Ratios = Ratios{
-		AutoBaseP50:             r.Auto.P50 / r.Baseline.P50,
-		AutoLedgerAutoP50:       r.AutoLedger.P50 / r.Auto.P50,
-		StickyBaseP50:           r.Sticky.P50 / r.Baseline.P50,
-		DecideSignalP50:         r.Decide.P50 / r.SignalBaseline.P50,
-		DecideSignalActivityP50: r.Decide.P50 / r.SignalActivityBaseline.P50,
-		ParkOneSessionBaseRate:  r.OneSession.ParkPerSec / r.OneSession.BasePerSec,
-		FanoutBaseTime:          r.OneSession.FanoutSeconds / r.OneSession.BaseFanoutSeconds,
-		ThroughputBase:          r.AutoPerSec / r.BaselinePerSec,
-		ParkedKiBCall:           r.Parked.DBKiBPerCall,
-		PendingFirstBareP50:     r.Pending.First.P50 / r.Pending.Bare.P50,
+		AutoBaseP50:              r.Auto.P50 / r.Baseline.P50,
+		AutoLedgerAutoP50:        r.AutoLedger.P50 / r.Auto.P50,
+		StickyBaseP50:            r.Sticky.P50 / r.Baseline.P50,
+		DecideSignalP50:          r.Decide.P50 / r.SignalBaseline.P50,
+		DecideSignalActivityP50:  r.Decide.P50 / r.SignalActivityBaseline.P50,
+		ParkOneSessionBaseRate:   r.OneSession.ParkPerSec / r.OneSession.BasePerSec,
+		FanoutBaseTime:           r.OneSession.FanoutSeconds / r.OneSession.BaseFanoutSeconds,
+		ThroughputBase:           r.AutoPerSec / r.BaselinePerSec,
+		ParkedKiBCall:            r.Parked.DBKiBPerCall,
+		PendingFirstBareP50:      r.Pending.First.P50 / r.Pending.Bare.P50,
+		AutoEncryptedAutoP50:     r.AutoEncrypted.P50 / r.Auto.P50,
+		ThroughputEncryptedPlain: r.AutoEncryptedPerSec / r.AutoPerSec,
 	}
 	data, _ := json.MarshalIndent(r, "", "  ")
 	if err := os.WriteFile(o.JSONPath, append(data, '\n'), 0o644); err != nil {
@@ -298,11 +320,12 @@ type runner struct {
 	o     Options
 	tc    client.Client
 	calls *tgclient.Client
-	// ledgered calls go to the worker that keeps a ledger.
-	ledgered *tgclient.Client
-	dbPath   string // "" against a cluster: the database is not measured
-	run      string // this run's suffix of session names and fixed IDs
-	seq      atomic.Int64
+	// ledgered calls go to the worker that keeps a ledger, encrypted ones
+	// to the worker whose client encrypts.
+	ledgered, encrypted *tgclient.Client
+	dbPath              string // "" against a cluster: the database is not measured
+	run                 string // this run's suffix of session names and fixed IDs
+	seq                 atomic.Int64
 }
 
 // benchQueue keeps the bench's toolgate worker apart from a cluster's own
@@ -353,7 +376,7 @@ func (b *runner) warmUp(ctx context.Context, _ *Report) error {
 		return err
 	}
 	for range 20 {
-		for _, f := range []func(context.Context) error{b.baseline, b.auto, b.sticky, b.autoLedger} {
+		for _, f := range []func(context.Context) error{b.baseline, b.auto, b.sticky, b.autoLedger, b.autoEncrypted} {
 			if err := f(ctx); err != nil {
 				return err
 			}
@@ -362,9 +385,9 @@ func (b *runner) warmUp(ctx context.Context, _ *Report) error {
 	return nil
 }
 
-// latency runs the four cases in rotating order, one of each per round.
+// latency runs the five cases in rotating order, one of each per round.
 func (b *runner) latency(ctx context.Context, r *Report) error {
-	cases := []func(context.Context) error{b.baseline, b.auto, b.sticky, b.autoLedger}
+	cases := []func(context.Context) error{b.baseline, b.auto, b.sticky, b.autoLedger, b.autoEncrypted}
 	samples := make([][]time.Duration, len(cases))
 	for i := range b.o.Runs {
 		for k := range cases {
@@ -377,6 +400,7 @@ func (b *runner) latency(ctx context.Context, r *Report) error {
 		}
 	}
 	r.Baseline, r.Auto, r.Sticky, r.AutoLedger = summarise(samples[0]), summarise(samples[1]), summarise(samples[2]), summarise(samples[3])
+	r.AutoEncrypted = summarise(samples[4])
 	return nil
 }
 
@@ -433,7 +457,7 @@ func (b *runner) decisionRoundTrip(ctx context.Context, r *Report) error {
 // baseline and toolgate.
 func (b *runner) throughput(ctx context.Context, r *Report) error {
 	half := b.o.Calls / 2
-	var baseTime, autoTime time.Duration
+	var baseTime, autoTime, encryptedTime time.Duration
 	for range 2 {
 		d, err := b.concurrently(ctx, half, b.baseline)
 		if err != nil {
@@ -444,9 +468,14 @@ func (b *runner) throughput(ctx context.Context, r *Report) error {
 			return err
 		}
 		autoTime += d
+		if d, err = b.concurrently(ctx, half, b.autoEncrypted); err != nil {
+			return err
+		}
+		encryptedTime += d
 	}
 	r.BaselinePerSec = float64(2*half) / baseTime.Seconds()
 	r.AutoPerSec = float64(2*half) / autoTime.Seconds()
+	r.AutoEncryptedPerSec = float64(2*half) / encryptedTime.Seconds()
 	return nil
 }
 
@@ -607,6 +636,7 @@ func printReport(w io.Writer, r Report) {
 		{"baseline: local activity + activity", r.Baseline},
 		{"toolgate: auto-approved call", r.Auto},
 		{"toolgate: auto-approved call, ledger", r.AutoLedger},
+		{"toolgate: auto-approved call, encrypted", r.AutoEncrypted},
 		{"toolgate: sticky decision", r.Sticky},
 		{"baseline: signal → result", r.SignalBaseline},
 		{"baseline: signal → activity → result", r.SignalActivityBaseline},
@@ -614,7 +644,7 @@ func printReport(w io.Writer, r Report) {
 	} {
 		fmt.Fprintf(w, "%-38s %5d %9.1f %9.1f %9.1f\n", row.name, row.l.N, row.l.P50, row.l.P95, row.l.P99)
 	}
-	fmt.Fprintf(w, "\nthroughput at concurrency %d: baseline %.1f/s, toolgate %.1f/s\n", r.Options.Concurrency, r.BaselinePerSec, r.AutoPerSec)
+	fmt.Fprintf(w, "\nthroughput at concurrency %d: baseline %.1f/s, toolgate %.1f/s, toolgate encrypted %.1f/s\n", r.Options.Concurrency, r.BaselinePerSec, r.AutoPerSec, r.AutoEncryptedPerSec)
 	p := r.Parked
 	fmt.Fprintf(w, "parked %d calls in %.1fs: RSS %.0f → %.0f MiB, heap %.0f → %.0f MiB, database %.1f → %.1f MiB (%.1f KiB/call); all decided and finished in %.1fs\n",
 		p.Calls, p.ParkSeconds, p.RSSBeforeMiB, p.RSSAfterMiB, p.HeapBeforeMiB, p.HeapAfterMiB, p.DBBeforeMiB, p.DBAfterMiB, p.DBKiBPerCall, p.DrainSeconds)
@@ -624,8 +654,11 @@ func printReport(w io.Writer, r Report) {
 	printPendingList(w, r.Pending, r.Ratios.PendingFirstBareP50)
 	fmt.Fprintf(w, "ledger (embedded SQLite): %.0f entries/s appended by %d appenders; auto-approved call with the ledger / without: %.2f (p50)\n",
 		r.Ledger.AppendPerSec, r.Ledger.Appenders, r.Ratios.AutoLedgerAutoP50)
+	fmt.Fprintf(w, "payload encryption (AES-256-GCM): auto-approved call encrypted / plaintext: %.2f (p50); throughput encrypted / plaintext: %.2f\n",
+		r.Ratios.AutoEncryptedAutoP50, r.Ratios.ThroughputEncryptedPlain)
 	fmt.Fprintf(w, "figures in %s\n", r.Options.JSONPath)
 	q := r.Ratios
-	fmt.Fprintf(w, "ratios: auto/base_p50=%.2f sticky/base_p50=%.2f decide/signal_p50=%.2f decide/signal_activity_p50=%.2f throughput/base=%.2f park_one_session/base_rate=%.2f fanout/base_time=%.2f parked_kib_per_call=%.1f\n",
-		q.AutoBaseP50, q.StickyBaseP50, q.DecideSignalP50, q.DecideSignalActivityP50, q.ThroughputBase, q.ParkOneSessionBaseRate, q.FanoutBaseTime, q.ParkedKiBCall)
+	fmt.Fprintf(w, "ratios: auto/base_p50=%.2f sticky/base_p50=%.2f decide/signal_p50=%.2f decide/signal_activity_p50=%.2f throughput/base=%.2f park_one_session/base_rate=%.2f fanout/base_time=%.2f parked_kib_per_call=%.1f encrypted/plain_p50=%.2f throughput_encrypted/plain=%.2f\n",
+		q.AutoBaseP50, q.StickyBaseP50, q.DecideSignalP50, q.DecideSignalActivityP50, q.ThroughputBase, q.ParkOneSessionBaseRate, q.FanoutBaseTime, q.ParkedKiBCall,
+		q.AutoEncryptedAutoP50, q.ThroughputEncryptedPlain)
 }

@@ -25,7 +25,7 @@ func TestBenchQuick(t *testing.T) {
 
 	// The report is on stdout; the worker's log lines go to stderr.
 	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
-	assert.Regexp(t, regexp.MustCompile(`^ratios: auto/base_p50=[0-9.]+ sticky/base_p50=[0-9.]+ decide/signal_p50=[0-9.]+ decide/signal_activity_p50=[0-9.]+ throughput/base=[0-9.]+ park_one_session/base_rate=[0-9.]+ fanout/base_time=[0-9.]+ parked_kib_per_call=[0-9.]+$`), lines[len(lines)-1])
+	assert.Regexp(t, regexp.MustCompile(`^ratios: auto/base_p50=[0-9.]+ sticky/base_p50=[0-9.]+ decide/signal_p50=[0-9.]+ decide/signal_activity_p50=[0-9.]+ throughput/base=[0-9.]+ park_one_session/base_rate=[0-9.]+ fanout/base_time=[0-9.]+ parked_kib_per_call=[0-9.]+ encrypted/plain_p50=[0-9.]+ throughput_encrypted/plain=[0-9.]+$`), lines[len(lines)-1])
 
 	data, err := os.ReadFile(jsonPath)
 	require.NoError(t, err)
@@ -37,7 +37,14 @@ func TestBenchQuick(t *testing.T) {
 		Baseline   latency `json:"baseline"`
 		Auto       latency `json:"auto"`
 		AutoLedger latency `json:"auto_ledger"`
-		Ledger     struct {
+		// The auto-approved call with payload encryption, and its ratios.
+		AutoEncrypted       latency `json:"auto_encrypted"`
+		AutoEncryptedPerSec float64 `json:"auto_encrypted_per_sec"`
+		Ratios              struct {
+			AutoEncryptedAutoP50     float64 `json:"auto_encrypted_auto_p50"`
+			ThroughputEncryptedPlain float64 `json:"throughput_encrypted_plain"`
+		} `json:"ratios"`
+		Ledger struct {
 			AppendPerSec float64 `json:"append_per_sec"`
 		} `json:"ledger"`
 		Sticky         latency `json:"sticky"`
@@ -67,13 +74,17 @@ func TestBenchQuick(t *testing.T) {
 		} `json:"pending_list"`
 	}
 	require.NoError(t, json.Unmarshal(data, &r))
-	for name, l := range map[string]latency{"baseline": r.Baseline, "auto": r.Auto, "auto with the ledger": r.AutoLedger, "sticky": r.Sticky, "decide": r.Decide, "signal": r.SignalBaseline, "signal+activity": r.SignalActivity} {
+	for name, l := range map[string]latency{"baseline": r.Baseline, "auto": r.Auto, "auto with the ledger": r.AutoLedger, "auto encrypted": r.AutoEncrypted, "sticky": r.Sticky, "decide": r.Decide, "signal": r.SignalBaseline, "signal+activity": r.SignalActivity} {
 		assert.Positive(t, l.N, name)
 		assert.Positive(t, l.P50, name)
 	}
 	assert.Positive(t, r.BaselinePerSec)
 	assert.Positive(t, r.Ledger.AppendPerSec, "the ledger's append rate")
 	assert.Contains(t, stdout.String(), "toolgate: auto-approved call, ledger")
+	assert.Contains(t, stdout.String(), "toolgate: auto-approved call, encrypted")
+	assert.Positive(t, r.AutoEncryptedPerSec, "the throughput encrypted")
+	assert.Positive(t, r.Ratios.AutoEncryptedAutoP50)
+	assert.Positive(t, r.Ratios.ThroughputEncryptedPlain)
 	assert.Positive(t, r.AutoPerSec)
 	assert.Equal(t, 50, r.Parked.Calls)
 	assert.Positive(t, r.Parked.DrainSeconds)
