@@ -1,6 +1,7 @@
 package workflows
 
 import (
+	"encoding/base64"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -13,6 +14,8 @@ import (
 	"go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
+
+	"github.com/toolgate/toolgate/keyring"
 )
 
 // The histories under testdata/ are toolgate 1.0's baseline, recorded
@@ -54,12 +57,44 @@ var recordedScenarios = []string{
 	"ledger-sticky",
 	"ledger-covered",
 	"ledger-session",
+	"encrypted-ask-approve",
+	"encrypted-failed",
+	"encrypted-session",
 }
 
 // newReplayer returns a replayer with every workflow registered under its
 // type name; callWorkflow stands in for ToolCallWorkflow.
 func newReplayer(callWorkflow func(workflow.Context, CallInput) (Result, error)) worker.WorkflowReplayer {
-	r := worker.NewWorkflowReplayer()
+	return registered(worker.NewWorkflowReplayer(), callWorkflow)
+}
+
+// replayerFor is the replayer of a recorded history: the histories
+// recorded encrypted (encrypted-*) replay with the test keyring.
+func replayerFor(t *testing.T, file string, callWorkflow func(workflow.Context, CallInput) (Result, error)) worker.WorkflowReplayer {
+	if !strings.HasPrefix(filepath.Base(file), "encrypted-") {
+		return newReplayer(callWorkflow)
+	}
+	ring := testKeyring(t)
+	r, err := worker.NewWorkflowReplayerWithOptions(worker.WorkflowReplayerOptions{
+		DataConverter: keyring.DataConverter(ring), FailureConverter: keyring.FailureConverter(ring)})
+	require.NoError(t, err)
+	return registered(r, callWorkflow)
+}
+
+// testKeyring is the keyring the encrypted-* histories were recorded with
+// (it protects nothing), copied with the mode a keyring must have.
+func testKeyring(t *testing.T) *keyring.Keyring {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("testdata", "keyring", "keys.json"))
+	require.NoError(t, err)
+	path := filepath.Join(t.TempDir(), "keys.json")
+	require.NoError(t, os.WriteFile(path, b, 0o600))
+	ring, err := keyring.Load(path)
+	require.NoError(t, err)
+	return ring
+}
+
+func registered(r worker.WorkflowReplayer, callWorkflow func(workflow.Context, CallInput) (Result, error)) worker.WorkflowReplayer {
 	r.RegisterWorkflowWithOptions(callWorkflow, workflow.RegisterOptions{Name: ToolCallWorkflowType})
 	r.RegisterWorkflowWithOptions(ToolgateSession, workflow.RegisterOptions{Name: SessionWorkflowType})
 	r.RegisterWorkflowWithOptions(WaitingRoom, workflow.RegisterOptions{Name: RoomWorkflowType})
@@ -87,7 +122,7 @@ func TestReplayRecordedHistories(t *testing.T) {
 	for i, f := range files {
 		t.Run(names[i], func(t *testing.T) {
 			t.Parallel()
-			err := newReplayer(ToolCallWorkflow).ReplayWorkflowHistoryFromJSONFile(testLogger(t), f)
+			err := replayerFor(t, f, ToolCallWorkflow).ReplayWorkflowHistoryFromJSONFile(testLogger(t), f)
 			require.NoError(t, err, "the workflow code no longer replays %s", f)
 		})
 	}
@@ -140,8 +175,25 @@ func TestAVersionedChangeReplaysTheBaseline(t *testing.T) {
 		if !callHistory.Match(data) {
 			continue // another workflow's history
 		}
-		require.NoError(t, newReplayer(changed).ReplayWorkflowHistoryFromJSONFile(testLogger(t), f), "%s must replay under the versioned change", f)
+		require.NoError(t, replayerFor(t, f, changed).ReplayWorkflowHistoryFromJSONFile(testLogger(t), f), "%s must replay under the versioned change", f)
 		replayed++
 	}
 	require.GreaterOrEqual(t, replayed, 6, "every call history of the baseline is replayed")
+}
+
+// TestTheEncryptedRecordingsAreEncrypted: the encrypted-* histories hold
+// no plaintext of their arguments or errors, and replay only with the
+// keyring: the keyed replay above is what makes them pass.
+func TestTheEncryptedRecordingsAreEncrypted(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join("testdata", "encrypted-*.json"))
+	require.NoError(t, err)
+	require.Len(t, files, 3)
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		require.NoError(t, err)
+		require.NotContains(t, string(b), "SECRET-replay-encrypted", f)
+		require.Contains(t, string(b), `"encoding": "`+base64.StdEncoding.EncodeToString([]byte(keyring.EncodingEncrypted))+`"`, f)
+		err = newReplayer(ToolCallWorkflow).ReplayWorkflowHistoryFromJSONFile(testLogger(t), f)
+		require.Error(t, err, "%s replays without the keys", f)
+	}
 }

@@ -153,7 +153,12 @@ func run(ctx context.Context, logger *zap.Logger, outDir, only string) (err erro
 	defer w.Stop()
 	logger.Info("Recording", zap.String("temporal", srv.FrontendAddress()), zap.String("out", outDir))
 
-	r := &recorder{tc: tc, tg: toolgate.New(tc, ""), logger: logger, lg: lg}
+	enc, stopEnc, err := startEncrypted(srv.FrontendAddress(), srv.Namespace(), logger, dataDir, tools, lg)
+	if err != nil {
+		return err
+	}
+	defer stopEnc()
+	r := &recorder{tc: tc, tg: toolgate.New(tc, ""), logger: logger, lg: lg, encrypted: enc}
 	scenarios := []struct {
 		name string
 		run  func(context.Context) error
@@ -170,6 +175,7 @@ func run(ctx context.Context, logger *zap.Logger, outDir, only string) (err erro
 		{"user-decision", r.userDecision},
 		{"trust-3", r.trust3},
 		{"ledger", r.ledgered},
+		{"encrypted", r.encryptedCalls},
 	}
 	wanted := map[string]bool{}
 	for _, name := range strings.Split(only, ",") {
@@ -211,6 +217,9 @@ type recorder struct {
 	logger    *zap.Logger
 	histories []recorded
 	lg        *ledger.Ledger
+	// encrypted reaches the worker whose client encrypts its payloads
+	// with the test keyring.
+	encrypted *toolgate.Client
 }
 
 // recorded is one history, encoded, to be written to <name>.json.
@@ -782,14 +791,19 @@ func (r *recorder) ledgered(ctx context.Context) error {
 }
 
 func (r *recorder) openSession(ctx context.Context, in workflows.SessionInput) error {
+	return openSessionOn(ctx, r.tc, workflows.TaskQueue, in)
+}
+
+// openSessionOn starts a session and its rooms on a task queue.
+func openSessionOn(ctx context.Context, tc sdkclient.Client, queue string, in workflows.SessionInput) error {
 	id := workflows.SessionWorkflowID(in.Session)
-	_, err := r.tc.ExecuteWorkflow(ctx, sdkclient.StartWorkflowOptions{ID: id, TaskQueue: workflows.TaskQueue,
+	_, err := tc.ExecuteWorkflow(ctx, sdkclient.StartWorkflowOptions{ID: id, TaskQueue: queue,
 		Memo: map[string]any{activities.MemoOwner: in.Owner}}, workflows.SessionWorkflowType, in)
 	if err != nil {
 		return fmt.Errorf("start session %s: %w", in.Session, err)
 	}
 	for room := range workflows.Rooms {
-		_, err := r.tc.ExecuteWorkflow(ctx, sdkclient.StartWorkflowOptions{ID: workflows.RoomWorkflowID(in.Session, room), TaskQueue: workflows.TaskQueue},
+		_, err := tc.ExecuteWorkflow(ctx, sdkclient.StartWorkflowOptions{ID: workflows.RoomWorkflowID(in.Session, room), TaskQueue: queue},
 			workflows.RoomWorkflowType, workflows.RoomInput{Session: in.Session, Room: room, IdleTimeout: in.IdleTimeout})
 		if err != nil {
 			return fmt.Errorf("start room %d of session %s: %w", room, in.Session, err)
@@ -932,6 +946,9 @@ func recorderTools() (*tool.Registry, error) {
 		{Name: "edit", Run: func(_ context.Context, in tool.Input) (json.RawMessage, error) { return in.Args, nil }},
 		{Name: "write", Run: func(context.Context, tool.Input) (json.RawMessage, error) {
 			return json.RawMessage(`{"written":true}`), nil
+		}},
+		{Name: "fail", Run: func(context.Context, tool.Input) (json.RawMessage, error) {
+			return nil, errors.New("disk full writing " + encryptedSecret)
 		}},
 		{Name: "slow", Run: func(context.Context, tool.Input) (json.RawMessage, error) {
 			return json.RawMessage(`{"done":true}`), nil
