@@ -1,7 +1,7 @@
 package workflows
 
 import (
-	"encoding/base64"
+	"bytes"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -11,9 +11,13 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	commonpb "go.temporal.io/api/common/v1"
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
+	"google.golang.org/protobuf/reflect/protoreflect"
 
 	"github.com/toolgate/toolgate/keyring"
 )
@@ -181,19 +185,108 @@ func TestAVersionedChangeReplaysTheBaseline(t *testing.T) {
 	require.GreaterOrEqual(t, replayed, 6, "every call history of the baseline is replayed")
 }
 
-// TestTheEncryptedRecordingsAreEncrypted: the encrypted-* histories hold
-// no plaintext of their arguments or errors, and replay only with the
-// keyring: the keyed replay above is what makes them pass.
+// encryptedSecret is in the arguments of encrypted-ask-approve and the
+// tool's error of encrypted-failed (workflows/testdata/record/encrypted.go).
+const encryptedSecret = "SECRET-replay-encrypted"
+
+// TestTheEncryptedRecordingsAreEncrypted: every payload of the
+// encrypted-* histories but their search attributes (which Temporal never
+// encodes) is ciphertext under the test key; the secret is inside them,
+// found only by decrypting; and they replay only with the keyring, so the
+// keyed replay above is what makes them pass.
 func TestTheEncryptedRecordingsAreEncrypted(t *testing.T) {
-	files, err := filepath.Glob(filepath.Join("testdata", "encrypted-*.json"))
-	require.NoError(t, err)
-	require.Len(t, files, 3)
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		require.NoError(t, err)
-		require.NotContains(t, string(b), "SECRET-replay-encrypted", f)
-		require.Contains(t, string(b), `"encoding": "`+base64.StdEncoding.EncodeToString([]byte(keyring.EncodingEncrypted))+`"`, f)
-		err = newReplayer(ToolCallWorkflow).ReplayWorkflowHistoryFromJSONFile(testLogger(t), f)
-		require.Error(t, err, "%s replays without the keys", f)
+	ring := testKeyring(t)
+	for _, c := range []struct {
+		name       string
+		holdSecret bool
+	}{
+		{"encrypted-ask-approve", true},
+		{"encrypted-failed", true},
+		{"encrypted-session", false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			f := filepath.Join("testdata", c.name+".json")
+			raw, err := os.ReadFile(f)
+			require.NoError(t, err)
+			hist, err := client.HistoryFromJSON(bytes.NewReader(raw), client.HistoryJSONOptions{})
+			require.NoError(t, err)
+
+			var sealed, indexed []*commonpb.Payload
+			for _, ev := range hist.GetEvents() {
+				eachPayload(ev.ProtoReflect(), false, func(p *commonpb.Payload, searchAttribute bool) {
+					if searchAttribute {
+						indexed = append(indexed, p)
+					} else {
+						sealed = append(sealed, p)
+					}
+				})
+			}
+			require.GreaterOrEqual(t, len(sealed), 10, "the history's inputs, results, memos and markers")
+			// What a reader of the history sees: the JSON (failure
+			// messages are plain strings there) and every payload's
+			// data, decoded from base64.
+			seen := string(raw)
+			for _, p := range sealed {
+				require.Equal(t, keyring.EncodingEncrypted, string(p.GetMetadata()[converter.MetadataEncoding]), "a payload of %s in plaintext: %s", f, p)
+				require.Equal(t, ring.Current(), string(p.GetMetadata()[keyring.MetadataKeyID]))
+				seen += string(p.GetData())
+			}
+			for _, p := range indexed {
+				seen += string(p.GetData())
+			}
+			require.NotContains(t, seen, encryptedSecret)
+
+			opened, err := ring.Codec().Decode(sealed)
+			require.NoError(t, err)
+			var plain string
+			for _, p := range opened {
+				require.False(t, keyring.Encrypted(p))
+				plain += string(p.GetData())
+			}
+			if c.holdSecret {
+				require.Contains(t, plain, encryptedSecret, "the secret is recorded, encrypted")
+			}
+
+			err = newReplayer(ToolCallWorkflow).ReplayWorkflowHistoryFromJSONFile(testLogger(t), f)
+			require.Error(t, err, "%s replays without the keys", f)
+			if c.holdSecret {
+				// A call's first marker (its policy's local activity)
+				// does not decode; the session's input does not either,
+				// and it ends before the timer its history has.
+				require.ErrorContains(t, err, keyring.EncodingEncrypted)
+			}
+		})
 	}
+}
+
+// eachPayload calls visit with every payload in m, saying whether it is a
+// search attribute's.
+func eachPayload(m protoreflect.Message, searchAttribute bool, visit func(p *commonpb.Payload, searchAttribute bool)) {
+	switch x := m.Interface().(type) {
+	case *commonpb.Payload:
+		visit(x, searchAttribute)
+		return
+	case *commonpb.SearchAttributes:
+		searchAttribute = true
+	}
+	m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+		switch {
+		case fd.IsMap():
+			if fd.MapValue().Message() != nil {
+				v.Map().Range(func(_ protoreflect.MapKey, mv protoreflect.Value) bool {
+					eachPayload(mv.Message(), searchAttribute, visit)
+					return true
+				})
+			}
+		case fd.IsList():
+			if fd.Message() != nil {
+				for i := 0; i < v.List().Len(); i++ {
+					eachPayload(v.List().Get(i).Message(), searchAttribute, visit)
+				}
+			}
+		case fd.Message() != nil:
+			eachPayload(v.Message(), searchAttribute, visit)
+		}
+		return true
+	})
 }
