@@ -306,7 +306,7 @@ func (c *Client) Cancel(ctx context.Context, callID string, by policy.Approver) 
 	if err := ValidateID("call_id", callID); err != nil {
 		return policy.Decision{}, err
 	}
-	return c.updateCall(ctx, callID, workflows.UpdateCancel, workflows.CancelRequest{CallID: callID, By: by.Name, Groups: by.Groups})
+	return c.updateCall(ctx, callID, workflows.UpdateCancel, workflows.CancelRequest{CallID: callID, By: by.Name, Groups: by.Groups, Identity: by.Identity})
 }
 
 // CancelOwn withdraws a call that waits for a person, as the agent that
@@ -404,7 +404,7 @@ func (c *Client) session(ctx context.Context, session string, viewer *policy.App
 // call asks again. by must be allowed to act on the call the decision was
 // taken on (its groups, or "*").
 func (c *Client) Revoke(ctx context.Context, session, key string, by policy.Approver) error {
-	req := workflows.RevokeRequest{Key: key, By: by.Name, Groups: by.Groups}
+	req := workflows.RevokeRequest{Key: key, By: by.Name, Groups: by.Groups, Identity: by.Identity}
 	return c.updateSession(ctx, session, workflows.UpdateRevoke, req, nil)
 }
 
@@ -413,7 +413,7 @@ func (c *Client) Revoke(ctx context.Context, session, key string, by policy.Appr
 // allowed to act on every waiting call and sticky decision (or hold "*").
 func (c *Client) EndSession(ctx context.Context, session string, by policy.Approver) (int, error) {
 	var denied int
-	req := workflows.EndRequest{By: by.Name, Groups: by.Groups}
+	req := workflows.EndRequest{By: by.Name, Groups: by.Groups, Identity: by.Identity}
 	// Calls wait without a session workflow until one is needed: ending a
 	// session that never started starts it, so its waiting calls are
 	// denied all the same.

@@ -232,16 +232,24 @@ type Decision struct {
 	// Sticky names the session.sticky entry (its event ID) of the sticky
 	// decision that covered the call.
 	Sticky string `json:"sticky,omitempty"`
-	// Identity is who the IdP says decided (sign-in, issue 31); room for it.
-	Identity map[string]string `json:"identity,omitempty"`
+	// Identity is who the person's identity provider says decided, for a
+	// person signed in through OpenID Connect.
+	Identity *Identity `json:"identity,omitempty"`
+}
+
+// Identity is a person as their OpenID provider names them.
+type Identity struct {
+	Issuer  string `json:"iss"`
+	Subject string `json:"sub"`
 }
 
 // Approval is one approval counted under four eyes.
 type Approval struct {
-	By      string    `json:"by"`
-	Groups  []string  `json:"groups,omitempty"`
-	Channel string    `json:"channel,omitempty"`
-	At      time.Time `json:"at,omitzero"`
+	By       string    `json:"by"`
+	Groups   []string  `json:"groups,omitempty"`
+	Channel  string    `json:"channel,omitempty"`
+	At       time.Time `json:"at,omitzero"`
+	Identity *Identity `json:"identity,omitempty"`
 }
 
 // Canonical returns e as canonical JSON: keys sorted, no insignificant

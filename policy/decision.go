@@ -120,6 +120,18 @@ type Decision struct {
 	// handed on through the session, so every later call holds it to the
 	// same rule: its own rule must let that user decide.
 	User bool `json:"user,omitempty"`
+	// Identity is who the company's identity provider says DecidedBy is,
+	// for a person signed in through OpenID Connect; nil for a token, a
+	// handler or toolgate itself.
+	Identity *Identity `json:"identity,omitempty"`
+}
+
+// Identity is a person as their OpenID provider names them: the issuer
+// and the subject, which together never change or pass to someone else,
+// unlike an email address.
+type Identity struct {
+	Issuer  string `json:"iss"`
+	Subject string `json:"sub"`
 }
 
 // Validate checks that a decision coming from outside is complete and
@@ -197,11 +209,14 @@ type Approver struct {
 	Name string
 	// Groups are the approver groups; "*" is every group.
 	Groups []string
+	// Identity is the person behind Name when they signed in through
+	// their identity provider.
+	Identity *Identity
 }
 
 // Approver returns who took the decision.
 func (d Decision) Approver() Approver {
-	return Approver{Name: d.DecidedBy, Groups: d.DeciderGroups}
+	return Approver{Name: d.DecidedBy, Groups: d.DeciderGroups, Identity: d.Identity}
 }
 
 // ErrSelfApproval is MayDecide's refusal of an approver who requested the

@@ -43,6 +43,7 @@ type api struct {
 	ready  *readiness
 	// ledger is the decision ledger; nil: the deployment keeps none.
 	ledger *ledger.Ledger
+	authn  *authenticator
 }
 
 // route is one API endpoint and the roles that may call it.
@@ -101,14 +102,16 @@ func (a *api) routes(mux *http.ServeMux) {
 	}
 }
 
-// auth resolves the bearer token and checks its role.
+// auth resolves the bearer token (toolgate's own, or the person's from
+// the identity provider) and checks its role.
 func (a *api) auth(h func(http.ResponseWriter, *http.Request, Principal), roles ...Role) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		p, known := a.tokens.Lookup(strings.TrimSpace(token))
-		if !ok || !known {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="toolgate"`)
-			writeError(w, errUnauthorized)
+		p, refused := a.authn.bearer(r)
+		if refused != nil {
+			if refused.status == http.StatusUnauthorized {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="toolgate"`)
+			}
+			writeError(w, refused)
 			return
 		}
 		if p.Role == RoleAuditor && !readOnly(r.Method) {

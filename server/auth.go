@@ -49,6 +49,10 @@ type Principal struct {
 	// acting user of its calls, who may decide those whose rule says
 	// `user: true`, in the agent's own client.
 	Owner string
+	// Identity, for a person signed in through the company's identity
+	// provider, is who the provider says they are; it goes with every
+	// decision they take.
+	Identity *policy.Identity
 }
 
 // mayDecide reports whether p may decide a call asked of groups, for
@@ -72,15 +76,16 @@ func (p Principal) viewer() policy.Approver {
 // group.
 func (p Principal) approver() policy.Approver {
 	if p.Role == RoleAdmin {
-		return policy.Approver{Name: p.Name, Groups: []string{"*"}}
+		return policy.Approver{Name: p.Name, Groups: []string{"*"}, Identity: p.Identity}
 	}
-	return policy.Approver{Name: p.Name, Groups: p.Groups}
+	return policy.Approver{Name: p.Name, Groups: p.Groups, Identity: p.Identity}
 }
 
 // Tokens maps bearer tokens, by their SHA-256 hash, to principals. Tokens
 // themselves are never stored.
 type Tokens struct {
 	byHash map[string]Principal
+	names  map[string]bool
 }
 
 // TokenEntry is one token in a tokens file.
@@ -116,7 +121,7 @@ func NewToken(prefix string) string {
 // in any role or as an owner, and an owner is a person, never an agent
 // token's name (it may be the person's own approver or admin name).
 func NewTokens(entries []TokenEntry) (*Tokens, error) {
-	t := &Tokens{byHash: map[string]Principal{}}
+	t := &Tokens{byHash: map[string]Principal{}, names: map[string]bool{}}
 	byName := map[string]int{} // name -> index of its first entry
 	for i, e := range entries {
 		if err := tgclient.ValidateID("name", e.Name); err != nil {
@@ -150,6 +155,7 @@ func NewTokens(entries []TokenEntry) (*Tokens, error) {
 			return nil, fmt.Errorf("token %q: the same token is listed twice", e.Name)
 		}
 		t.byHash[h] = Principal{Name: e.Name, Role: e.Role, Groups: e.Groups, Owner: e.Owner}
+		t.names[strings.ToLower(e.Name)] = true
 	}
 	for _, e := range entries {
 		if j, ok := byName[e.Owner]; ok && e.Owner != "" && entries[j].Role == RoleAgent {
@@ -213,6 +219,13 @@ func (t *Tokens) Lookup(token string) (Principal, bool) {
 	}
 	p, ok := t.byHash[HashToken(token)]
 	return p, ok
+}
+
+// HasName reports whether a token is named name (compared without regard
+// to case, as email addresses are). An agent token's owner is not a
+// token's name: it is the person, who may well sign in as themselves.
+func (t *Tokens) HasName(name string) bool {
+	return t != nil && t.names[strings.ToLower(name)]
 }
 
 // DevTokens are the two tokens `toolgate dev` creates on first start.

@@ -36,13 +36,13 @@ type codecEndpoint struct {
 	codec     http.Handler
 	namespace string
 	origins   []string
-	tokens    *Tokens
+	authn     *authenticator
 	inbox     *inbox
 	ledger    *ledger.Ledger
 	logger    *zap.Logger
 }
 
-func newCodecEndpoint(cfg Config, in *inbox) *codecEndpoint {
+func newCodecEndpoint(cfg Config, in *inbox, authn *authenticator) *codecEndpoint {
 	if cfg.Codec == nil {
 		return nil
 	}
@@ -54,7 +54,7 @@ func newCodecEndpoint(cfg Config, in *inbox) *codecEndpoint {
 		codec:     converter.NewPayloadCodecHTTPHandler(cfg.Codec),
 		namespace: ns,
 		origins:   cfg.CodecCORSOrigins,
-		tokens:    cfg.Tokens,
+		authn:     authn,
 		inbox:     in,
 		ledger:    cfg.Ledger,
 		logger:    cfg.Logger,
@@ -147,10 +147,10 @@ func (c *codecEndpoint) serve(w http.ResponseWriter, r *http.Request) {
 func (c *codecEndpoint) principal(r *http.Request, origin string, corsOK bool) (Principal, string, *apiError) {
 	var p Principal
 	via := "token"
-	if token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok {
-		known := false
-		if p, known = c.tokens.Lookup(strings.TrimSpace(token)); !known {
-			return p, via, errUnauthorized
+	if r.Header.Get("Authorization") != "" {
+		var refused *apiError
+		if p, refused = c.authn.bearer(r); refused != nil {
+			return p, via, refused
 		}
 	} else if s, ok := c.inbox.session(r); ok && (origin == "" || corsOK) {
 		p, via = s.principal, "inbox"

@@ -28,7 +28,7 @@ type decisionRequest struct {
 // approved_with_edits.
 func (d decisionRequest) toDecision(p Principal, channel string) (policy.Decision, error) {
 	approver := p.approver()
-	out := policy.Decision{DecidedBy: approver.Name, DeciderGroups: approver.Groups, Channel: channel, Reason: d.Reason, Comment: d.Comment}
+	out := policy.Decision{DecidedBy: approver.Name, DeciderGroups: approver.Groups, Identity: approver.Identity, Channel: channel, Reason: d.Reason, Comment: d.Comment}
 	switch d.Decision {
 	case "approve":
 		out.Kind = policy.Approved

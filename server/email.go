@@ -44,6 +44,7 @@ const maxReason = 2000
 
 // emailLinks serves /email/decide.
 type emailLinks struct {
+	people    *people
 	calls     *tgclient.Client
 	approvers *notify.Approvers
 	links     *notify.LinkSigner
@@ -54,7 +55,7 @@ type emailLinks struct {
 }
 
 // newEmailLinks returns the endpoint, or nil when email is not configured.
-func newEmailLinks(cfg Config) *emailLinks {
+func newEmailLinks(cfg Config, signedIn *people) *emailLinks {
 	n := cfg.Notify
 	if !n.EmailEnabled() {
 		return nil
@@ -71,6 +72,7 @@ func newEmailLinks(cfg Config) *emailLinks {
 		errs:      &api{calls: cfg.Calls, tokens: cfg.Tokens, logger: cfg.Logger},
 		used:      &usedLinks{ids: map[string]time.Time{}},
 		now:       time.Now,
+		people:    signedIn,
 	}
 }
 
@@ -242,7 +244,7 @@ func (e *emailLinks) verify(w http.ResponseWriter, token string) (verified, bool
 		e.refuse(w, http.StatusForbidden, "Not an approver", c.Recipient+" is not in toolgate's approvers file (any more), so this link cannot decide; nothing was decided.")
 		return verified{}, false
 	}
-	return verified{claims: c, principal: approverPrincipal(ap), approver: ap}, true
+	return verified{claims: c, principal: approverPrincipal(ap, e.people), approver: ap}, true
 }
 
 // usedRefusal explains a link that decided already, with how the call

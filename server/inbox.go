@@ -16,6 +16,7 @@ import (
 	tgclient "github.com/toolgate/toolgate/client"
 	"github.com/toolgate/toolgate/ledger"
 	"github.com/toolgate/toolgate/policy"
+	"github.com/toolgate/toolgate/signin"
 )
 
 // InboxChannel is the channel the web inbox records on its decisions.
@@ -38,10 +39,21 @@ type inbox struct {
 	// those that came over TLS: the public URL is https, so a proxy in
 	// front terminates TLS.
 	secureCookies bool
+	// signIn is sign-in through the identity provider; nil: tokens only.
+	signIn *SignIn
+	flows  *authFlows
+	people *people
 }
 
-func newInbox(cfg Config) *inbox {
+func newInbox(cfg Config, people *people) *inbox {
+	secure := isHTTPS(cfg.Notify.PublicURL)
+	if cfg.SignIn != nil {
+		secure = secure || isHTTPS(cfg.SignIn.PublicURL)
+	}
 	return &inbox{
+		signIn:        cfg.SignIn,
+		flows:         &authFlows{},
+		people:        people,
 		calls:         cfg.Calls,
 		tokens:        cfg.Tokens,
 		logger:        cfg.Logger,
@@ -49,7 +61,7 @@ func newInbox(cfg Config) *inbox {
 		sessions:      newInboxSessions(time.Now),
 		now:           time.Now,
 		ledger:        cfg.Ledger,
-		secureCookies: isHTTPS(cfg.Notify.PublicURL),
+		secureCookies: secure,
 	}
 }
 
@@ -69,6 +81,8 @@ func (i *inbox) table() []inboxRoute {
 	return []inboxRoute{
 		{"GET", "/login", http.HandlerFunc(i.loginPage)},
 		{"POST", "/login", crossOrigin.Handler(http.HandlerFunc(i.login))},
+		{"GET", "/auth/login", http.HandlerFunc(i.signInStart)},
+		{"GET", signin.CallbackPath, http.HandlerFunc(i.signInCallback)},
 		{"POST", "/logout", i.form(i.logout)}, // an auditor signs out too: it changes no call
 		{"GET", "/{$}", i.page(i.listPage)},
 		{"GET", "/calls/{call_id}", i.page(i.callPage)},

@@ -25,7 +25,7 @@ import (
 func newAuditInbox(t *testing.T, cfg Config) (*inbox, http.Handler) {
 	t.Helper()
 	cfg.Tokens, cfg.Logger = auditTokens(t), zap.NewNop()
-	i := newInbox(cfg)
+	i := newInbox(cfg, &people{})
 	mux := http.NewServeMux()
 	i.routes(mux)
 	return i, mux

@@ -55,6 +55,10 @@ type Config struct {
 	// "http://localhost:8233") whose pages may read the codec's answers.
 	// Optional: none.
 	CodecCORSOrigins []string
+	// SignIn, when set, signs people in through the company's OpenID
+	// provider: the inbox's "Sign in with …" and the API's acceptance of
+	// the provider's JWT access tokens. Optional: tokens only.
+	SignIn *SignIn
 }
 
 // Agent names the holder of a bearer token and the person running it
@@ -93,16 +97,28 @@ func New(cfg Config) http.Handler {
 		}
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
 	})
-	(&api{calls: cfg.Calls, tokens: cfg.Tokens, logger: cfg.Logger, ready: ready, ledger: cfg.Ledger}).routes(mux)
-	in := newInbox(cfg)
+	if cfg.SignIn != nil {
+		s := *cfg.SignIn
+		if s.SessionMax <= 0 {
+			s.SessionMax = InboxSessionTTL
+		}
+		if s.RefreshEvery <= 0 {
+			s.RefreshEvery = DefaultRefreshEvery
+		}
+		cfg.SignIn = &s
+	}
+	signedIn := &people{}
+	authn := &authenticator{tokens: cfg.Tokens, signIn: cfg.SignIn, people: signedIn, logger: cfg.Logger}
+	(&api{calls: cfg.Calls, tokens: cfg.Tokens, logger: cfg.Logger, ready: ready, ledger: cfg.Ledger, authn: authn}).routes(mux)
+	in := newInbox(cfg, signedIn)
 	in.routes(mux)
-	if c := newCodecEndpoint(cfg, in); c != nil {
+	if c := newCodecEndpoint(cfg, in, authn); c != nil {
 		c.routes(mux)
 	}
-	if s := newSlackInteractions(cfg); s != nil {
+	if s := newSlackInteractions(cfg, signedIn); s != nil {
 		s.routes(mux)
 	}
-	if e := newEmailLinks(cfg); e != nil {
+	if e := newEmailLinks(cfg, signedIn); e != nil {
 		e.routes(mux)
 	}
 	if cfg.MCP != nil {

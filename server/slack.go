@@ -51,6 +51,7 @@ const (
 
 // slackInteractions serves POST /slack/interactions.
 type slackInteractions struct {
+	people    *people
 	calls     *tgclient.Client
 	approvers *notify.Approvers
 	secret    []byte
@@ -67,7 +68,7 @@ type slackInteractions struct {
 
 // newSlackInteractions returns the endpoint, or nil when Slack is not
 // configured.
-func newSlackInteractions(cfg Config) *slackInteractions {
+func newSlackInteractions(cfg Config, signedIn *people) *slackInteractions {
 	n := cfg.Notify
 	if !n.SlackEnabled() {
 		return nil
@@ -86,6 +87,7 @@ func newSlackInteractions(cfg Config) *slackInteractions {
 		errs:      &api{calls: cfg.Calls, tokens: cfg.Tokens, logger: cfg.Logger},
 		now:       time.Now,
 		publicURL: n.PublicURL,
+		people:    signedIn,
 	}
 }
 
@@ -297,13 +299,19 @@ func (s *slackInteractions) principal(slackUser string) (Principal, bool) {
 	if !ok {
 		return Principal{}, false
 	}
-	return approverPrincipal(ap), true
+	return approverPrincipal(ap, s.people), true
 }
 
 // approverPrincipal is the identity a Slack or email approver decides
-// with: their name and groups from the approvers file.
-func approverPrincipal(ap notify.Approver) Principal {
-	return Principal{Name: ap.Name, Role: RoleApprover, Groups: ap.Groups}
+// with: their name and groups from the approvers file, and the identity
+// of the person who signed in through the identity provider as their
+// email address (or name), if someone has since the server started.
+func approverPrincipal(ap notify.Approver, signedIn *people) Principal {
+	id := signedIn.identity(ap.Email)
+	if id == nil {
+		id = signedIn.identity(ap.Name)
+	}
+	return Principal{Name: ap.Name, Role: RoleApprover, Groups: ap.Groups, Identity: id}
 }
 
 // replier answers the user who clicked, visible only to them: through the

@@ -229,6 +229,7 @@ func (c *callRun) finish(ctx workflow.Context, status Status, reason string, out
 	}
 	if d := c.state.Decision; d != nil {
 		r.Decision, r.DecidedBy, r.Channel, r.DecidedAt, r.Comment = d.Kind.String(), d.DecidedBy, d.Channel, d.DecidedAt, d.Comment
+		r.Identity = d.Identity
 	}
 	r.Preview, r.Approvals = c.eval.Preview, c.state.Approvals
 	if c.originalArgs != nil && c.state.Request != nil {

@@ -184,7 +184,7 @@ func (c *callRun) validateCancel(req CancelRequest) error {
 // cancel denies the waiting call with "cancelled by <who>".
 func (c *callRun) cancel(ctx workflow.Context, req CancelRequest) (policy.Decision, error) {
 	c.apply(ctx, policy.Decision{Kind: policy.DeniedWithReason, Reason: "cancelled by " + req.By,
-		DecidedBy: req.By, DeciderGroups: req.Groups, Channel: ChannelCancel, DecidedAt: workflow.Now(ctx)})
+		DecidedBy: req.By, DeciderGroups: req.Groups, Identity: req.Identity, Channel: ChannelCancel, DecidedAt: workflow.Now(ctx)})
 	return *c.state.Decision, nil
 }
 

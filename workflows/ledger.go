@@ -177,7 +177,7 @@ func ledgerApprovals(a *Approvals) []ledger.Approval {
 	}
 	var out []ledger.Approval
 	for _, g := range a.Given {
-		ap := ledger.Approval{By: g.By, Channel: g.Channel, At: g.At}
+		ap := ledger.Approval{By: g.By, Channel: g.Channel, At: g.At, Identity: ledgerIdentity(g.Identity)}
 		if g.Group != "" {
 			ap.Groups = []string{g.Group}
 		}
@@ -192,8 +192,23 @@ func ledgerDecision(d policy.Decision, session string) *ledger.Decision {
 	return &ledger.Decision{
 		Kind: d.Kind.String(), DecidedBy: d.DecidedBy, Groups: d.DeciderGroups, Channel: d.Channel,
 		Reason: d.Reason, Comment: d.Comment, User: d.User, EditedArgs: d.EditedArgs, At: d.DecidedAt,
-		Sticky: stickyRef(d.Channel, d.Comment, session),
+		Sticky: stickyRef(d.Channel, d.Comment, session), Identity: ledgerIdentity(d.Identity),
 	}
+}
+
+func ledgerIdentity(id *policy.Identity) *ledger.Identity {
+	if id == nil {
+		return nil
+	}
+	return &ledger.Identity{Issuer: id.Issuer, Subject: id.Subject}
+}
+
+// withIdentity adds who the person is to an entry's details.
+func withIdentity(details map[string]any, id *policy.Identity) map[string]any {
+	if id != nil {
+		details["identity"] = ledgerIdentity(id)
+	}
+	return details
 }
 
 // stickyRef names the session.sticky entry of a decision the session
@@ -321,7 +336,7 @@ func (s *sessionRun) revokedEntry(ctx workflow.Context, req RevokeRequest, remov
 	return ledger.Entry{
 		Kind: ledger.KindSessionRevoked, Event: stickyEventID(s.in.Session, removed.FromCall) + "/revoked", At: workflow.Now(ctx),
 		Session: s.in.Session, Tool: removed.Tool, By: req.By,
-		Details: map[string]any{"key": req.Key, "sticky": stickyEventID(s.in.Session, removed.FromCall), "groups": req.Groups},
+		Details: withIdentity(map[string]any{"key": req.Key, "sticky": stickyEventID(s.in.Session, removed.FromCall), "groups": req.Groups}, req.Identity),
 	}
 }
 
@@ -329,7 +344,7 @@ func (s *sessionRun) endedEntry(end policy.Decision, waiting int) ledger.Entry {
 	return ledger.Entry{
 		Kind: ledger.KindSessionEnded, Event: "session/" + s.in.Session + "/ended/" + end.DecidedAt.UTC().Format(time.RFC3339Nano), At: end.DecidedAt,
 		Session: s.in.Session, By: end.DecidedBy, Reason: end.Reason,
-		Counts: map[string]int{"waiting": waiting}, Details: map[string]any{"groups": end.DeciderGroups},
+		Counts: map[string]int{"waiting": waiting}, Details: withIdentity(map[string]any{"groups": end.DeciderGroups}, end.Identity),
 	}
 }
 
@@ -356,7 +371,7 @@ func BackfillEntries(r Result, runID string) []ledger.Entry {
 	out := []ledger.Entry{submitted}
 	if r.Decision != "" && r.Decision != "timed_out" {
 		d := &ledger.Decision{Kind: r.Decision, DecidedBy: r.DecidedBy, Channel: r.Channel, Comment: r.Comment, At: r.DecidedAt,
-			Sticky: stickyRef(r.Channel, r.Comment, r.Session), Approvals: ledgerApprovals(r.Approvals)}
+			Sticky: stickyRef(r.Channel, r.Comment, r.Session), Approvals: ledgerApprovals(r.Approvals), Identity: ledgerIdentity(r.Identity)}
 		if r.OriginalArgs != nil {
 			d.EditedArgs = r.Args
 		}

@@ -319,6 +319,7 @@ func fromSticky(d StickyDecision) *policy.Decision {
 		// have decided it.
 		DeciderGroups: d.Decision.DeciderGroups,
 		User:          d.Decision.User,
+		Identity:      d.Decision.Identity,
 		Channel:       "session",
 		Comment:       stickyComment(d.Decision, d.FromCall),
 	}

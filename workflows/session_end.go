@@ -57,7 +57,7 @@ func (s *sessionRun) end(ctx workflow.Context, req EndRequest) (int, error) {
 		return 0, temporal.NewApplicationError("session "+s.in.Session+" has already ended", ErrTypeSessionEnded)
 	}
 	s.state.End = &policy.Decision{Kind: policy.DeniedWithReason, Reason: "the session was ended by " + req.By,
-		DecidedBy: req.By, DeciderGroups: req.Groups, Channel: "session", DecidedAt: workflow.Now(ctx)}
+		DecidedBy: req.By, DeciderGroups: req.Groups, Identity: req.Identity, Channel: "session", DecidedAt: workflow.Now(ctx)}
 	s.state.Sticky = nil
 	if err := s.log(ctx, s.endedEntry(*s.state.End, census.Waiting)); err != nil {
 		return 0, err

@@ -213,6 +213,8 @@ type CancelRequest struct {
 	// admin cancels through its groups, whatever its name. Absent in
 	// requests from before it existed: they cancel through groups.
 	AsRequester bool `json:"as_requester,omitempty"`
+	// Identity is By as their identity provider names them.
+	Identity *policy.Identity `json:"identity,omitempty"`
 }
 
 // ClaimRequest is the argument of UpdateClaim: the agent that requested
@@ -246,20 +248,26 @@ const ChannelCancel = "cancel"
 type EndRequest struct {
 	By     string   `json:"by"`
 	Groups []string `json:"groups,omitempty"`
+	// Identity is By as their identity provider names them, when they
+	// signed in through it.
+	Identity *policy.Identity `json:"identity,omitempty"`
 }
 
-func (r EndRequest) approver() policy.Approver { return policy.Approver{Name: r.By, Groups: r.Groups} }
+func (r EndRequest) approver() policy.Approver {
+	return policy.Approver{Name: r.By, Groups: r.Groups, Identity: r.Identity}
+}
 
 // RevokeRequest is the argument of UpdateRevoke: the sticky key (usually
 // the tool name), who revokes it, and their approver groups.
 type RevokeRequest struct {
-	Key    string   `json:"key"`
-	By     string   `json:"by"`
-	Groups []string `json:"groups,omitempty"`
+	Key      string           `json:"key"`
+	By       string           `json:"by"`
+	Groups   []string         `json:"groups,omitempty"`
+	Identity *policy.Identity `json:"identity,omitempty"`
 }
 
 func (r RevokeRequest) approver() policy.Approver {
-	return policy.Approver{Name: r.By, Groups: r.Groups}
+	return policy.Approver{Name: r.By, Groups: r.Groups, Identity: r.Identity}
 }
 
 // CallInput starts a ToolCallWorkflow.
@@ -308,6 +316,9 @@ type Result struct {
 	Channel   string    `json:"channel,omitempty"`
 	DecidedAt time.Time `json:"decided_at,omitzero"`
 	Comment   string    `json:"comment,omitempty"`
+	// Identity is DecidedBy as their identity provider names them, when
+	// they signed in through it.
+	Identity *policy.Identity `json:"identity,omitempty"`
 	// Claim says which run of an agent-executed call took its approval.
 	Claim *Claim `json:"claim,omitempty"`
 	// Approvals are those of a four-eyes call.
@@ -350,10 +361,11 @@ type Approvals struct {
 // ApprovalGiven is one person's approval of a four-eyes call. Group is
 // the group it counts for, when the rule needs distinct groups.
 type ApprovalGiven struct {
-	By      string    `json:"by"`
-	Channel string    `json:"channel"`
-	At      time.Time `json:"at"`
-	Group   string    `json:"group,omitempty"`
+	By       string           `json:"by"`
+	Channel  string           `json:"channel"`
+	At       time.Time        `json:"at"`
+	Group    string           `json:"group,omitempty"`
+	Identity *policy.Identity `json:"identity,omitempty"`
 }
 
 // CallState is a call's live state, returned by QueryCall.

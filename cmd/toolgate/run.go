@@ -40,6 +40,7 @@ func (a *app) devCommand() *cobra.Command {
 		port                          int
 		wf                            workerFlags
 		lf                            ledgerFlags
+		sf                            signInFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "dev",
@@ -98,7 +99,7 @@ in the environment (SLACK_*, SMTP_*, TOOLGATE_*; see docs/channels.md).`,
 			if lf.dsn != ledgerOff {
 				ledgerNote = fmt.Sprintf("  ledger     %s  (toolgate audit show CALL_ID, toolgate audit verify)\n", lf.dsn)
 			}
-			return a.runProcesses(ctx, processes{worker: &wf, ledger: &lf, dev: true, madeTokens: madeTokens,
+			return a.runProcesses(ctx, processes{worker: &wf, ledger: &lf, signIn: &sf, dev: true, madeTokens: madeTokens,
 				httpAddr: httpAddr, httpListener: httpListener, dataDir: dataDir, started: func(tools []string, ws, httpURL string) {
 					fmt.Fprintf(a.stdout, `toolgate dev is running
   Temporal   %s  namespace %s  data %s
@@ -118,6 +119,7 @@ Stop with Ctrl-C.
 	f.StringVar(&httpAddr, "http", envOr("TOOLGATE_HTTP", "127.0.0.1:7700"), "HTTP listen address, empty disables it (env TOOLGATE_HTTP)")
 	wf.add(cmd, "")
 	lf.add(cmd, true)
+	sf.add(cmd)
 	a.conn.keys.add(cmd, true)
 	a.addCodecFlags(cmd)
 	f.StringVar(&tokensFile, "tokens", os.Getenv("TOOLGATE_TOKENS_FILE"), "API tokens file (default: generate an agent and an approver token in <data-dir>/tokens.json)")
@@ -181,6 +183,7 @@ func (a *app) serveCommand() *cobra.Command {
 	var (
 		httpAddr, tokensFile string
 		lf                   ledgerFlags
+		sf                   signInFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -195,7 +198,7 @@ func (a *app) serveCommand() *cobra.Command {
 				return err
 			}
 			a.tokens = t
-			return a.runProcesses(cmd.Context(), processes{httpAddr: httpAddr, ledger: &lf, started: func(_ []string, _, httpURL string) {
+			return a.runProcesses(cmd.Context(), processes{httpAddr: httpAddr, ledger: &lf, signIn: &sf, started: func(_ []string, _, httpURL string) {
 				a.logger.Info("HTTP listener running", zap.String("url", httpURL), zap.String("temporal", a.conn.address))
 			}})
 		},
@@ -204,6 +207,7 @@ func (a *app) serveCommand() *cobra.Command {
 	cmd.Flags().StringVar(&httpAddr, "http", envOr("TOOLGATE_HTTP", "127.0.0.1:7700"), "HTTP listen address (env TOOLGATE_HTTP)")
 	cmd.Flags().StringVar(&tokensFile, "tokens", os.Getenv("TOOLGATE_TOKENS_FILE"), "API tokens file (env TOOLGATE_TOKENS_FILE)")
 	lf.add(cmd, false)
+	sf.add(cmd)
 	a.addCodecFlags(cmd)
 	return cmd
 }
@@ -223,7 +227,9 @@ type processes struct {
 	dataDir string
 	// ledger says where the decision ledger is; dev makes its signing key
 	// on first start, and logs the tokens it made (madeTokens).
-	ledger     *ledgerFlags
+	ledger *ledgerFlags
+	// signIn configures sign-in through the company's identity provider.
+	signIn     *signInFlags
 	dev        bool
 	madeTokens []server.TokenEntry
 	// started reports what runs, once everything does.
@@ -237,6 +243,17 @@ type processes struct {
 func (a *app) runProcesses(ctx context.Context, p processes) error {
 	if p.ledger != nil {
 		if err := p.ledger.check(); err != nil {
+			return err
+		}
+	}
+	var signIn *server.SignIn
+	if p.httpAddr != "" && p.signIn != nil {
+		devHTTP := ""
+		if p.dev {
+			devHTTP = p.httpAddr
+		}
+		var err error
+		if signIn, err = p.signIn.build(ctx, devHTTP); err != nil {
 			return err
 		}
 	}
@@ -293,7 +310,7 @@ func (a *app) runProcesses(ctx context.Context, p processes) error {
 		cfg := server.Config{Calls: calls, Tokens: a.tokens,
 			Logger: a.logger.Named("http"), Notify: notifications, MCP: gateway.HTTPHandler(a.tokens.Agent),
 			Ready:  func(ctx context.Context) error { return worker.SearchAttributesUsable(ctx, tc, a.conn.namespace) },
-			Ledger: lg, Namespace: a.conn.namespace, CodecCORSOrigins: a.codecOrigins}
+			Ledger: lg, Namespace: a.conn.namespace, CodecCORSOrigins: a.codecOrigins, SignIn: signIn}
 		if ring := a.conn.keys.ring; ring != nil {
 			cfg.Codec = ring.Codec()
 		}
