@@ -99,16 +99,35 @@ func (i *inbox) table() []inboxRoute {
 
 func (i *inbox) routes(mux *http.ServeMux) {
 	for _, r := range i.table() {
-		mux.Handle(r.method+" "+r.pattern, secureHeaders(r.handler))
+		mux.Handle(r.method+" "+r.pattern, secureHeadersFor(r.handler, i.formTargets()))
 	}
+}
+
+// formTargets are the origins besides this one a form may lead to: the
+// provider's sign-out page, where the sign-out form redirects (a browser
+// holds a form's redirects to the page's form-action too).
+func (i *inbox) formTargets() string {
+	if i.signIn == nil {
+		return ""
+	}
+	return i.signIn.Provider.EndSessionOrigin()
 }
 
 // secureHeaders: no inline script or style, no framing, no referrer (call
 // IDs and session names are in URLs), nothing cached but the assets.
-func secureHeaders(h http.Handler) http.Handler {
+func secureHeaders(h http.Handler) http.Handler { return secureHeadersFor(h, "") }
+
+// secureHeadersFor is secureHeaders with forms also allowed to lead to
+// formTarget (an origin; "" for none).
+func secureHeadersFor(h http.Handler, formTarget string) http.Handler {
+	formAction := "'self'"
+	if formTarget != "" {
+		formAction += " " + formTarget
+	}
+	csp := "default-src 'self'; base-uri 'none'; form-action " + formAction + "; frame-ancestors 'none'"
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		hd := w.Header()
-		hd.Set("Content-Security-Policy", "default-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'")
+		hd.Set("Content-Security-Policy", csp)
 		hd.Set("X-Frame-Options", "DENY")
 		hd.Set("Referrer-Policy", "no-referrer")
 		hd.Set("X-Content-Type-Options", "nosniff")

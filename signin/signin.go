@@ -46,8 +46,9 @@ type Config struct {
 	NameClaim string
 	// GroupsClaim holds the person's groups. Default "groups".
 	GroupsClaim string
-	// Scopes asked for at sign-in. Default openid, email, profile,
-	// offline_access (for a refresh token) and groups.
+	// Scopes asked for at sign-in. Default openid, email, profile and
+	// offline_access (for a refresh token); some providers (Okta) put
+	// groups in the token only for a "groups" scope.
 	Scopes []string
 	// HTTPClient talks to the provider. Default a client with a
 	// 10-second timeout.
@@ -95,7 +96,7 @@ func New(ctx context.Context, cfg Config) (*Provider, error) {
 		cfg.GroupsClaim = "groups"
 	}
 	if len(cfg.Scopes) == 0 {
-		cfg.Scopes = []string{oidc.ScopeOpenID, "email", "profile", oidc.ScopeOfflineAccess, "groups"}
+		cfg.Scopes = []string{oidc.ScopeOpenID, "email", "profile", oidc.ScopeOfflineAccess}
 	}
 	if cfg.HTTPClient == nil {
 		cfg.HTTPClient = &http.Client{Timeout: 10 * time.Second}
@@ -279,6 +280,16 @@ func verifyError(what string, err error) error {
 // own tokens, which never hold a dot.
 func LooksLikeJWT(token string) bool {
 	return strings.Count(token, ".") == 2
+}
+
+// EndSessionOrigin is the origin (scheme://host) of the provider's
+// sign-out page; "" when it has none.
+func (p *Provider) EndSessionOrigin() string {
+	u, err := url.Parse(p.endSession)
+	if p.endSession == "" || err != nil || u.Host == "" {
+		return ""
+	}
+	return u.Scheme + "://" + u.Host
 }
 
 // EndSessionURL is the provider's sign-out page for the sign-in whose ID

@@ -19,7 +19,7 @@ import (
 type signInFlags struct {
 	issuer, clientID, clientSecret, clientSecretFile, publicURL string
 	audience, nameClaim, groupsClaim, adminGroup, auditorGroup  string
-	requiredGroups                                              []string
+	requiredGroups, scopes                                      []string
 	sessionMax, refreshEvery                                    time.Duration
 	tokenSignIn                                                 bool
 }
@@ -37,6 +37,7 @@ func (f *signInFlags) add(cmd *cobra.Command) {
 	fl.StringVar(&f.adminGroup, "oidc-admin-group", "", "provider group whose members are admins (act for every group)")
 	fl.StringVar(&f.auditorGroup, "oidc-auditor-group", "", "provider group whose members are auditors (read only)")
 	fl.StringSliceVar(&f.requiredGroups, "oidc-required-group", nil, "only members of this provider group may sign in; repeatable (any one suffices)")
+	fl.StringSliceVar(&f.scopes, "oidc-scope", []string{"openid", "email", "profile", "offline_access"}, "scopes asked for at sign-in; repeatable (add groups for providers such as Okta)")
 	fl.DurationVar(&f.sessionMax, "oidc-session-max", server.InboxSessionTTL, "longest an inbox sign-in lasts, renewed or not")
 	fl.DurationVar(&f.refreshEvery, "oidc-refresh-every", server.DefaultRefreshEvery, "how often an inbox sign-in is renewed with its refresh token, reading the person's groups anew")
 	fl.BoolVar(&f.tokenSignIn, "inbox-token-sign-in", true, "let the inbox take pasted approver tokens too (false: sign in through the provider only)")
@@ -78,7 +79,7 @@ func (f *signInFlags) build(ctx context.Context, devHTTP string) (*server.SignIn
 	}
 	p, err := signin.New(ctx, signin.Config{
 		Issuer: f.issuer, ClientID: f.clientID, ClientSecret: secret, PublicURL: public,
-		Audience: f.audience, NameClaim: f.nameClaim, GroupsClaim: f.groupsClaim,
+		Audience: f.audience, NameClaim: f.nameClaim, GroupsClaim: f.groupsClaim, Scopes: f.scopes,
 	})
 	if err != nil {
 		return nil, err

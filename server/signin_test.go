@@ -1,0 +1,68 @@
+package server
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/toolgate/toolgate/policy"
+	"github.com/toolgate/toolgate/signin"
+)
+
+func TestSignInMapsThePersonOntoARole(t *testing.T) {
+	tokens, err := NewTokens([]TokenEntry{{Name: "alice", Role: RoleApprover, SHA256: HashToken("t")}})
+	require.NoError(t, err)
+	s := &SignIn{AdminGroup: "admins", AuditorGroup: "auditors", RequiredGroups: []string{"staff"}}
+	person := func(name string, groups ...string) signin.Person {
+		return signin.Person{Name: name, Identity: policy.Identity{Issuer: "https://idp", Subject: "sub-" + name}, Groups: groups}
+	}
+
+	p, err := s.principal(person("olga@x", "ops", "*", "staff"), tokens)
+	require.NoError(t, err)
+	assert.Equal(t, RoleApprover, p.Role)
+	assert.Equal(t, []string{"ops", "staff"}, p.Groups, `the provider's "*" is no toolgate wildcard`)
+	assert.Equal(t, &policy.Identity{Issuer: "https://idp", Subject: "sub-olga@x"}, p.Identity)
+	assert.Equal(t, p.Identity, p.approver().Identity, "the identity goes with every decision")
+
+	p, err = s.principal(person("ada@x", "admins", "staff"), tokens)
+	require.NoError(t, err)
+	assert.Equal(t, RoleAdmin, p.Role)
+	assert.Equal(t, []string{"*"}, p.approver().Groups)
+
+	p, err = s.principal(person("aud@x", "auditors", "staff"), tokens)
+	require.NoError(t, err)
+	assert.Equal(t, RoleAuditor, p.Role)
+
+	for name, c := range map[string]struct {
+		person signin.Person
+		why    string
+	}{
+		"no required group": {person("eve@x", "ops"), "not in a group that may sign in"},
+		"a token's name":    {person("ALICE", "staff"), "also the name of a toolgate token"},
+		"toolgate's name":   {person(policy.ReservedNames[0], "staff"), "keeps for itself"},
+	} {
+		_, err := s.principal(c.person, tokens)
+		require.Error(t, err, name)
+		assert.Contains(t, err.Error(), c.why, name)
+	}
+}
+
+func TestSignInFlowsAreUsableOnce(t *testing.T) {
+	now := time.Date(2026, 1, 1, 9, 0, 0, 0, time.UTC)
+	var flows authFlows
+	f := signin.NewFlow()
+	require.True(t, flows.add(f, "/calls/x", now))
+	got, next, ok := flows.take(f.State, now.Add(time.Minute))
+	require.True(t, ok)
+	assert.Equal(t, f, got)
+	assert.Equal(t, "/calls/x", next)
+	_, _, ok = flows.take(f.State, now.Add(time.Minute))
+	assert.False(t, ok, "a state is used once")
+
+	late := signin.NewFlow()
+	require.True(t, flows.add(late, "/", now))
+	_, _, ok = flows.take(late.State, now.Add(authFlowTTL))
+	assert.False(t, ok, "a sign-in left unfinished for ten minutes is gone")
+}
