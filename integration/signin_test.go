@@ -96,6 +96,10 @@ func TestSignInWithHydra(t *testing.T) {
 		st := d.cli("status", "idp-ops", "--json")
 		assert.Contains(t, st.stdout, `"identity"`, st.stdout+st.stderr)
 		assert.Contains(t, st.stdout, `"sub": "olga"`)
+		ledgerDB := filepath.Join(d.dataDir, "ledger.db")
+		require.Eventually(t, func() bool {
+			return strings.Contains(d.cli("audit", "show", "idp-ops", "--ledger", ledgerDB, "--ledger-key", filepath.Join(d.dataDir, "ledger.key")).stdout, "olga at "+h.issuer)
+		}, 10*time.Second, 200*time.Millisecond, "the ledger's call.decided names the identity: %+v", d.cli("audit", "show", "idp-ops", "--ledger", ledgerDB, "--ledger-key", filepath.Join(d.dataDir, "ledger.key")))
 
 		b.do(chromedp.Click(chromedp.CSS(".signout button")))
 		b.waitJS(`location.pathname === "/login" && document.body.textContent.includes("You are signed out.")`, "signed out, back from the provider's end-session page")

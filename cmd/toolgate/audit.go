@@ -284,6 +284,9 @@ func printEntry(w io.Writer, s ledger.Stored, sealer ledger.Sealer) {
 			by += " (the acting user, in the agent's client)"
 		}
 		line("decision", by)
+		if id := d.Identity; id != nil {
+			line("identity", id.Subject+" at "+id.Issuer)
+		}
 		line("reason", d.Reason)
 		line("comment", d.Comment)
 		line("sticky", d.Sticky)
