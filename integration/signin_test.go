@@ -89,6 +89,8 @@ func TestSignInWithHydra(t *testing.T) {
 		b.do(chromedp.Click(chromedp.CSS(`#pending a[href="/calls/idp-ops"]`)), chromedp.WaitVisible(chromedp.CSS("#decide")))
 		b.do(chromedp.Click(chromedp.CSS(`#decide button[value="approve"]`)))
 		b.waitJS(`document.querySelector("#decided")?.textContent.includes("approved by olga@example.com via inbox")`, "the decision")
+		b.do(chromedp.Reload())
+		b.waitJS(`document.querySelector("#identity")?.textContent === "olga at `+h.issuer+`"`, "the identity on the call's page")
 		res := agent.do("GET", "/v1/calls/idp-ops?wait=30s", nil)
 		assert.Equal(t, "ok", res.body["status"], res.raw)
 		assert.Equal(t, "olga@example.com", res.body["decided_by"])

@@ -202,6 +202,8 @@ type callView struct {
 	Deadline      string
 	Decided       string
 	DecidedAt     string
+	// Identity is who the decider's identity provider says they are.
+	Identity string
 	// Notified lists the notices sent (waiting, reminders, escalation).
 	Notified       []string
 	Final, Pending bool
@@ -228,6 +230,14 @@ type resultView struct {
 	RanAfterEnd *ranAfterEndView
 }
 
+// identityText names a person as their identity provider does.
+func identityText(id *policy.Identity) string {
+	if id == nil {
+		return ""
+	}
+	return id.Subject + " at " + id.Issuer
+}
+
 func newCallView(st tgclient.Status, p Principal, now time.Time, form decisionForm) callView {
 	var v callView
 	if r := st.Result; r != nil {
@@ -236,6 +246,7 @@ func newCallView(st tgclient.Status, p Principal, now time.Time, form decisionFo
 			Args: pretty(r.Args), Decided: decidedText(r.Decision, r.DecidedBy, r.Channel), DecidedAt: clock(r.DecidedAt), Final: true,
 			Result: &resultView{Reason: r.Reason, Note: r.Note, Comment: r.Comment, Args: pretty(r.Args), OriginalArgs: pretty(r.OriginalArgs), Output: pretty(r.Output), FinishedAt: clock(r.FinishedAt)},
 		}
+		v.Identity = identityText(r.Identity)
 		v.Result.RanAfterEnd = newRanAfterEndView(r.RanAfterEnd)
 		v.Notified = notified(r.Notices)
 		v.Preview = newPreviewView(r.Preview)
@@ -259,6 +270,7 @@ func newCallView(st tgclient.Status, p Principal, now time.Time, form decisionFo
 		}
 		if d := cs.Decision; d != nil {
 			v.Decided, v.DecidedAt = decidedText(d.Kind.String(), d.DecidedBy, d.Channel), clock(d.DecidedAt)
+			v.Identity = identityText(d.Identity)
 		}
 		switch {
 		case !v.Pending:
