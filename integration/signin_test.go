@@ -67,7 +67,21 @@ func TestSignInWithHydra(t *testing.T) {
 		"--public-url", base, "--oidc-admin-group", "toolgate-admins", "--oidc-required-group", "toolgate-users",
 		"--oidc-refresh-every", "2s")
 	agent := apiClient{t: t, base: base, token: "token-agent-1"}
-	person := func(token string) apiClient { return apiClient{t: t, base: base, token: token} }
+	var presented []string // every provider token sent: none may be logged
+	person := func(token string) apiClient {
+		presented = append(presented, token)
+		return apiClient{t: t, base: base, token: token}
+	}
+	t.Cleanup(func() {
+		logs := d.dev.out.String()
+		for _, tok := range presented {
+			sig := tok[strings.LastIndex(tok, ".")+1:]
+			assert.NotContains(t, logs, tok, "a token was logged")
+			if len(sig) > 20 {
+				assert.NotContains(t, logs, sig, "a token's signature was logged")
+			}
+		}
+	})
 
 	submitWaiting(t, agent, "idp", "idp-ops")
 	r := agent.do("POST", "/v1/calls?wait=200ms", map[string]any{"session": "idp", "tool": "shell", "call_id": "idp-fin", "args": map[string]any{"command": "echo fin"}})
@@ -254,12 +268,7 @@ func TestSignInWithHydra(t *testing.T) {
 		badCallback(t, browserless(t, false), base+"/auth/callback?error=access_denied&error_description=nope", "access_denied")
 	})
 	t.Run("a replayed state", func(t *testing.T) {
-		c := browserless(t, true)
-		back := startSignIn(t, h, c, base, "olga")
-		r, err := c.Get(back.String())
-		require.NoError(t, err)
-		r.Body.Close()
-		require.Equal(t, base+"/", r.Request.URL.String(), "the first use signs in")
+		back := completedSignIn(t, h, base)
 		// The same answer again, with the flow's cookie put back.
 		c2 := browserless(t, false)
 		c2.Jar.SetCookies(mustURL(t, base), []*http.Cookie{{Name: "toolgate_auth", Value: back.Query().Get("state"), Path: "/"}})
@@ -284,27 +293,14 @@ func TestSignInWithHydra(t *testing.T) {
 		back := h.signInAt(t, browserless(t, true), h.authURL(hydraClientID, url.Values{
 			"code_challenge": {q.Get("code_challenge")}, "code_challenge_method": {"S256"}, "nonce": {"attackers-nonce-0123456789"}, "scope": {"openid email"},
 		}), "olga")
-		forged := *back
-		fq := forged.Query()
-		fq.Set("state", q.Get("state"))
-		forged.RawQuery = fq.Encode()
-		badCallback(t, victim, forged.String(), "nonce")
+		badCallback(t, victim, withQuery(back, "state", q.Get("state")), "nonce")
 	})
 	t.Run("a reused authorization code", func(t *testing.T) {
-		c := browserless(t, true)
-		back := startSignIn(t, h, c, base, "olga")
-		r, err := c.Get(back.String())
-		require.NoError(t, err)
-		r.Body.Close()
-		require.Equal(t, base+"/", r.Request.URL.String(), "the first use signs in")
+		back := completedSignIn(t, h, base)
 		// Another sign-in, answered with the used code.
 		c2 := browserless(t, true)
 		again := startSignIn(t, h, c2, base, "olga")
-		reused := *again
-		q := reused.Query()
-		q.Set("code", back.Query().Get("code"))
-		reused.RawQuery = q.Encode()
-		badCallback(t, c2, reused.String(), "refused the authorization code")
+		badCallback(t, c2, withQuery(again, "code", back.Query().Get("code")), "refused the authorization code")
 	})
 }
 
@@ -313,6 +309,28 @@ func TestSignInWithHydra(t *testing.T) {
 func startSignIn(t *testing.T, h *hydra, c *http.Client, base, subject string) *url.URL {
 	t.Helper()
 	return h.signInAt(t, c, base+"/auth/login", subject)
+}
+
+// completedSignIn signs olga in with a fresh client and returns the
+// callback URL it used.
+func completedSignIn(t *testing.T, h *hydra, base string) *url.URL {
+	t.Helper()
+	c := browserless(t, true)
+	back := startSignIn(t, h, c, base, "olga")
+	r, err := c.Get(back.String())
+	require.NoError(t, err)
+	r.Body.Close()
+	require.Equal(t, base+"/", r.Request.URL.String(), "the first use signs in")
+	return back
+}
+
+// withQuery is u with one query parameter set to v.
+func withQuery(u *url.URL, key, v string) string {
+	c := *u
+	q := c.Query()
+	q.Set(key, v)
+	c.RawQuery = q.Encode()
+	return c.String()
 }
 
 // signInHTTP signs subject in to toolgate's inbox with a cookie-keeping

@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/toolgate/toolgate/notify"
 	"github.com/toolgate/toolgate/policy"
 	"github.com/toolgate/toolgate/signin"
 )
@@ -65,4 +66,14 @@ func TestSignInFlowsAreUsableOnce(t *testing.T) {
 	require.True(t, flows.add(late, "/", now))
 	_, _, ok = flows.take(late.State, now.Add(authFlowTTL))
 	assert.False(t, ok, "a sign-in left unfinished for ten minutes is gone")
+}
+
+func TestSlackAndEmailApproversRecordTheIdentityOfTheSamePerson(t *testing.T) {
+	signedIn := &people{}
+	ap := notify.Approver{Name: "olga", Email: "Olga@Example.com", Groups: []string{"ops"}}
+	assert.Nil(t, approverPrincipal(ap, signedIn).Identity, "nobody signed in as olga's address yet")
+	signedIn.saw("olga@example.com", policy.Identity{Issuer: "https://idp", Subject: "u-1"})
+	p := approverPrincipal(ap, signedIn)
+	assert.Equal(t, &policy.Identity{Issuer: "https://idp", Subject: "u-1"}, p.Identity, "the address matches without regard to case")
+	assert.Equal(t, "olga", p.Name, "the approvers file still names them")
 }
