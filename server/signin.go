@@ -186,6 +186,10 @@ type oidcSession struct {
 // and PKCE verifier, kept here until the callback, bound to this browser
 // by a cookie.
 func (i *inbox) signInStart(w http.ResponseWriter, r *http.Request) {
+	if i.signIn == nil {
+		i.renderLogin(w, r, http.StatusNotFound, "/", "Sign-in through an identity provider is not configured here (--oidc-issuer).", "")
+		return
+	}
 	next := localPath(r.URL.Query().Get("next"))
 	f := signin.NewFlow()
 	if !i.flows.add(f, next, i.now()) {
@@ -200,6 +204,10 @@ func (i *inbox) signInStart(w http.ResponseWriter, r *http.Request) {
 // and unused, the code is redeemed with the flow's verifier, the ID token
 // verified (nonce included) and the person mapped onto a principal.
 func (i *inbox) signInCallback(w http.ResponseWriter, r *http.Request) {
+	if i.signIn == nil {
+		i.renderLogin(w, r, http.StatusNotFound, "/", "Sign-in through an identity provider is not configured here (--oidc-issuer).", "")
+		return
+	}
 	q := r.URL.Query()
 	refuse := func(status int, reason string) {
 		i.logger.Info("Inbox sign-in refused", zap.String("reason", reason))

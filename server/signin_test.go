@@ -1,6 +1,8 @@
 package server
 
 import (
+	"net/http"
+	"net/http/httptest"
 	"testing"
 	"time"
 
@@ -76,4 +78,16 @@ func TestSlackAndEmailApproversRecordTheIdentityOfTheSamePerson(t *testing.T) {
 	p := approverPrincipal(ap, signedIn)
 	assert.Equal(t, &policy.Identity{Issuer: "https://idp", Subject: "u-1"}, p.Identity, "the address matches without regard to case")
 	assert.Equal(t, "olga", p.Name, "the approvers file still names them")
+}
+
+func TestWithoutAProviderTheSignInRoutesAnswerNotFound(t *testing.T) {
+	h := New(Config{Tokens: mustTokens(t)})
+	for _, path := range []string{"/auth/login", "/auth/callback?state=x&code=y"} {
+		rec := serve(h, httptest.NewRequest("GET", path, nil))
+		assert.Equal(t, http.StatusNotFound, rec.Code, path)
+		assert.Contains(t, rec.Body.String(), "not configured here", path)
+	}
+	rec := serve(h, httptest.NewRequest("GET", "/login", nil))
+	assert.NotContains(t, rec.Body.String(), "sign-in-provider", "no provider button")
+	assert.Contains(t, rec.Body.String(), `id="token"`, "the token form")
 }
