@@ -131,9 +131,6 @@ func New(ctx context.Context, cfg Config) (*Provider, error) {
 	}, nil
 }
 
-// Issuer is the provider's issuer URL.
-func (p *Provider) Issuer() string { return p.cfg.Issuer }
-
 // DisplayName names the provider on the sign-in button: its host.
 func (p *Provider) DisplayName() string {
 	if u, err := url.Parse(p.cfg.Issuer); err == nil && u.Host != "" {
@@ -316,8 +313,6 @@ type Person struct {
 	Name     string
 	Identity policy.Identity
 	Groups   []string
-	// Expiry is when the token the person came with expires.
-	Expiry time.Time
 }
 
 // person reads a verified token's claims.
@@ -334,7 +329,7 @@ func (p *Provider) person(t *oidc.IDToken) (Person, error) {
 	if err != nil {
 		return Person{}, &Error{Reason: fmt.Sprintf("the token's %q claim %s", p.cfg.GroupsClaim, err)}
 	}
-	return Person{Name: name, Identity: policy.Identity{Issuer: t.Issuer, Subject: t.Subject}, Groups: groups, Expiry: t.Expiry}, nil
+	return Person{Name: name, Identity: policy.Identity{Issuer: t.Issuer, Subject: t.Subject}, Groups: groups}, nil
 }
 
 // name is the person's name: NameClaim, else preferred_username, else
