@@ -1,0 +1,78 @@
+// The client's types come from the OpenAPI document the server serves; these
+// tests fail when the two drift apart.
+import { test } from 'node:test';
+import assert from 'node:assert/strict';
+import { existsSync, mkdtempSync, readFileSync, readdirSync, writeFileSync } from 'node:fs';
+import { execFileSync } from 'node:child_process';
+import { homedir, tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { generate, openapiPath, outputPath } from '../scripts/generate-api-types.js';
+import { Toolgate } from '../src/index.js';
+
+const src = fileURLToPath(new URL('../src/', import.meta.url));
+const doc = JSON.parse(readFileSync(openapiPath, 'utf8'));
+
+test('src/api.d.ts is what the OpenAPI document generates (run `npm run generate`)', () => {
+  assert.equal(readFileSync(outputPath, 'utf8'), generate(doc));
+});
+
+// Every operation of the document, and the method that sends it. The codec
+// routes are the temporal CLI's and the Web UI's, not an agent's or an
+// approver's, and the document itself is no call.
+const methods = {
+  'GET /v1/tools': 'tools',
+  'POST /v1/calls': 'submit',
+  'GET /v1/calls': 'calls',
+  'GET /v1/calls/{call_id}': 'status',
+  'GET /v1/pending': 'pending',
+  'POST /v1/calls/{call_id}/decision': 'decide',
+  'POST /v1/calls/{call_id}/cancel': 'cancel',
+  'POST /v1/calls/{call_id}/user-decision': 'userDecision',
+  'POST /v1/decisions': 'decideAll',
+  'GET /v1/sessions/{session}': 'session',
+  'DELETE /v1/sessions/{session}/sticky/{tool}': 'revokeSticky',
+  'POST /v1/sessions/{session}/end': 'endSession',
+  'POST /v1/calls/{call_id}/claim': 'claim',
+  'POST /v1/calls/{call_id}/report': 'report',
+  'POST /v1/calls/{call_id}/ran-after-end': 'ranAfterEnd',
+  'GET /v1/audit/checkpoint': 'auditCheckpoint',
+  'GET /v1/audit/key': 'auditKey',
+  'GET /v1/audit/entries': 'auditEntries',
+  'GET /v1/audit/calls/{call_id}': 'receipt',
+};
+const notForTheClient = ['GET /v1/openapi.json', 'POST /codec/{namespace}/decode', 'POST /codec/{namespace}/encode'];
+
+test('every operation of the OpenAPI document has a client method', () => {
+  const operations = Object.entries(doc.paths).flatMap(([path, item]) =>
+    Object.keys(item).filter((m) => m !== 'parameters').map((m) => `${m.toUpperCase()} ${path}`));
+  for (const op of operations) {
+    if (notForTheClient.includes(op)) continue;
+    assert.ok(methods[op], `${op} has no client method`);
+    assert.equal(typeof Toolgate.prototype[methods[op]], 'function', `${op}: Toolgate.${methods[op]} is missing`);
+  }
+  for (const op of Object.keys(methods)) assert.ok(operations.includes(op), `${op} is not in the document any more`);
+});
+
+// tsc checks the declarations, and a program that uses them, against the
+// generated types: a field renamed in the document breaks this compile.
+test('the declarations type-check with TypeScript', () => {
+  const npm = process.env.TOOLGATE_NPM_DIR || join(process.env.XDG_CACHE_HOME || join(homedir(), '.cache'), 'toolgate', 'npm');
+  const tsc = join(npm, 'node_modules', '.bin', 'tsc');
+  assert.ok(existsSync(tsc), `no TypeScript compiler at ${tsc}: run scripts/test once (it installs integration/testdata/npm/package.json there), or set TOOLGATE_NPM_DIR`);
+  // The frameworks' types come from the same npm folder as tsc.
+  const dir = mkdtempSync(join(tmpdir(), 'toolgate-tsc-'));
+  const project = join(dir, 'tsconfig.json');
+  writeFileSync(project, JSON.stringify({
+    compilerOptions: {
+      strict: true, noEmit: true, target: 'es2022', module: 'nodenext', moduleResolution: 'nodenext',
+      lib: ['es2022', 'dom'], types: [], paths: { '*': [join(npm, 'node_modules', '*')] },
+    },
+    files: [fileURLToPath(new URL('./usage.ts', import.meta.url)), ...readdirSync(src).filter((f) => f.endsWith('.d.ts')).map((f) => join(src, f))],
+  }));
+  try {
+    execFileSync(tsc, ['-p', project], { encoding: 'utf8' });
+  } catch (err) {
+    assert.fail(`tsc found type errors:\n${err.stdout}${err.stderr}`);
+  }
+});
