@@ -6,6 +6,8 @@ import { Toolgate } from '@toolgate/client';
 import * as aiSdk from '@toolgate/client/ai-sdk';
 import * as agentsSdk from '@toolgate/client/openai-agents';
 import * as langgraph from '@toolgate/client/langgraph';
+import * as claude from '@toolgate/client/claude-agent-sdk';
+import { query, type SDKResultMessage } from '@anthropic-ai/claude-agent-sdk';
 import { generateText, jsonSchema, tool as aiTool, type ModelMessage } from 'ai';
 import { RunState, tool as agentsTool, type Agent } from '@openai/agents';
 import { tool as langchainTool } from '@langchain/core/tools';
@@ -56,4 +58,16 @@ export async function withLangGraph(): Promise<boolean> {
   langgraph.gateTools(tg, [async () => 'x'], { session: 's1' });
   if (resume) await graph.invoke(resume, config);
   return resume !== null;
+}
+
+export async function withClaudeAgentSdk(sessionId: string): Promise<string | undefined> {
+  for await (const message of query({ prompt: 'go', options: { resume: sessionId, ...claude.toolgateOptions(tg, { session: sessionId, waitSeconds: 2 }) } })) {
+    if (message.type !== 'result') continue;
+    const result: SDKResultMessage = message;
+    const answer = await claude.awaitDeferred(tg, result, { session: sessionId });
+    // @ts-expect-error a result message, not a string
+    await claude.awaitDeferred(tg, 'result', { session: sessionId });
+    return answer?.status;
+  }
+  return undefined;
 }
