@@ -10,7 +10,7 @@
 import { generateText, jsonSchema, stepCountIs, tool } from 'ai';
 import { MockLanguageModelV4 } from 'ai/test';
 import { approvalResponses, gateTools, toolgateApproval } from '@toolgate/client/ai-sdk';
-import { descriptions, env, finish, loadState, run, saveState, script, summary, tg } from './harness.mjs';
+import { descriptions, env, finish, loadState, run, saveState, script, summary, tg, waiting } from './harness.mjs';
 
 const schema = jsonSchema({ type: 'object', properties: { service: { type: 'string' }, env: { type: 'string' } }, required: ['service'] });
 const tools = gateTools(tg, {
@@ -22,6 +22,7 @@ const tools = gateTools(tg, {
 const state = loadState({ messages: [{ role: 'user', content: 'Deploy web to prod.' }] });
 
 for (;;) {
+  if (pendingApprovals(state.messages)) waiting();
   const responses = await approvalResponses(tg, state.messages, { session: env.session, waitSeconds: 30 });
   if (responses.length) {
     state.messages.push({ role: 'tool', content: responses });
@@ -63,7 +64,7 @@ function scriptedModel() {
         if (message.role !== 'tool') continue;
         for (const part of message.content) if (part.type === 'tool-result') told[part.toolCallId] = part.output;
       }
-      if (script.every((c) => told[c.id])) {
+      if (Object.keys(told).length) {
         return { content: [{ type: 'text', text: summary(told) }], finishReason: { unified: 'stop' }, usage, warnings: [] };
       }
       return {

@@ -13,7 +13,7 @@ import { randomUUID } from 'node:crypto';
 import { createSdkMcpServer, query, tool } from '@anthropic-ai/claude-agent-sdk';
 import { awaitDeferred, toolgateOptions } from '@toolgate/client/claude-agent-sdk';
 import { z } from 'zod';
-import { descriptions, env, finish, loadState, run, saveState, tg } from './harness.mjs';
+import { descriptions, env, finish, loadState, run, saveState, tg, waiting } from './harness.mjs';
 
 // The tools, as an in-process MCP server: Claude names them mcp__ops__deploy
 // and mcp__ops__lookup, and so does toolgate's policy.
@@ -35,6 +35,7 @@ saveState(state);
 for (;;) {
   const result = await turn();
   if (result?.deferred_tool_use) {
+    waiting();
     await awaitDeferred(tg, result, { session: env.session }); // a person decides; this process may stop meanwhile
   } else if (result) {
     finish(JSON.parse(result.result));

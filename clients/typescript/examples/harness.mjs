@@ -16,8 +16,16 @@ export const env = {
 
 export const tg = new Toolgate({ url: env.url, token: env.token });
 
-/** The tool calls the stand-in model makes, in its first turn: [{id, tool, args}]. */
-export const script = JSON.parse(process.env.EXAMPLE_SCRIPT ?? '[{"id":"call-1","tool":"deploy","args":{"service":"web","env":"prod"}}]');
+/**
+ * The tool calls the stand-in model makes, in its first turn: [{id, tool, args}].
+ * A real model names its tool calls anew each time it is asked, so the
+ * stand-in does too from the second attempt (EXAMPLE_ATTEMPT) of the same
+ * run on: an app that lost its state after a restart would ask the model
+ * again and get calls toolgate has not seen.
+ */
+const attempt = Number(process.env.EXAMPLE_ATTEMPT ?? 1);
+export const script = JSON.parse(process.env.EXAMPLE_SCRIPT ?? '[{"id":"call-1","tool":"deploy","args":{"service":"web","env":"prod"}}]')
+  .map((c) => (attempt > 1 ? { ...c, id: `${c.id}-attempt${attempt}` } : c));
 
 /** The tools themselves: each run leaves a line in the effects file. */
 export const run = {
@@ -47,6 +55,14 @@ export function loadState(initial) {
 export function saveState(state) {
   writeFileSync(env.state + '.tmp', JSON.stringify(state));
   renameSync(env.state + '.tmp', env.state);
+}
+
+let saidWaiting = false;
+
+/** waiting says, once, that the state is saved and the app waits for a person: stopping it now loses nothing. */
+export function waiting() {
+  if (!saidWaiting) console.log(JSON.stringify({ waiting: true }));
+  saidWaiting = true;
 }
 
 /** What the model was told of each tool call, printed as the example's last line. */

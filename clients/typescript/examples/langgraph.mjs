@@ -12,7 +12,7 @@ import { AIMessage, HumanMessage } from '@langchain/core/messages';
 import { END, MemorySaver, MessagesAnnotation, START, StateGraph } from '@langchain/langgraph';
 import { ToolNode, toolsCondition } from '@langchain/langgraph/prebuilt';
 import { gateTools, resumeCommand } from '@toolgate/client/langgraph';
-import { descriptions, env, finish, run, script, summary, tg } from './harness.mjs';
+import { descriptions, env, finish, run, script, summary, tg, waiting } from './harness.mjs';
 
 // A MemorySaver kept in a file, so that the thread outlives the process.
 // In production use a durable checkpointer (Postgres, SQLite, ...).
@@ -66,6 +66,7 @@ for (;;) {
   const interrupted = snapshot.tasks.some((t) => t.interrupts?.length);
   let input;
   if (interrupted) {
+    waiting();
     input = await resumeCommand(tg, graph, config, { waitSeconds: 30 });
     if (!input) continue; // nobody decided yet: ask toolgate again
   } else if (snapshot.next.length) {
@@ -84,7 +85,7 @@ for (;;) {
 function scriptedModel({ messages }) {
   const told = {};
   for (const m of messages) if (m.getType() === 'tool') told[m.tool_call_id] = parsed(m.content);
-  if (script.every((c) => told[c.id] !== undefined)) return { messages: [new AIMessage(summary(told))] };
+  if (Object.keys(told).length) return { messages: [new AIMessage(summary(told))] };
   return { messages: [new AIMessage({ content: '', tool_calls: script.map((c) => ({ id: c.id, name: c.tool, args: c.args, type: 'tool_call' })) })] };
 }
 

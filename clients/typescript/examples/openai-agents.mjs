@@ -7,7 +7,7 @@
 // interruptions as toolgate decided them, and run() goes on from there.
 import { Agent, RunState, Usage, run, setTracingDisabled, tool } from '@openai/agents';
 import { gateTools, resolveInterruptions } from '@toolgate/client/openai-agents';
-import { descriptions, env, finish, loadState, run as runTool, saveState, script, summary, tg } from './harness.mjs';
+import { descriptions, env, finish, loadState, run as runTool, saveState, script, summary, tg, waiting } from './harness.mjs';
 
 setTracingDisabled(true);
 
@@ -32,6 +32,7 @@ const saved = loadState(null);
 let input = saved ? await RunState.fromString(agent, saved.runState) : 'Deploy web to prod.';
 for (;;) {
   if (input instanceof RunState) {
+    waiting();
     while (await resolveInterruptions(tg, input, { session: env.session, waitSeconds: 30 })) {
       // still waiting for a person: ask toolgate again
     }
@@ -56,7 +57,7 @@ function scriptedModel() {
       for (const item of Array.isArray(request.input) ? request.input : []) {
         if (item.type === 'function_call_result') told[item.callId] = item.output;
       }
-      if (script.every((c) => told[c.id])) {
+      if (Object.keys(told).length) {
         return { usage: new Usage(), output: [{ type: 'message', role: 'assistant', status: 'completed', content: [{ type: 'output_text', text: summary(told) }] }] };
       }
       return {
