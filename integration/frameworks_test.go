@@ -108,6 +108,8 @@ rules:
 			}},
 	}
 
+	t.Run("typed errors from the real server", func(t *testing.T) { typedErrorsStep(t, node, app, base, bob) })
+
 	for _, fw := range frameworks {
 		t.Run(fw.name, func(t *testing.T) {
 			ex := func(t *testing.T, session string, script []scriptedCall) *exampleRun {
@@ -196,6 +198,75 @@ rules:
 			})
 		})
 	}
+}
+
+// typedErrors is a program of the client's users: each refusal of the real
+// server, and toolgate unreachable, as the typed error it must be. The
+// test approves the call while the program waits for it.
+const typedErrors = `
+import { Toolgate } from '@toolgate/client';
+const url = process.env.TOOLGATE_URL;
+const agent = new Toolgate({ url, token: 'token-agent-1' });
+const other = new Toolgate({ url, token: 'token-agent-2' });
+const out = {};
+async function refusal(name, f) {
+  try {
+    await f();
+    out[name] = 'no error';
+  } catch (e) {
+    out[name] = { class: e.constructor.name, status: e.status, code: e.code, message: e.apiMessage ?? e.message };
+  }
+}
+await refusal('bad token', () => new Toolgate({ url, token: 'token-nobody' }).tools());
+await refusal('unreachable', () => new Toolgate({ url: 'http://127.0.0.1:9', token: 't', retryFor: 300 }).tools());
+await agent.submit({ session: 'ts-errors', tool: 'deploy', args: { service: 'web' }, call_id: 'tc-ts-errors', execution: 'agent' });
+await refusal('not your session', () => other.submit({ session: 'ts-errors', tool: 'lookup', args: { service: 'web' }, execution: 'agent' }));
+await refusal('bad arguments', () => agent.submit({ session: 'ts-errors', tool: 'deploy', args: 'not an object', execution: 'agent' }));
+await agent.wait('tc-ts-errors', { untilApproved: true });
+await agent.claim('tc-ts-errors', { run: 'first' });
+await refusal('claimed twice', () => agent.claim('tc-ts-errors', { run: 'second' }));
+await agent.report('tc-ts-errors', { output: 'done', run: 'first' });
+console.log(JSON.stringify(out));
+`
+
+func typedErrorsStep(t *testing.T, node, app, base string, bob apiClient) {
+	cmd := exec.Command(node, "--input-type=module", "-e", typedErrors)
+	cmd.Dir, cmd.Env = app, append(os.Environ(), "TOOLGATE_URL="+base)
+	var stdout, stderr syncBuffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	require.NoError(t, cmd.Start())
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	require.Eventually(t, func() bool {
+		return bob.do("GET", "/v1/calls/tc-ts-errors", nil).body["status"] == "pending"
+	}, time.Minute, 50*time.Millisecond, "stderr:\n%s", &stderr)
+	decide(t, bob, "tc-ts-errors", map[string]any{"decision": "approve"})
+	select {
+	case err := <-done:
+		require.NoError(t, err, "stderr:\n%s", &stderr)
+	case <-time.After(time.Minute):
+		_ = cmd.Process.Kill()
+		t.Fatalf("the program did not finish\nstderr:\n%s", &stderr)
+	}
+	var got map[string]map[string]any
+	require.NoError(t, json.Unmarshal([]byte(stdout.String()), &got), stdout.String())
+	expect := map[string][3]any{ // class, status, code
+		"bad token":        {"UnauthorizedError", 401.0, "unauthorized"},
+		"unreachable":      {"UnreachableError", 0.0, "unreachable"},
+		"not your session": {"ForbiddenError", 403.0, "not_your_session"},
+		"bad arguments":    {"InvalidRequestError", 400.0, "invalid_request"},
+		"claimed twice":    {"ConflictError", 409.0, "already_claimed"},
+	}
+	for name, want := range expect {
+		e := got[name]
+		require.NotNil(t, e, "%s: %s", name, stdout.String())
+		assert.Equal(t, want[0], e["class"], name)
+		assert.Equal(t, want[1], e["status"], name)
+		assert.Equal(t, want[2], e["code"], name)
+		assert.NotEmpty(t, e["message"], "%s carries the API's message", name)
+	}
+	res := bob.do("GET", "/v1/calls/tc-ts-errors", nil)
+	assert.Equal(t, "ok", res.body["status"], "the first claim's run was reported: %s", res.raw)
 }
 
 // frameworkCallID is the TypeScript client's deriveCallId: the toolgate
