@@ -88,26 +88,40 @@ func writeSSE(w http.ResponseWriter, events []map[string]any) {
 	}
 }
 
-// anthropic is the Messages API, as Claude Code 2.1.332 uses it.
-func (m *modelStandIn) anthropic(w http.ResponseWriter, r *http.Request) {
+// messagesRequest is what the stand-ins read of a Messages API request.
+type messagesRequest struct {
+	Model    string `json:"model"`
+	Tools    []struct{ Name string }
+	Messages []struct {
+		Role    string          `json:"role"`
+		Content json.RawMessage `json:"content"`
+	} `json:"messages"`
+}
+
+// readMessagesRequest answers what Claude Code asks besides messages
+// (token counts, other routes) and reports false, or decodes a messages
+// request.
+func readMessagesRequest(w http.ResponseWriter, r *http.Request) (messagesRequest, bool) {
+	var req messagesRequest
 	if strings.Contains(r.URL.Path, "count_tokens") {
 		fmt.Fprint(w, `{"input_tokens":10}`)
-		return
+		return req, false
 	}
 	if r.Method != http.MethodPost || !strings.HasPrefix(r.URL.Path, "/v1/messages") {
 		http.Error(w, `{"type":"error","error":{"type":"not_found_error","message":"stand-in"}}`, http.StatusNotFound)
-		return
-	}
-	var req struct {
-		Model    string `json:"model"`
-		Tools    []struct{ Name string }
-		Messages []struct {
-			Role    string          `json:"role"`
-			Content json.RawMessage `json:"content"`
-		} `json:"messages"`
+		return req, false
 	}
 	if err := json.NewDecoder(r.Body).Decode(&req); err != nil || len(req.Messages) == 0 {
 		http.Error(w, "bad request", http.StatusBadRequest)
+		return req, false
+	}
+	return req, true
+}
+
+// anthropic is the Messages API, as Claude Code 2.1.332 uses it.
+func (m *modelStandIn) anthropic(w http.ResponseWriter, r *http.Request) {
+	req, ok := readMessagesRequest(w, r)
+	if !ok {
 		return
 	}
 	var blocks []struct {

@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"bufio"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -375,23 +374,10 @@ func (r *exampleRun) start() {
 	stdout, err := r.cmd.StdoutPipe()
 	require.NoError(r.t, err)
 	require.NoError(r.t, r.cmd.Start())
-	r.lines, r.exited = make(chan map[string]any, 16), make(chan error, 1)
-	lines, exited, cmd := r.lines, r.exited, r.cmd
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		sc.Buffer(make([]byte, 1<<20), 1<<20)
-		for sc.Scan() {
-			var line map[string]any
-			if json.Unmarshal(sc.Bytes(), &line) != nil {
-				line = map[string]any{"unparsed": sc.Text()}
-			}
-			lines <- line
-		}
-		exited <- cmd.Wait()
-		close(lines)
-		cancel()
-	}()
+	r.lines, r.exited = jsonLines(r.cmd, stdout)
+	lines, cmd := r.lines, r.cmd
 	r.t.Cleanup(func() {
+		defer cancel()
 		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 		for range lines {
 		}
@@ -506,23 +492,8 @@ func (m *anthropicStandIn) setScript(script []scriptedCall) {
 }
 
 func (m *anthropicStandIn) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if strings.Contains(r.URL.Path, "count_tokens") {
-		fmt.Fprint(w, `{"input_tokens":10}`)
-		return
-	}
-	if r.Method != http.MethodPost || !strings.HasPrefix(r.URL.Path, "/v1/messages") {
-		http.Error(w, `{"type":"error","error":{"type":"not_found_error","message":"stand-in"}}`, http.StatusNotFound)
-		return
-	}
-	var req struct {
-		Model    string `json:"model"`
-		Tools    []struct{ Name string }
-		Messages []struct {
-			Content json.RawMessage `json:"content"`
-		} `json:"messages"`
-	}
-	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
-		http.Error(w, "bad request", http.StatusBadRequest)
+	req, ok := readMessagesRequest(w, r)
+	if !ok {
 		return
 	}
 	told := map[string]json.RawMessage{}

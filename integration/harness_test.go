@@ -290,3 +290,24 @@ func startDevWithPolicy(t *testing.T, policy string, flags ...string) *devEnv {
 		"--http", d.httpAddr, "--tokens", writeTokensFile(t, dir), "--policy", policyFile}, flags...)...)
 	return d
 }
+
+// jsonLines reads a started command's stdout line by line as JSON objects
+// (a line that is not one arrives as {"unparsed": line}); after the last
+// line, exited receives the command's exit and lines is closed.
+func jsonLines(cmd *exec.Cmd, stdout io.Reader) (lines chan map[string]any, exited chan error) {
+	lines, exited = make(chan map[string]any, 16), make(chan error, 1)
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			var line map[string]any
+			if json.Unmarshal(sc.Bytes(), &line) != nil {
+				line = map[string]any{"unparsed": sc.Text()}
+			}
+			lines <- line
+		}
+		exited <- cmd.Wait()
+		close(lines)
+	}()
+	return lines, exited
+}

@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -69,21 +68,7 @@ func TestPythonAgentExample(t *testing.T) {
 	stdout, err := cmd.StdoutPipe()
 	require.NoError(t, err)
 	require.NoError(t, cmd.Start())
-	lines := make(chan map[string]any)
-	exited := make(chan error, 1)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		sc.Buffer(make([]byte, 1<<20), 1<<20)
-		for sc.Scan() {
-			var line map[string]any
-			if json.Unmarshal(sc.Bytes(), &line) != nil {
-				line = map[string]any{"unparsed": sc.Text()}
-			}
-			lines <- line
-		}
-		exited <- cmd.Wait()
-		close(lines)
-	}()
+	lines, exited := jsonLines(cmd, stdout)
 	t.Cleanup(func() {
 		cancel()
 		for range lines { // let the reader finish
