@@ -269,7 +269,7 @@ func TestAgentExecutedCallsUnderAPolicyFile(t *testing.T) {
 	require.NoError(t, os.WriteFile(policyFile, []byte(agentPolicy), 0o644))
 	d := &devEnv{t: t, dataDir: t.TempDir(), port: freePort(t)}
 	d.httpAddr = fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	d.dev = start(t, "toolgate dev is running", "dev", "--data-dir", d.dataDir, "--temporal-port", fmt.Sprint(d.port),
+	d.dev = start(t, devReady, "dev", "--data-dir", d.dataDir, "--temporal-port", fmt.Sprint(d.port),
 		"--http", d.httpAddr, "--tokens", writeTokensFile(t, t.TempDir()), "--policy", policyFile)
 	agent := apiClient{t: t, base: "http://" + d.httpAddr, token: "token-agent-1"}
 

@@ -105,7 +105,7 @@ func newAPIDev(t *testing.T) (*devEnv, func(name string) apiClient) {
 	d.httpAddr = fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	d.workspace = filepath.Join(d.dataDir, "workspace")
 	tokens := writeTokensFile(t, t.TempDir())
-	d.dev = start(t, "toolgate dev is running", "dev", "--data-dir", d.dataDir,
+	d.dev = start(t, devReady, "dev", "--data-dir", d.dataDir,
 		"--temporal-port", fmt.Sprint(d.port), "--http", d.httpAddr, "--tokens", tokens)
 	return d, func(name string) apiClient {
 		return apiClient{t: t, base: "http://" + d.httpAddr, token: "token-" + name}

@@ -120,7 +120,7 @@ func newChannelsDev(t *testing.T) *channelsEnv {
 		t.Setenv(k, v) // start() hands the test's environment to the binary
 	}
 	dataDir := filepath.Join(dir, "data")
-	start(t, "toolgate dev is running", "dev", "--data-dir", dataDir,
+	start(t, devReady, "dev", "--data-dir", dataDir,
 		"--temporal-port", strconv.Itoa(freePort(t)), "--http", httpAddr,
 		"--tokens", writeTokensFile(t, dir), "--policy", write("policy.yaml", channelsPolicy))
 	e.agent = apiClient{t: t, base: e.base, token: "token-agent-1"}

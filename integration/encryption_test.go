@@ -221,7 +221,7 @@ func TestKeysRotateAndOldCallsStillRead(t *testing.T) {
 	d.workspace = filepath.Join(d.dataDir, "workspace")
 	args := []string{"dev", "--data-dir", d.dataDir, "--temporal-port", fmt.Sprint(d.port), "--http", d.httpAddr,
 		"--tokens", writeTokensFile(t, t.TempDir()), "--policy", writePolicy(t, encryptionPolicy)}
-	d.dev = start(t, "toolgate dev is running", args...)
+	d.dev = start(t, devReady, args...)
 	key1 := d.keyring().Current()
 
 	r := d.cli("call", "--session", "rot", "--id", "rot-1", "echo", `{"v":"SECRET-rot-1"}`)
@@ -240,7 +240,7 @@ func TestKeysRotateAndOldCallsStillRead(t *testing.T) {
 
 	// Restarted, dev encrypts with key 2 and reads what key 1 wrote.
 	d.dev.stop()
-	d.dev = start(t, "toolgate dev is running", args...)
+	d.dev = start(t, devReady, args...)
 	assert.Contains(t, d.dev.out.String(), "payloads   encrypted, key "+key2)
 	r = d.cli("call", "--session", "rot", "--id", "rot-3", "echo", `{"v":"SECRET-rot-3"}`)
 	require.Equal(t, 0, r.code, r.stderr)

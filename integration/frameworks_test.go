@@ -86,7 +86,7 @@ rules:
     message: a deploy needs a person
 `), 0o600))
 	d := &devEnv{t: t, dataDir: t.TempDir(), port: freePort(t), httpAddr: fmt.Sprintf("127.0.0.1:%d", freePort(t))}
-	d.dev = start(t, "toolgate dev is running", "dev", "--data-dir", d.dataDir, "--temporal-port", fmt.Sprint(d.port),
+	d.dev = start(t, devReady, "dev", "--data-dir", d.dataDir, "--temporal-port", fmt.Sprint(d.port),
 		"--http", d.httpAddr, "--tokens", writeTokensFile(t, t.TempDir()), "--policy", policy)
 	base := "http://" + d.httpAddr
 	bob := apiClient{t: t, base: base, token: "token-bob"}

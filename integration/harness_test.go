@@ -86,6 +86,10 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
+// devReady is the last line of toolgate dev's banner: waiting for it, not
+// the first, leaves the whole banner in the process's output.
+const devReady = "Stop with Ctrl-C."
+
 // start runs the binary with args and waits until its output contains
 // ready.
 func start(t *testing.T, ready string, args ...string) *proc {
@@ -176,7 +180,7 @@ func newDev(t *testing.T) *devEnv {
 }
 
 func (d *devEnv) startDev() {
-	d.dev = start(d.t, "toolgate dev is running", "dev", "--data-dir", d.dataDir,
+	d.dev = start(d.t, devReady, "dev", "--data-dir", d.dataDir,
 		"--temporal-port", strconv.Itoa(d.port), "--http", d.httpAddr)
 }
 
@@ -286,7 +290,7 @@ func startDevWithPolicy(t *testing.T, policy string, flags ...string) *devEnv {
 	d := &devEnv{t: t, dataDir: t.TempDir(), port: freePort(t)}
 	d.httpAddr = fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	d.workspace = filepath.Join(d.dataDir, "workspace")
-	d.dev = start(t, "toolgate dev is running", append([]string{"dev", "--data-dir", d.dataDir, "--temporal-port", fmt.Sprint(d.port),
+	d.dev = start(t, devReady, append([]string{"dev", "--data-dir", d.dataDir, "--temporal-port", fmt.Sprint(d.port),
 		"--http", d.httpAddr, "--tokens", writeTokensFile(t, dir), "--policy", policyFile}, flags...)...)
 	return d
 }

@@ -240,7 +240,7 @@ func TestAnAuditorProvesACallTemporalDeleted(t *testing.T) {
 func TestBackfillLogsClosedCallsOnce(t *testing.T) {
 	d := &devEnv{t: t, dataDir: t.TempDir(), port: freePort(t), httpAddr: "127.0.0.1:" + fmt.Sprint(freePort(t))}
 	d.workspace = filepath.Join(d.dataDir, "workspace")
-	d.dev = start(t, "toolgate dev is running", "dev", "--data-dir", d.dataDir, "--temporal-port", fmt.Sprint(d.port), "--http", d.httpAddr, "--ledger", "off")
+	d.dev = start(t, devReady, "dev", "--data-dir", d.dataDir, "--temporal-port", fmt.Sprint(d.port), "--http", d.httpAddr, "--ledger", "off")
 	d.callJSON(0, "--session", "s-old", "--id", "old-1", "echo", `{"n":1}`)
 	d.callJSON(3, "--session", "s-old", "--id", "old-2", "write_file", `{"path":"/etc/passwd","content":"x"}`)
 	d.dev.stop()

@@ -325,7 +325,7 @@ func newDevWithUpstreams(t *testing.T) (d *devEnv, restart func()) {
 	require.NoError(t, os.WriteFile(mcpFile, cfg, 0o600))
 	require.NoError(t, os.WriteFile(policyFile, []byte(gatewayPolicy), 0o600))
 	restart = func() {
-		d.dev = start(t, "toolgate dev is running", "dev", "--data-dir", d.dataDir, "--temporal-port", strconv.Itoa(d.port),
+		d.dev = start(t, devReady, "dev", "--data-dir", d.dataDir, "--temporal-port", strconv.Itoa(d.port),
 			"--http", d.httpAddr, "--mcp", mcpFile, "--policy", policyFile)
 	}
 	restart()

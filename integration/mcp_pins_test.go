@@ -66,7 +66,7 @@ func TestUpstreamToolDefinitionsArePinned(t *testing.T) {
 	d.httpAddr = fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	d.workspace = filepath.Join(d.dataDir, "workspace")
 	startDev := func() {
-		d.dev = start(t, "toolgate dev is running", "dev", "--data-dir", d.dataDir, "--temporal-port", fmt.Sprint(d.port),
+		d.dev = start(t, devReady, "dev", "--data-dir", d.dataDir, "--temporal-port", fmt.Sprint(d.port),
 			"--http", d.httpAddr, "--tokens", tokens, "--mcp", upstreams, "--policy", policyFile)
 	}
 	startDev()

@@ -53,7 +53,7 @@ func newDevWithMCP(t *testing.T, flags ...string) *devEnv {
 	require.NoError(t, os.WriteFile(file, cfg, 0o600))
 	t.Setenv("MCPTEST_STDIO_FLAG", "1")
 	t.Setenv("MCPTEST_KEY", "k1")
-	d.dev = start(t, "toolgate dev is running", append([]string{"dev", "--data-dir", d.dataDir,
+	d.dev = start(t, devReady, append([]string{"dev", "--data-dir", d.dataDir,
 		"--temporal-port", strconv.Itoa(d.port), "--http", d.httpAddr, "--mcp", file}, flags...)...)
 	return d
 }

@@ -44,7 +44,7 @@ func TestPendingPagesWithHundredsWaiting(t *testing.T) {
 	policyFile := filepath.Join(dir, "policy.yaml")
 	require.NoError(t, os.WriteFile(policyFile, []byte(groupsPolicy), 0o644))
 	d := &devEnv{t: t, dataDir: filepath.Join(dir, "data"), port: freePort(t), httpAddr: fmt.Sprintf("127.0.0.1:%d", freePort(t))}
-	d.dev = start(t, "toolgate dev is running", "dev", "--data-dir", d.dataDir, "--temporal-port", fmt.Sprint(d.port),
+	d.dev = start(t, devReady, "dev", "--data-dir", d.dataDir, "--temporal-port", fmt.Sprint(d.port),
 		"--http", d.httpAddr, "--tokens", writeTokensFile(t, dir), "--policy", policyFile)
 	as := func(name string) apiClient {
 		return apiClient{t: t, base: "http://" + d.httpAddr, token: "token-" + name}

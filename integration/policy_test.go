@@ -43,7 +43,7 @@ func TestPolicyFile(t *testing.T) {
 	d.workspace = filepath.Join(d.dataDir, "workspace")
 	tokens := writeTokensFile(t, dir)
 	startDev := func() {
-		d.dev = start(t, "toolgate dev is running", "dev", "--data-dir", d.dataDir, "--temporal-port", fmt.Sprint(d.port),
+		d.dev = start(t, devReady, "dev", "--data-dir", d.dataDir, "--temporal-port", fmt.Sprint(d.port),
 			"--http", d.httpAddr, "--tokens", tokens, "--policy", policyFile)
 	}
 	startDev()

@@ -37,7 +37,7 @@ func TestPythonAgentExample(t *testing.T) {
 	tokens := writeTokensFile(t, t.TempDir())
 	d := &devEnv{t: t, dataDir: t.TempDir(), port: freePort(t), httpAddr: fmt.Sprintf("127.0.0.1:%d", freePort(t))}
 	startDev := func() {
-		d.dev = start(t, "toolgate dev is running", "dev", "--data-dir", d.dataDir,
+		d.dev = start(t, devReady, "dev", "--data-dir", d.dataDir,
 			"--temporal-port", fmt.Sprint(d.port), "--http", d.httpAddr, "--tokens", tokens)
 	}
 	startDev()

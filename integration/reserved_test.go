@@ -26,7 +26,7 @@ func startReservedDev(t *testing.T, flags ...string) (*devEnv, func(name string)
 	d.workspace = filepath.Join(d.dataDir, "workspace")
 	args := append([]string{"dev", "--data-dir", d.dataDir, "--temporal-port", fmt.Sprint(d.port),
 		"--http", d.httpAddr, "--tokens", writeTokensFile(t, t.TempDir())}, flags...)
-	d.dev = start(t, "toolgate dev is running", args...)
+	d.dev = start(t, devReady, args...)
 	return d, func(name string) apiClient {
 		return apiClient{t: t, base: "http://" + d.httpAddr, token: "token-" + name}
 	}

@@ -84,7 +84,7 @@ func TestCancellingAWaitingCall(t *testing.T) {
 	dir := t.TempDir()
 	d := &devEnv{t: t, dataDir: t.TempDir(), port: freePort(t), httpAddr: fmt.Sprintf("127.0.0.1:%d", freePort(t))}
 	d.workspace = filepath.Join(d.dataDir, "workspace")
-	d.dev = start(t, "toolgate dev is running", "dev", "--data-dir", d.dataDir, "--temporal-port", fmt.Sprint(d.port),
+	d.dev = start(t, devReady, "dev", "--data-dir", d.dataDir, "--temporal-port", fmt.Sprint(d.port),
 		"--http", d.httpAddr, "--tokens", writeTokensFile(t, dir))
 	as := func(name string) apiClient {
 		return apiClient{t: t, base: "http://" + d.httpAddr, token: "token-" + name}

@@ -61,7 +61,7 @@ func TestSignInWithHydra(t *testing.T) {
 	require.NoError(t, os.WriteFile(secretFile, []byte(hydraSecret+"\n"), 0o600))
 	d := &devEnv{t: t, dataDir: t.TempDir(), port: freePort(t), httpAddr: httpAddr}
 	d.workspace = filepath.Join(d.dataDir, "workspace")
-	d.dev = start(t, "toolgate dev is running", "dev", "--data-dir", d.dataDir, "--temporal-port", fmt.Sprint(d.port),
+	d.dev = start(t, devReady, "dev", "--data-dir", d.dataDir, "--temporal-port", fmt.Sprint(d.port),
 		"--http", httpAddr, "--tokens", writeTokensFile(t, dir), "--policy", policyFile,
 		"--oidc-issuer", h.issuer, "--oidc-client-id", hydraClientID, "--oidc-client-secret-file", secretFile,
 		"--public-url", base, "--oidc-admin-group", "toolgate-admins", "--oidc-required-group", "toolgate-users",

@@ -55,7 +55,7 @@ func TestStickyDecisionsHoldToGroups(t *testing.T) {
 	policyFile := filepath.Join(dir, "policy.yaml")
 	require.NoError(t, os.WriteFile(policyFile, []byte(groupsPolicy), 0o644))
 	httpAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	start(t, "toolgate dev is running", "dev", "--data-dir", filepath.Join(dir, "data"), "--temporal-port", strconv.Itoa(freePort(t)),
+	start(t, devReady, "dev", "--data-dir", filepath.Join(dir, "data"), "--temporal-port", strconv.Itoa(freePort(t)),
 		"--http", httpAddr, "--tokens", writeTokensFile(t, dir), "--policy", policyFile)
 	as := func(name string) apiClient {
 		return apiClient{t: t, base: "http://" + httpAddr, token: "token-" + name}
@@ -209,7 +209,7 @@ func TestChannelsThatHangOrRefuseNeverHoldBackTheResult(t *testing.T) {
 	} {
 		t.Setenv(k, v)
 	}
-	start(t, "toolgate dev is running", "dev", "--data-dir", filepath.Join(dir, "data"), "--temporal-port", strconv.Itoa(freePort(t)),
+	start(t, devReady, "dev", "--data-dir", filepath.Join(dir, "data"), "--temporal-port", strconv.Itoa(freePort(t)),
 		"--http", httpAddr, "--tokens", writeTokensFile(t, dir), "--policy", write("policy.yaml", channelsPolicy))
 	agent := apiClient{t: t, base: "http://" + httpAddr, token: "token-agent-1"}
 	r := agent.do("POST", "/v1/calls?wait=100ms", map[string]any{"session": "dead", "tool": "shell", "call_id": "d1", "args": map[string]any{"command": "echo hi"}})
