@@ -136,7 +136,7 @@ type preToolUseDecision struct {
 // non-blocking error. PostToolUse always exits 0: the tool already ran.
 func (c Config) Run(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer) int {
 	c = c.withDefaults()
-	raw, err := io.ReadAll(io.LimitReader(stdin, maxEventBytes+1))
+	raw, err := io.ReadAll(io.LimitReader(stdin, MaxEventBytes+1))
 	var ev Event
 	if err == nil {
 		ev, err = ParseEvent(raw)

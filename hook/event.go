@@ -28,10 +28,10 @@ const (
 	EventSessionEnd       = "SessionEnd"
 )
 
-// maxEventBytes bounds what the hook reads from stdin. Arguments over
-// client.MaxArgsBytes are refused by toolgate anyway; a PostToolUse event
-// carries the tool's response too.
-const maxEventBytes = 16 << 20
+// MaxEventBytes bounds a hook event (stdin, or an HTTP hook's body).
+// Arguments over client.MaxArgsBytes are refused by toolgate anyway; a
+// PostToolUse event carries the tool's response too.
+const MaxEventBytes = 16 << 20
 
 // Event is the JSON a coding agent writes on a command hook's stdin. Claude
 // Code and Codex write snake_case names; VS Code Copilot writes sessionId
@@ -64,8 +64,8 @@ type Event struct {
 // ParseEvent decodes a hook event. It refuses what is not one JSON object.
 func ParseEvent(raw []byte) (Event, error) {
 	var ev Event
-	if len(raw) > maxEventBytes {
-		return ev, fmt.Errorf("the hook event is over %d bytes", maxEventBytes)
+	if len(raw) > MaxEventBytes {
+		return ev, fmt.Errorf("the hook event is over %d bytes", MaxEventBytes)
 	}
 	if len(bytes.TrimSpace(raw)) == 0 {
 		return ev, errors.New("the hook event on stdin is empty")

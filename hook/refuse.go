@@ -18,7 +18,7 @@ const refuseReadLimit = 2 * time.Second
 func Refuse(stdin io.Reader, stdout io.Writer, reason string) {
 	read := make(chan []byte, 1)
 	go func() {
-		b, _ := io.ReadAll(io.LimitReader(stdin, maxEventBytes+1))
+		b, _ := io.ReadAll(io.LimitReader(stdin, MaxEventBytes+1))
 		read <- b
 	}()
 	var raw []byte
@@ -27,14 +27,23 @@ func Refuse(stdin io.Reader, stdout io.Writer, reason string) {
 	case <-time.After(refuseReadLimit):
 		return
 	}
+	if answer := Denial(raw, reason); answer != nil {
+		_, _ = stdout.Write(answer)
+	}
+}
+
+// Denial is the answer that blocks the tool of the PreToolUse event raw,
+// with reason; nil when raw is no PreToolUse event (nothing to block).
+func Denial(raw []byte, reason string) []byte {
 	ev, err := ParseEvent(raw)
 	if err != nil || ev.HookEventName != EventPreToolUse {
-		return
+		return nil
 	}
 	b, err := json.Marshal(preToolUseOutput{HookSpecificOutput: preToolUseDecision{
 		HookEventName: EventPreToolUse, PermissionDecision: "deny", PermissionDecisionReason: reason,
 	}})
-	if err == nil {
-		_, _ = stdout.Write(append(b, '\n'))
+	if err != nil {
+		return nil
 	}
+	return append(b, '\n')
 }

@@ -52,6 +52,56 @@ func ClaudeCodeSettings(command string) []byte {
 	return append(b, '\n')
 }
 
+// TokenVariable is the environment variable the printed HTTP hook
+// settings read the agent token from, where Claude Code runs.
+const TokenVariable = "TOOLGATE_TOKEN"
+
+// ClaudeCodeHTTPSettings is the part of Claude Code's settings.json that
+// posts its hook events to toolgate at url (its /hooks/claude-code): the
+// hooks block, with the agent token from $TOOLGATE_TOKEN in the
+// Authorization header, and allowedHttpHookUrls admitting url. The
+// PreToolUse hook has "onFailure": "block", as the command hook has: a
+// hook that cannot be reached, times out, or answers a non-2xx status or
+// anything but a hook's JSON blocks the tool (docs/coding-agents.md
+// lists what the real Claude Code does in each case).
+func ClaudeCodeHTTPSettings(url string) []byte {
+	type handler struct {
+		Type           string            `json:"type"`
+		URL            string            `json:"url"`
+		Headers        map[string]string `json:"headers"`
+		AllowedEnvVars []string          `json:"allowedEnvVars"`
+		Timeout        int               `json:"timeout"`
+		OnFailure      string            `json:"onFailure,omitempty"`
+	}
+	type matcher struct {
+		Matcher string    `json:"matcher"`
+		Hooks   []handler `json:"hooks"`
+	}
+	on := func(timeout int, onFailure string) []matcher {
+		return []matcher{{Matcher: "*", Hooks: []handler{{Type: "http", URL: url,
+			Headers: map[string]string{"Authorization": "Bearer $" + TokenVariable}, AllowedEnvVars: []string{TokenVariable},
+			Timeout: timeout, OnFailure: onFailure}}}}
+	}
+	report := on(60, "")
+	settings := map[string]any{
+		"allowedHttpHookUrls": []string{url},
+		"hooks": map[string][]matcher{
+			EventPreToolUse:         on(PreToolUseTimeout, "block"),
+			EventPostToolUse:        report,
+			EventPostToolUseFailure: report,
+			EventPermissionDenied:   report,
+			EventUserPromptSubmit:   report,
+			EventStop:               report,
+			EventSessionEnd:         report,
+		},
+	}
+	b, err := json.MarshalIndent(settings, "", "  ")
+	if err != nil {
+		panic(fmt.Sprintf("hook settings: %v", err)) // static shape: cannot fail
+	}
+	return append(b, '\n')
+}
+
 // CodexConfig is the hooks part of Codex's config.toml for command. Codex
 // blocks a tool on a hook's deny, or on exit 2 with a reason on stderr;
 // every other failure of a hook lets the tool run. So the PreToolUse line

@@ -392,11 +392,11 @@ func hookFallback(printed string) string {
 
 // withoutOnFailure drops "onFailure" from printed Claude Code settings.
 func withoutOnFailure(t *testing.T, printed string) string {
-	var settings map[string]map[string][]map[string]any
+	var settings map[string]any
 	require.NoError(t, json.Unmarshal([]byte(printed), &settings))
-	for _, matchers := range settings["hooks"] {
-		for _, m := range matchers {
-			for _, h := range m["hooks"].([]any) {
+	for _, matchers := range settings["hooks"].(map[string]any) {
+		for _, m := range matchers.([]any) {
+			for _, h := range m.(map[string]any)["hooks"].([]any) {
 				delete(h.(map[string]any), "onFailure")
 			}
 		}

@@ -1,6 +1,6 @@
 // Package server is toolgate's HTTP listener: health, the JSON API under
-// /v1 for agents and approvers, the web inbox, and the Slack and email-link
-// decision endpoints.
+// /v1 for agents and approvers, Claude Code's HTTP hooks, the web inbox,
+// and the Slack and email-link decision endpoints.
 package server
 
 import (
@@ -59,6 +59,10 @@ type Config struct {
 	// provider: the inbox's "Sign in with …" and the API's acceptance of
 	// the provider's JWT access tokens. Optional: tokens only.
 	SignIn *SignIn
+	// HookStateDir is where the HTTP hooks (POST /hooks/claude-code) keep
+	// their per-session state, one directory per agent token. Default
+	// hook.DefaultStateDir()/http.
+	HookStateDir string
 }
 
 // Agent names the holder of a bearer token and the person running it
@@ -110,6 +114,7 @@ func New(cfg Config) http.Handler {
 	signedIn := &people{}
 	authn := &authenticator{tokens: cfg.Tokens, signIn: cfg.SignIn, people: signedIn, logger: cfg.Logger}
 	(&api{calls: cfg.Calls, tokens: cfg.Tokens, logger: cfg.Logger, ready: ready, ledger: cfg.Ledger, authn: authn}).routes(mux)
+	newHTTPHooks(cfg, authn, ready).routes(mux)
 	in := newInbox(cfg, signedIn)
 	in.routes(mux)
 	if c := newCodecEndpoint(cfg, in, authn); c != nil {

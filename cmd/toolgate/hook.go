@@ -3,13 +3,16 @@ package main
 import (
 	"context"
 	"fmt"
+	"net/url"
 	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/toolgate/toolgate/apiclient"
 	tgclient "github.com/toolgate/toolgate/client"
 	"github.com/toolgate/toolgate/hook"
+	"github.com/toolgate/toolgate/server"
 )
 
 func (a *app) hookCommand() *cobra.Command {
@@ -55,6 +58,7 @@ func (a *app) hookAgentCommand(name string, dialect hook.Dialect, defaultRequest
 	cfg := hook.Config{Dialect: dialect}
 	var api apiFlags
 	var printSettings bool
+	var httpURL string
 	cmd := &cobra.Command{
 		Use:   name,
 		Short: "Command hook for " + name + "'s tool events",
@@ -77,9 +81,18 @@ permission prompt ("ask"): the person running the agent (the agent token's
 owner over --api, else --user) decides there, and the hook records it:
 approved when the tool's PostToolUse comes, not approved when the turn ends
 without it (UserPromptSubmit, Stop, SessionEnd).
---print-settings: print the hook settings for the agent and exit.`,
+--print-settings: print the hook settings for the agent and exit; with
+--http URL (Claude Code only), the settings of Claude Code's HTTP hooks,
+which post each event to toolgate serve or dev at URL: no process per tool
+use.`,
 		Args: exactArgs(),
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if httpURL != "" {
+				if !printSettings {
+					return usageError("--http goes with --print-settings: an HTTP hook is answered by toolgate serve or dev itself, not by this command")
+				}
+				return a.printHTTPHookSettings(name, httpURL)
+			}
 			if printSettings {
 				return a.printHookSettings(name)
 			}
@@ -107,6 +120,7 @@ without it (UserPromptSubmit, Stop, SessionEnd).
 	}
 	f := cmd.Flags()
 	f.BoolVar(&printSettings, "print-settings", false, "print the agent's hook settings for this command (fail closed) and exit")
+	f.StringVar(&httpURL, "http", "", "with --print-settings: print the settings of HTTP hooks posting to toolgate at this URL (e.g. http://127.0.0.1:7700), for Claude Code")
 	f.DurationVar(&cfg.Wait, "wait", hook.DefaultWait, "how long PreToolUse waits for a decision; keep it below the hook's timeout (Claude Code: 600s)")
 	f.StringVar(&cfg.Requester, "requester", defaultRequester, "who asks, over Temporal (over --api the token's name)")
 	f.StringVar(&cfg.ActingUser, "user", "", "the person running the agent, over Temporal: decides at the agent's prompt the calls whose rule says user: true (over --api: the token's owner)")
@@ -145,6 +159,21 @@ func (a *app) printHookSettings(agent string) error {
 		return err
 	}
 	_, err := a.stdout.Write(hook.ClaudeCodeSettings(command))
+	return err
+}
+
+// printHTTPHookSettings prints Claude Code's settings for HTTP hooks
+// answered by toolgate at base.
+func (a *app) printHTTPHookSettings(agent, base string) error {
+	if agent == "codex" {
+		return usageError("--http: Codex 0.171.0 has no HTTP hooks (its hook types are command, prompt, agent and MCP tool); use the command hook that 'toolgate hook codex --print-settings' prints")
+	}
+	u, err := url.Parse(base)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return usageError("--http %q: give toolgate's base URL, such as http://127.0.0.1:7700", base)
+	}
+	u.Path = strings.TrimSuffix(u.Path, "/") + server.ClaudeCodeHookPath
+	_, err = a.stdout.Write(hook.ClaudeCodeHTTPSettings(u.String()))
 	return err
 }
 

@@ -99,7 +99,7 @@ in the environment (SLACK_*, SMTP_*, TOOLGATE_*; see docs/channels.md).`,
 			if lf.dsn != ledgerOff {
 				ledgerNote = fmt.Sprintf("  ledger     %s  (toolgate audit show CALL_ID, toolgate audit verify)\n", lf.dsn)
 			}
-			return a.runProcesses(ctx, processes{worker: &wf, ledger: &lf, signIn: &sf, dev: true, madeTokens: madeTokens,
+			return a.runProcesses(ctx, processes{worker: &wf, ledger: &lf, signIn: &sf, dev: true, madeTokens: madeTokens, hookStateDir: filepath.Join(dataDir, "http-hooks"),
 				httpAddr: httpAddr, httpListener: httpListener, dataDir: dataDir, started: func(tools []string, ws, httpURL string) {
 					fmt.Fprintf(a.stdout, `toolgate dev is running
   Temporal   %s  namespace %s  data %s
@@ -181,9 +181,9 @@ On SIGTERM it stops polling and lets running tools finish (--shutdown-timeout).`
 
 func (a *app) serveCommand() *cobra.Command {
 	var (
-		httpAddr, tokensFile string
-		lf                   ledgerFlags
-		sf                   signInFlags
+		httpAddr, tokensFile, hookStateDir string
+		lf                                 ledgerFlags
+		sf                                 signInFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -198,7 +198,7 @@ func (a *app) serveCommand() *cobra.Command {
 				return err
 			}
 			a.tokens = t
-			return a.runProcesses(cmd.Context(), processes{httpAddr: httpAddr, ledger: &lf, signIn: &sf, started: func(_ []string, _, httpURL string) {
+			return a.runProcesses(cmd.Context(), processes{httpAddr: httpAddr, ledger: &lf, signIn: &sf, hookStateDir: hookStateDir, started: func(_ []string, _, httpURL string) {
 				a.logger.Info("HTTP listener running", zap.String("url", httpURL), zap.String("temporal", a.conn.address))
 			}})
 		},
@@ -206,6 +206,7 @@ func (a *app) serveCommand() *cobra.Command {
 	a.conn.addFlags(cmd)
 	cmd.Flags().StringVar(&httpAddr, "http", envOr("TOOLGATE_HTTP", "127.0.0.1:7700"), "HTTP listen address (env TOOLGATE_HTTP)")
 	cmd.Flags().StringVar(&tokensFile, "tokens", os.Getenv("TOOLGATE_TOKENS_FILE"), "API tokens file (env TOOLGATE_TOKENS_FILE)")
+	cmd.Flags().StringVar(&hookStateDir, "hook-state-dir", os.Getenv("TOOLGATE_HOOK_STATE_DIR"), "where Claude Code's HTTP hooks (POST /hooks/claude-code) keep their per-session state (env TOOLGATE_HOOK_STATE_DIR; default $XDG_STATE_HOME/toolgate/hooks/http)")
 	lf.add(cmd, false)
 	sf.add(cmd)
 	a.addCodecFlags(cmd)
@@ -229,9 +230,12 @@ type processes struct {
 	// on first start, and logs the tokens it made (madeTokens).
 	ledger *ledgerFlags
 	// signIn configures sign-in through the company's identity provider.
-	signIn     *signInFlags
-	dev        bool
-	madeTokens []server.TokenEntry
+	signIn *signInFlags
+	// hookStateDir keeps the HTTP hooks' per-session state; empty: the
+	// server's default.
+	hookStateDir string
+	dev          bool
+	madeTokens   []server.TokenEntry
 	// started reports what runs, once everything does.
 	started func(tools []string, workspace, httpURL string)
 }
@@ -310,7 +314,7 @@ func (a *app) runProcesses(ctx context.Context, p processes) error {
 		cfg := server.Config{Calls: calls, Tokens: a.tokens,
 			Logger: a.logger.Named("http"), Notify: notifications, MCP: gateway.HTTPHandler(a.tokens.Agent),
 			Ready:  func(ctx context.Context) error { return worker.SearchAttributesUsable(ctx, tc, a.conn.namespace) },
-			Ledger: lg, Namespace: a.conn.namespace, CodecCORSOrigins: a.codecOrigins, SignIn: signIn}
+			Ledger: lg, Namespace: a.conn.namespace, CodecCORSOrigins: a.codecOrigins, SignIn: signIn, HookStateDir: p.hookStateDir}
 		if ring := a.conn.keys.ring; ring != nil {
 			cfg.Codec = ring.Codec()
 		}
