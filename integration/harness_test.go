@@ -51,6 +51,14 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "build toolgate:", err)
 		os.Exit(1)
 	}
+	// The fast hook, next to toolgate, built as docs/coding-agents.md says.
+	build = exec.Command("go", "build", "-o", filepath.Join(dir, "toolgate-hook"), "github.com/toolgate/toolgate/cmd/toolgate-hook")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "build toolgate-hook:", err)
+		os.Exit(1)
+	}
 	spareKeys = filepath.Join(dir, "spare-keys.json")
 	if _, _, err := keyring.LoadOrCreate(spareKeys); err != nil {
 		fmt.Fprintln(os.Stderr, "keyring:", err)

@@ -194,3 +194,60 @@ func httpHookSettings(t *testing.T, base string) string {
 	require.NoError(t, err, "%s", out)
 	return string(out)
 }
+
+// TestRealAgentsThroughTheFastHook drives the real Claude Code and Codex
+// with the settings 'toolgate hook AGENT --print-settings --fast' prints:
+// toolgate-hook forwards each event to toolgate dev, which decides. A call
+// the policy allows runs and is reported; one it denies does not run and
+// the model reads why; with toolgate down the tool is blocked.
+func TestRealAgentsThroughTheFastHook(t *testing.T) {
+	marks := t.TempDir()
+	d := startDevWithPolicy(t, fmt.Sprintf(`
+default: deny
+rules:
+  - {name: allowed-touch, tool: Bash, when: "args.command.startsWith('touch %s/ran-allowed')", action: allow}
+`, marks))
+	c := d.client()
+	path := "PATH=" + filepath.Dir(binary) + ":/usr/local/bin:/usr/bin:/bin"
+	for _, agent := range []realAgent{claudeCodeAgent(t), codexAgent(t)} {
+		settings := func(base string) string {
+			out, err := exec.Command(binary, "hook", agent.name, "--print-settings", "--fast", "--api", base).CombinedOutput()
+			require.NoError(t, err, "%s", out)
+			require.Contains(t, string(out), "toolgate-hook "+agent.name)
+			return string(out)
+		}
+		for _, tc := range []struct {
+			name, base string
+			runs       bool
+		}{
+			{"allowed", "http://" + d.httpAddr, true},
+			{"denied by the policy", "http://" + d.httpAddr, false},
+			{"toolgate down", fmt.Sprintf("http://127.0.0.1:%d", freePort(t)), false},
+		} {
+			t.Run(agent.name+"/"+tc.name, func(t *testing.T) {
+				mark := filepath.Join(marks, "ran-denied-"+agent.name+"-"+strings.ReplaceAll(tc.name, " ", "-"))
+				if tc.runs {
+					mark = filepath.Join(marks, "ran-allowed-"+agent.name)
+				}
+				model := &modelStandIn{command: "touch " + mark, callID: "call_fast_" + agent.name + "_" + strings.ReplaceAll(tc.name, " ", "_")}
+				before := callsOf(t, c, "agent-1")
+				out := agent.run(t, t.TempDir(), t.TempDir(), settings(tc.base), []string{path, "TOOLGATE_TOKEN=token-agent-1"}, model)
+				_, err := os.Stat(mark)
+				assert.Equal(t, tc.runs, err == nil, "the model was told %q; the agent printed:\n%s", model.toldModel(), tail(out, 3000))
+				switch tc.name {
+				case "allowed":
+					want := workflows.StatusOK
+					if agent.name == "codex" {
+						want = workflows.StatusUnknown // Codex reports no exit status
+					}
+					assert.Equal(t, want, finalOf(t, c, "agent-1", before).Status, "PostToolUse reported through toolgate-hook")
+				case "denied by the policy":
+					assert.Contains(t, model.toldModel(), "the policy denied it")
+					assert.Equal(t, workflows.StatusDenied, finalOf(t, c, "agent-1", before).Status)
+				default:
+					assert.Contains(t, model.toldModel(), "toolgate is unreachable")
+				}
+			})
+		}
+	}
+}

@@ -14,8 +14,13 @@ import (
 	"github.com/toolgate/toolgate/hook"
 )
 
-// ClaudeCodeHookPath is where Claude Code's HTTP hooks post their events.
-const ClaudeCodeHookPath = "/hooks/claude-code"
+// Where hook events are posted: Claude Code's HTTP hooks, and the
+// toolgate-hook command (cmd/toolgate-hook), which forwards a command
+// hook's event for either agent.
+const (
+	ClaudeCodeHookPath = "/hooks/claude-code"
+	CodexHookPath      = "/hooks/codex"
+)
 
 // httpHooks answers Claude Code's HTTP hooks with the command hook's
 // semantics (hook.Config): PreToolUse submits, waits, claims and answers;
@@ -40,10 +45,12 @@ func newHTTPHooks(cfg Config, authn *authenticator, ready *readiness) *httpHooks
 }
 
 func (h *httpHooks) routes(mux *http.ServeMux) {
-	mux.HandleFunc("POST "+ClaudeCodeHookPath, h.claudeCode)
+	mux.HandleFunc("POST "+ClaudeCodeHookPath, func(w http.ResponseWriter, r *http.Request) { h.serve(w, r, hook.ClaudeCode) })
+	mux.HandleFunc("POST "+CodexHookPath, func(w http.ResponseWriter, r *http.Request) { h.serve(w, r, hook.Codex) })
 }
 
-func (h *httpHooks) claudeCode(w http.ResponseWriter, r *http.Request) {
+// serve answers one hook event of the agent whose protocol dialect is.
+func (h *httpHooks) serve(w http.ResponseWriter, r *http.Request, dialect hook.Dialect) {
 	raw, err := io.ReadAll(io.LimitReader(r.Body, hook.MaxEventBytes+1))
 	if err != nil {
 		h.refuse(w, nil, http.StatusBadRequest, "the hook event could not be read: "+err.Error())
@@ -59,6 +66,7 @@ func (h *httpHooks) claudeCode(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	cfg := hook.Config{
+		Dialect: dialect,
 		Connect: func(ctx context.Context) (tgclient.Agent, func(), error) {
 			if err := h.ready.check(ctx); err != nil {
 				return nil, nil, err
@@ -73,9 +81,9 @@ func (h *httpHooks) claudeCode(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "application/json")
 	var answer bytes.Buffer
 	cfg.Run(r.Context(), bytes.NewReader(raw), &answer, io.Discard)
-	if answer.Len() == 0 {
+	if answer.Len() == 0 && dialect == hook.ClaudeCode {
 		// Every event but PreToolUse has nothing to say; Claude Code reads
-		// an empty object as "no output".
+		// an empty object as "no output". (Codex reads nothing as that.)
 		answer.WriteString("{}\n")
 	}
 	_, _ = w.Write(answer.Bytes())

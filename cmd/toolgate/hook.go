@@ -59,6 +59,7 @@ func (a *app) hookAgentCommand(name string, dialect hook.Dialect, defaultRequest
 	var api apiFlags
 	var printSettings bool
 	var httpURL string
+	var fast bool
 	cmd := &cobra.Command{
 		Use:   name,
 		Short: "Command hook for " + name + "'s tool events",
@@ -84,7 +85,9 @@ without it (UserPromptSubmit, Stop, SessionEnd).
 --print-settings: print the hook settings for the agent and exit; with
 --http URL (Claude Code only), the settings of Claude Code's HTTP hooks,
 which post each event to toolgate serve or dev at URL: no process per tool
-use.`,
+use. With --fast --api URL, the settings run toolgate-hook (cmd/toolgate-hook,
+installed next to toolgate), a small command that forwards each event to
+toolgate at URL and starts in milliseconds.`,
 		Args: exactArgs(),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if httpURL != "" {
@@ -92,6 +95,12 @@ use.`,
 					return usageError("--http goes with --print-settings: an HTTP hook is answered by toolgate serve or dev itself, not by this command")
 				}
 				return a.printHTTPHookSettings(name, httpURL)
+			}
+			if fast {
+				if !printSettings || api.url == "" {
+					return usageError("--fast goes with --print-settings and --api URL: toolgate-hook forwards each event to toolgate serve or dev at URL")
+				}
+				return a.printFastHookSettings(name, api.url)
 			}
 			if printSettings {
 				return a.printHookSettings(name)
@@ -120,6 +129,7 @@ use.`,
 	}
 	f := cmd.Flags()
 	f.BoolVar(&printSettings, "print-settings", false, "print the agent's hook settings for this command (fail closed) and exit")
+	f.BoolVar(&fast, "fast", false, "with --print-settings and --api URL: print settings that run toolgate-hook, the fast companion command")
 	f.StringVar(&httpURL, "http", "", "with --print-settings: print the settings of HTTP hooks posting to toolgate at this URL (e.g. http://127.0.0.1:7700), for Claude Code")
 	f.DurationVar(&cfg.Wait, "wait", hook.DefaultWait, "how long PreToolUse waits for a decision; keep it below the hook's timeout (Claude Code: 600s)")
 	f.StringVar(&cfg.Requester, "requester", defaultRequester, "who asks, over Temporal (over --api the token's name)")
@@ -153,7 +163,22 @@ func (a *app) hookConnect(api apiFlags) func(context.Context) (tgclient.Agent, f
 // printHookSettings prints the settings that run this hook for the agent,
 // set to block the tool whenever the hook cannot answer.
 func (a *app) printHookSettings(agent string) error {
-	command := "toolgate hook " + agent
+	return a.printCommandHookSettings(agent, "toolgate hook "+agent)
+}
+
+// printFastHookSettings prints the settings that run toolgate-hook, which
+// forwards each event to toolgate at base.
+func (a *app) printFastHookSettings(agent, base string) error {
+	// The URL goes into a shell command line inside the settings' quotes.
+	if _, err := url.Parse(base); err != nil || !strings.HasPrefix(base, "http") || strings.ContainsAny(base, "'\"` \\$") {
+		return usageError("--api %q: give toolgate's base URL, such as http://127.0.0.1:7700", base)
+	}
+	return a.printCommandHookSettings(agent, "toolgate-hook "+agent+" --api "+base)
+}
+
+// printCommandHookSettings prints the agent's settings for the hook
+// command line command.
+func (a *app) printCommandHookSettings(agent, command string) error {
 	if agent == "codex" {
 		_, err := fmt.Fprint(a.stdout, hook.CodexConfig(command))
 		return err
