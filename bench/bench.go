@@ -42,6 +42,9 @@ type Options struct {
 	// EagerStart starts both toolgate's calls and the baseline's workflows
 	// with eager workflow start (the worker is in this process).
 	EagerStart bool `json:"eager_start"`
+	// HookCommand is the toolgate-hook binary the command hook case runs;
+	// empty: next to this executable, else on PATH.
+	HookCommand string `json:"hook_command,omitempty"`
 	// TemporalAddress, when set, runs every case against that cluster
 	// (host:port) in Namespace instead of an embedded server; the
 	// workers of both sides still run in this process, on task queues of
@@ -132,6 +135,7 @@ type Report struct {
 	Parked              Parked        `json:"parked"`
 	Pending             PendingList   `json:"pending_list"`
 	Ledger              LedgerFigures `json:"ledger"`
+	Hooks               HookFigures   `json:"hooks"`
 	Ratios              Ratios        `json:"ratios"`
 }
 
@@ -162,6 +166,12 @@ type Ratios struct {
 	// throughputs (target ≥ 0.95).
 	AutoEncryptedAutoP50     float64 `json:"auto_encrypted_auto_p50"`
 	ThroughputEncryptedPlain float64 `json:"throughput_encrypted_plain"`
+	// HookHTTPBaseP50 and HookCommandBaseP50: a coding agent's PreToolUse
+	// for an auto-allowed tool, over the HTTP hook and through a fresh
+	// toolgate-hook process, over the bare workflow timed in the same
+	// rounds (targets ≤ 1.3 and ≤ 2; the command one is 0 when not measured).
+	HookHTTPBaseP50    float64 `json:"hook_http_base_p50"`
+	HookCommandBaseP50 float64 `json:"hook_command_base_p50"`
 }
 
 // Tools and sessions of the run.
@@ -255,6 +265,7 @@ func Run(ctx context.Context, o Options, out io.Writer) (Report, error) {
 		{"one session", b.oneSession},
 		{"pending list", b.pendingList},
 		{"ledger appends", b.ledgerAppends},
+		{"coding-agent hooks", b.hooks},
 	}
 	for _, s := range steps {
 		o.Logger.Info("Bench step", zap.String("step", s.name))
@@ -275,6 +286,10 @@ func Run(ctx context.Context, o Options, out io.Writer) (Report, error) {
 		PendingFirstBareP50:      r.Pending.First.P50 / r.Pending.Bare.P50,
 		AutoEncryptedAutoP50:     r.AutoEncrypted.P50 / r.Auto.P50,
 		ThroughputEncryptedPlain: r.AutoEncryptedPerSec / r.AutoPerSec,
+		HookHTTPBaseP50:          r.Hooks.HTTP.P50 / r.Hooks.Baseline.P50,
+	}
+	if r.Hooks.Command.N > 0 {
+		r.Ratios.HookCommandBaseP50 = r.Hooks.Command.P50 / r.Hooks.Baseline.P50
 	}
 	data, _ := json.MarshalIndent(r, "", "  ")
 	if err := os.WriteFile(o.JSONPath, append(data, '\n'), 0o644); err != nil {
@@ -654,9 +669,10 @@ func printReport(w io.Writer, r Report) {
 		r.Ledger.AppendPerSec, r.Ledger.Appenders, r.Ratios.AutoLedgerAutoP50)
 	fmt.Fprintf(w, "payload encryption (AES-256-GCM): auto-approved call encrypted / plaintext: %.2f (p50); throughput encrypted / plaintext: %.2f\n",
 		r.Ratios.AutoEncryptedAutoP50, r.Ratios.ThroughputEncryptedPlain)
+	printHooks(w, r.Hooks)
 	fmt.Fprintf(w, "figures in %s\n", r.Options.JSONPath)
 	q := r.Ratios
-	fmt.Fprintf(w, "ratios: auto/base_p50=%.2f sticky/base_p50=%.2f decide/signal_p50=%.2f decide/signal_activity_p50=%.2f throughput/base=%.2f park_one_session/base_rate=%.2f fanout/base_time=%.2f parked_kib_per_call=%.1f encrypted/plain_p50=%.2f throughput_encrypted/plain=%.2f\n",
+	fmt.Fprintf(w, "ratios: auto/base_p50=%.2f sticky/base_p50=%.2f decide/signal_p50=%.2f decide/signal_activity_p50=%.2f throughput/base=%.2f park_one_session/base_rate=%.2f fanout/base_time=%.2f parked_kib_per_call=%.1f encrypted/plain_p50=%.2f throughput_encrypted/plain=%.2f hook_http/base_p50=%.2f hook_command/base_p50=%.2f\n",
 		q.AutoBaseP50, q.StickyBaseP50, q.DecideSignalP50, q.DecideSignalActivityP50, q.ThroughputBase, q.ParkOneSessionBaseRate, q.FanoutBaseTime, q.ParkedKiBCall,
-		q.AutoEncryptedAutoP50, q.ThroughputEncryptedPlain)
+		q.AutoEncryptedAutoP50, q.ThroughputEncryptedPlain, q.HookHTTPBaseP50, q.HookCommandBaseP50)
 }

@@ -20,7 +20,8 @@ activity) against an auto-approved call (also with a decision ledger, and
 with every payload encrypted) and a call decided by a sticky decision; a decision's round trip against a bare signal; throughput at a
 concurrency; the cost of calls parked waiting for a person; and the first
 page of the pending list with W calls waiting against a bare visibility
-listing of a page. Prints a table, writes every figure as JSON, and ends
+listing of a page; and a coding agent's PreToolUse for an auto-allowed
+tool over the HTTP hook and through a fresh toolgate-hook process. Prints a table, writes every figure as JSON, and ends
 with one line of ratios.
 
 With --temporal-address the same cases run against that cluster instead
@@ -51,6 +52,7 @@ own, so a cluster's own toolgate workers are not involved).`,
 	f.BoolVar(&o.EagerStart, "eager-start", false, "start toolgate's calls and the baseline's workflows with eager workflow start")
 	f.StringVar(&o.TemporalAddress, "temporal-address", "", "run against this Temporal cluster (host:port) instead of an embedded server; its namespace needs toolgate's search attributes (toolgate namespace setup)")
 	f.StringVar(&o.Namespace, "namespace", "default", "namespace, with --temporal-address")
+	f.StringVar(&o.HookCommand, "hook-command", "", "the toolgate-hook binary the command hook case runs (default: next to toolgate, else on PATH)")
 	return cmd
 }
 

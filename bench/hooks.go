@@ -1,0 +1,197 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	tgclient "github.com/toolgate/toolgate/client"
+	"github.com/toolgate/toolgate/server"
+)
+
+// HookFigures is a coding agent's PreToolUse for an auto-allowed tool,
+// end to end as the agent sees it: the event in, the allow out (the
+// call submitted, decided and claimed). HTTP: Claude Code's HTTP hook
+// posting to toolgate. Command: a fresh toolgate-hook process per event,
+// as the agent runs a command hook, forwarding to the same endpoint.
+// Baseline: the bare workflow, timed in the same rounds.
+type HookFigures struct {
+	HTTP     Latency `json:"http"`
+	Command  Latency `json:"command"`
+	Baseline Latency `json:"baseline"`
+	// CommandMissing says why the command case was not measured (no
+	// toolgate-hook binary found); empty when it was.
+	CommandMissing string `json:"command_missing,omitempty"`
+}
+
+// hookAgentToken is the bench's agent token for the hook endpoint.
+const hookAgentToken = "bench-agent-token"
+
+// hookBench serves toolgate's hook endpoint on a local port.
+type hookBench struct {
+	url     string
+	command string // the toolgate-hook binary; empty: not found
+	stop    func()
+}
+
+func startHookBench(calls *tgclient.Client, stateDir, command string) (*hookBench, error) {
+	tokens, err := server.NewTokens([]server.TokenEntry{{Name: "bench-agent", Role: server.RoleAgent, SHA256: server.HashToken(hookAgentToken)}})
+	if err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	srv := &http.Server{Handler: server.New(server.Config{Calls: calls, Tokens: tokens, HookStateDir: stateDir}), ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	return &hookBench{url: "http://" + ln.Addr().String(), command: command, stop: func() { _ = srv.Close() }}, nil
+}
+
+// findHookCommand is toolgate-hook next to this executable, or on PATH.
+func findHookCommand(given string) string {
+	if given != "" {
+		return given
+	}
+	if exe, err := os.Executable(); err == nil {
+		if p := filepath.Join(filepath.Dir(exe), "toolgate-hook"); isFile(p) {
+			return p
+		}
+	}
+	p, _ := exec.LookPath("toolgate-hook")
+	return p
+}
+
+func isFile(p string) bool {
+	fi, err := os.Stat(p)
+	return err == nil && fi.Mode().IsRegular()
+}
+
+// hookEvent is a PreToolUse (or PostToolUse) of the echo tool; n makes
+// each event a new tool use with its own arguments, so each is a call.
+func (b *runner) hookEvent(event string, n int) []byte {
+	ev := map[string]any{"hook_event_name": event, "session_id": b.session("hook"), "tool_name": toolEcho,
+		"tool_input": map[string]any{"n": n}, "tool_use_id": fmt.Sprintf("tu-%d", n), "cwd": os.TempDir()}
+	if event == "PostToolUse" {
+		ev["tool_response"] = map[string]any{"ok": true}
+	}
+	raw, _ := json.Marshal(ev)
+	return raw
+}
+
+// allowed checks that a PreToolUse answer allows the tool.
+func allowed(answer []byte) error {
+	var out struct {
+		HookSpecificOutput struct{ PermissionDecision, PermissionDecisionReason string }
+	}
+	if err := json.Unmarshal(answer, &out); err != nil || out.HookSpecificOutput.PermissionDecision != "allow" {
+		return fmt.Errorf("the hook did not allow an auto-allowed tool: %s", bytes.TrimSpace(answer))
+	}
+	return nil
+}
+
+// postHook posts an event as Claude Code's HTTP hook does.
+func (h *hookBench) postHook(ctx context.Context, event []byte) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, h.url+server.ClaudeCodeHookPath, bytes.NewReader(event))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+hookAgentToken)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err == nil && resp.StatusCode != http.StatusOK {
+		err = fmt.Errorf("hook endpoint answered %s: %s", resp.Status, body)
+	}
+	return body, err
+}
+
+// runHookCommand runs toolgate-hook once with the event on stdin.
+func (h *hookBench) runHookCommand(ctx context.Context, event []byte) ([]byte, error) {
+	cmd := exec.CommandContext(ctx, h.command, "claude-code", "--api", h.url)
+	cmd.Env = append(os.Environ(), "TOOLGATE_TOKEN="+hookAgentToken)
+	cmd.Stdin = bytes.NewReader(event)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w: %s", h.command, err, stderr.String())
+	}
+	return out, nil
+}
+
+// hooks times, in rotating order per round, the bare workflow, the HTTP
+// hook's PreToolUse and toolgate-hook's. Each allowed tool use is then
+// reported (PostToolUse, untimed), as the agent would, so no call is left
+// waiting for its report.
+func (b *runner) hooks(ctx context.Context, r *Report) error {
+	stateDir, err := os.MkdirTemp("", "toolgate-bench-hooks")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(stateDir)
+	h, err := startHookBench(b.calls, stateDir, findHookCommand(b.o.HookCommand))
+	if err != nil {
+		return err
+	}
+	defer h.stop()
+	n := 0
+	gate := func(send func(context.Context, []byte) ([]byte, error)) func(context.Context) error {
+		return func(ctx context.Context) error {
+			n++
+			answer, err := send(ctx, b.hookEvent("PreToolUse", n))
+			if err == nil {
+				err = allowed(answer)
+			}
+			return err
+		}
+	}
+	cases := []func(context.Context) error{b.baseline, gate(h.postHook)}
+	if h.command != "" {
+		cases = append(cases, gate(h.runHookCommand))
+	} else {
+		r.Hooks.CommandMissing = "no toolgate-hook next to toolgate or on PATH (CGO_ENABLED=0 go install ./cmd/toolgate-hook)"
+	}
+	samples := make([][]time.Duration, len(cases))
+	for i := range b.o.Runs {
+		for k := range cases {
+			c := (i + k) % len(cases)
+			start := time.Now()
+			if err := cases[c](ctx); err != nil {
+				return err
+			}
+			samples[c] = append(samples[c], time.Since(start))
+			if c > 0 {
+				if _, err := h.postHook(ctx, b.hookEvent("PostToolUse", n)); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	r.Hooks.Baseline, r.Hooks.HTTP = summarise(samples[0]), summarise(samples[1])
+	if len(samples) > 2 {
+		r.Hooks.Command = summarise(samples[2])
+	}
+	return nil
+}
+
+func printHooks(w io.Writer, h HookFigures) {
+	command := fmt.Sprintf("%.1f / %.1f ms", h.Command.P50, h.Command.P95)
+	if h.CommandMissing != "" {
+		command = "not measured: " + h.CommandMissing
+	}
+	fmt.Fprintf(w, "coding-agent PreToolUse, auto-allowed (p50 / p95): HTTP hook %.1f / %.1f ms; command hook (toolgate-hook) %s; bare workflow in the same rounds %.1f / %.1f ms\n",
+		h.HTTP.P50, h.HTTP.P95, command, h.Baseline.P50, h.Baseline.P95)
+}
