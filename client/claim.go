@@ -9,6 +9,7 @@ import (
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 
+	"github.com/toolgate/toolgate/policy"
 	"github.com/toolgate/toolgate/workflows"
 )
 
@@ -83,4 +84,83 @@ func (c *Client) claimOfEnded(ctx context.Context, callID string, err error) err
 		return &RefusedError{Type: workflows.ErrTypeNotWaiting, Message: fmt.Sprintf("call %s already ended: its approval can no longer be taken", callID)}
 	}
 	return err
+}
+
+// FirstAnswer is where a new agent-executed call stands once its first
+// workflow task has settled it (see SubmitAndClaim).
+type FirstAnswer struct {
+	// Status is the call: its Result when it ended, else its State
+	// (workflows.StatusPending while it asks a person,
+	// workflows.StatusApproved while it waits for its run).
+	Status Status
+	// Claimed: the approval was taken for the claim's run.
+	Claimed bool
+	// ClaimErr is why the approval could not be taken, as Claim would
+	// have said it (a *RefusedError).
+	ClaimErr error
+}
+
+// FastAgent is an Agent that submits an agent-executed call, learns its
+// decision and takes its approval in one round trip. The HTTP API's
+// client is not one: its callers submit, wait and claim.
+type FastAgent interface {
+	Agent
+	SubmitAndClaim(ctx context.Context, req CallRequest, cl Claim) (*FirstAnswer, error)
+}
+
+// SubmitAndClaim submits an agent-executed call with update-with-start
+// and returns where it stands once its workflow has settled it: ended,
+// asking a person, or approved; an approved call's approval is taken for
+// cl.Run then, through the same checks as Claim (an empty cl.Run takes
+// nothing). A call the policy decides settles in its first workflow task,
+// so it is submitted, decided and claimed in one round trip.
+//
+// It returns a nil answer and no error when the call is submitted but
+// cannot answer this way: its ID was taken by the same call before
+// (resubmitted, checked as Submit does), or its worker predates the
+// update. Wait for such a call with WaitDecided and claim it with Claim.
+func (c *Client) SubmitAndClaim(ctx context.Context, req CallRequest, cl Claim) (*FirstAnswer, error) {
+	if req.Execution != policy.ExecutionAgent {
+		return nil, &InputError{Field: "execution", Problem: `must be "agent": only an agent-executed call is claimed`}
+	}
+	if cl.Run != "" {
+		if err := cl.Validate(); err != nil {
+			return nil, err
+		}
+	}
+	in, err := c.prepare(ctx, &req)
+	if err != nil {
+		return nil, err
+	}
+	start := c.tc.NewWithStartWorkflowOperation(c.startOptions(req), workflows.ToolCallWorkflow, in)
+	h, err := c.tc.UpdateWithStartWorkflow(ctx, client.UpdateWithStartWorkflowOptions{
+		StartWorkflowOperation: start,
+		UpdateOptions: client.UpdateWorkflowOptions{
+			UpdateName:   workflows.UpdateFirstAnswer,
+			Args:         []any{workflows.ClaimRequest{CallID: req.CallID, By: req.Requester, Run: cl.Run, NoReport: cl.NoReport}},
+			WaitForStage: client.WorkflowUpdateStageCompleted,
+		},
+	})
+	var started *serviceerror.WorkflowExecutionAlreadyStarted
+	if errors.As(err, &started) {
+		return nil, c.checkSameCall(ctx, req)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("start call %s: %w", req.CallID, err)
+	}
+	var ans workflows.FirstAnswer
+	if err := h.Get(ctx, &ans); err != nil {
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("wait for call %s: %w", req.CallID, ctx.Err())
+		}
+		return nil, nil // started; the update was not answered
+	}
+	first := &FirstAnswer{Status: Status{State: &ans.State}, Claimed: ans.Claimed}
+	if r := ans.State.Result; r != nil {
+		first.Status = Status{Result: r}
+	}
+	if rf := ans.ClaimRefused; rf != nil {
+		first.ClaimErr = &RefusedError{Type: rf.Type, Message: rf.Message}
+	}
+	return first, nil
 }

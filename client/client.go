@@ -250,37 +250,13 @@ func notAnObject(raw json.RawMessage) string {
 // ErrCallIDTaken. A call into another agent's session is refused with
 // ErrNotYourSession.
 func (c *Client) Submit(ctx context.Context, req CallRequest) (string, error) {
-	if err := req.Validate(); err != nil {
+	in, err := c.prepare(ctx, &req)
+	if err != nil {
 		return "", err
 	}
-	if req.CallID == "" {
-		req.CallID = NewCallID()
-	}
-	if err := c.claimSession(ctx, req.Session, req.Requester); err != nil {
-		return "", err
-	}
-	in := workflows.CallInput{
-		Call: policy.Call{ID: req.CallID, Session: req.Session, Tool: req.Tool, Args: req.Args, Requester: req.Requester,
-			ActingUser: req.ActingUser, Execution: req.Execution},
-		NoReport: req.NoReport,
-		Preview:  req.Preview,
-	}
-	opts := client.StartWorkflowOptions{
-		ID:                                       workflows.CallWorkflowID(req.CallID),
-		TaskQueue:                                c.taskQueue,
-		WorkflowIDReusePolicy:                    enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
-		WorkflowIDConflictPolicy:                 enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
-		WorkflowExecutionErrorWhenAlreadyStarted: true,
-		EnableEagerStart:                         c.eagerStart,
-		TypedSearchAttributes: temporal.NewSearchAttributes(
-			workflows.AttrStatus.ValueSet(string(workflows.StatusEvaluating)),
-			workflows.AttrTool.ValueSet(req.Tool),
-			workflows.AttrSession.ValueSet(req.Session),
-			workflows.AttrRequestedAt.ValueSet(time.Now().UTC()),
-			workflows.AttrRequester.ValueSet(req.Requester),
-		),
-	}
-	_, err := c.tc.ExecuteWorkflow(ctx, opts, workflows.ToolCallWorkflow, in)
+	opts := c.startOptions(req)
+	opts.EnableEagerStart = c.eagerStart
+	_, err = c.tc.ExecuteWorkflow(ctx, opts, workflows.ToolCallWorkflow, in)
 	var started *serviceerror.WorkflowExecutionAlreadyStarted
 	if errors.As(err, &started) {
 		return req.CallID, c.checkSameCall(ctx, req)
@@ -289,6 +265,46 @@ func (c *Client) Submit(ctx context.Context, req CallRequest) (string, error) {
 		return "", fmt.Errorf("start call %s: %w", req.CallID, err)
 	}
 	return req.CallID, nil
+}
+
+// prepare validates a request, names its call when it has no ID, and
+// makes sure its session is the requester's; it returns the call's
+// workflow input.
+func (c *Client) prepare(ctx context.Context, req *CallRequest) (workflows.CallInput, error) {
+	if err := req.Validate(); err != nil {
+		return workflows.CallInput{}, err
+	}
+	if req.CallID == "" {
+		req.CallID = NewCallID()
+	}
+	if err := c.claimSession(ctx, req.Session, req.Requester); err != nil {
+		return workflows.CallInput{}, err
+	}
+	return workflows.CallInput{
+		Call: policy.Call{ID: req.CallID, Session: req.Session, Tool: req.Tool, Args: req.Args, Requester: req.Requester,
+			ActingUser: req.ActingUser, Execution: req.Execution},
+		NoReport: req.NoReport,
+		Preview:  req.Preview,
+	}, nil
+}
+
+// startOptions start a call's workflow once: a call ID that exists, or
+// existed, is refused by Temporal.
+func (c *Client) startOptions(req CallRequest) client.StartWorkflowOptions {
+	return client.StartWorkflowOptions{
+		ID:                                       workflows.CallWorkflowID(req.CallID),
+		TaskQueue:                                c.taskQueue,
+		WorkflowIDReusePolicy:                    enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
+		WorkflowIDConflictPolicy:                 enumspb.WORKFLOW_ID_CONFLICT_POLICY_FAIL,
+		WorkflowExecutionErrorWhenAlreadyStarted: true,
+		TypedSearchAttributes: temporal.NewSearchAttributes(
+			workflows.AttrStatus.ValueSet(string(workflows.StatusEvaluating)),
+			workflows.AttrTool.ValueSet(req.Tool),
+			workflows.AttrSession.ValueSet(req.Session),
+			workflows.AttrRequestedAt.ValueSet(time.Now().UTC()),
+			workflows.AttrRequester.ValueSet(req.Requester),
+		),
+	}
 }
 
 // checkSameCall accepts a resubmitted call ID only for the very call it

@@ -305,7 +305,8 @@ func (at attempt) try(ctx, wctx context.Context, gen int) (p permission, done bo
 		CallID: callID, Session: ev.SessionID, Tool: ev.ToolName, Args: at.args,
 		Requester: c.Requester, ActingUser: c.ActingUser, Execution: policy.ExecutionAgent, Preview: previewOf(ev),
 	}
-	if _, err := at.agent.Submit(wctx, req); err != nil {
+	first, err := at.submit(wctx, req)
+	if err != nil {
 		var inputErr *client.InputError
 		switch {
 		case callIDTaken(err): // another request holds this ID (another requester, say)
@@ -316,11 +317,19 @@ func (at attempt) try(ctx, wctx context.Context, gen int) (p permission, done bo
 		return c.failure(fmt.Errorf("submit the call to toolgate: %w", err)), true
 	}
 	if at.mayAskUser() {
-		if w, ok := at.waitingForUser(wctx, callID); ok {
+		if w, ok := at.waitingForUser(wctx, callID, first); ok {
 			return at.handToUser(log, callID, w), true
 		}
 	}
-	st, err := at.agent.WaitDecided(wctx, callID)
+	if first != nil && !decided(first.Status) {
+		first = nil // it asks a person: wait the usual way
+	}
+	var st client.Status
+	if first != nil {
+		st = first.Status
+	} else {
+		st, err = at.agent.WaitDecided(wctx, callID)
+	}
 	if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
 		// The wait ran out: look once more, a decision may have just come.
 		sctx, scancel := context.WithTimeout(ctx, statusTimeout)
@@ -343,7 +352,7 @@ func (at attempt) try(ctx, wctx context.Context, gen int) (p permission, done bo
 	}
 	p = decide(callID, at.args, st)
 	if p.decision == "allow" {
-		err := at.agent.Claim(wctx, callID, c.Requester, client.Claim{Run: at.run, NoReport: c.NoReport})
+		err := at.claim(wctx, callID, first)
 		if client.IsApprovalUsed(err) {
 			log.Info("another run took the call's approval; asking with the next call", zap.Error(err))
 			return permission{}, false
@@ -354,6 +363,29 @@ func (at attempt) try(ctx, wctx context.Context, gen int) (p permission, done bo
 	}
 	at.delivered(log, callID, gen, p)
 	return p, true
+}
+
+// submit starts the call. An agent that can (toolgate's own client, as
+// the HTTP hook and a hook on Temporal use) answers in the same round
+// trip with the settled call and its approval taken for this run: the
+// first answer. Otherwise first is nil and the call is waited for.
+func (at attempt) submit(ctx context.Context, req client.CallRequest) (first *client.FirstAnswer, err error) {
+	if fast, ok := at.agent.(client.FastAgent); ok {
+		return fast.SubmitAndClaim(ctx, req, client.Claim{Run: at.run, NoReport: at.c.NoReport})
+	}
+	_, err = at.agent.Submit(ctx, req)
+	return nil, err
+}
+
+// claim takes the approval for this run, unless the first answer did.
+func (at attempt) claim(ctx context.Context, callID string, first *client.FirstAnswer) error {
+	switch {
+	case first != nil && first.Claimed:
+		return nil
+	case first != nil && first.ClaimErr != nil:
+		return first.ClaimErr
+	}
+	return at.agent.Claim(ctx, callID, at.c.Requester, client.Claim{Run: at.run, NoReport: at.c.NoReport})
 }
 
 // delivered records a decision handed to the agent: the next identical

@@ -38,6 +38,14 @@ type fakeAgent struct {
 	// taken are call IDs another request holds.
 	taken  map[string]bool
 	panics bool
+	// waits counts WaitDecided calls.
+	waits int
+}
+
+func (f *fakeAgent) waitedFor() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.waits
 }
 
 type fakeCall struct {
@@ -54,6 +62,37 @@ func newFakeAgent(verdict func(client.CallRequest) string) *fakeAgent {
 }
 
 var _ client.Agent = (*fakeAgent)(nil)
+
+// firstAnswerAgent is the fake as toolgate's own client is (the HTTP
+// hook's, a hook on Temporal): a new call answers its submission settled,
+// with its approval taken, as the workflow's first-answer update does; a
+// resubmitted one is waited for.
+type firstAnswerAgent struct{ *fakeAgent }
+
+var _ client.FastAgent = firstAnswerAgent{}
+
+func (f firstAnswerAgent) SubmitAndClaim(ctx context.Context, req client.CallRequest, cl client.Claim) (*client.FirstAnswer, error) {
+	f.mu.Lock()
+	_, existed := f.calls[req.CallID]
+	f.mu.Unlock()
+	if _, err := f.Submit(ctx, req); err != nil || existed {
+		return nil, err
+	}
+	st, _ := f.Status(ctx, req.CallID)
+	first := &client.FirstAnswer{Status: st}
+	if st.State == nil || st.State.Status != workflows.StatusApproved || cl.Run == "" {
+		return first, nil
+	}
+	if err := f.Claim(ctx, req.CallID, req.Requester, cl); err != nil {
+		first.ClaimErr = err
+		return first, nil
+	}
+	// The state at the claim: a call that ends at it has not ended yet.
+	state := *st.State
+	state.Claim = f.calls[req.CallID].claim
+	first.Status, first.Claimed = client.Status{State: &state}, true
+	return first, nil
+}
 
 func (f *fakeAgent) Submit(_ context.Context, req client.CallRequest) (string, error) {
 	if f.panics {
@@ -132,6 +171,7 @@ func (f *fakeAgent) Wait(ctx context.Context, callID string) (workflows.Result, 
 
 func (f *fakeAgent) WaitDecided(ctx context.Context, callID string) (client.Status, error) {
 	f.mu.Lock()
+	f.waits++
 	c, ok := f.calls[callID]
 	f.mu.Unlock()
 	if !ok {
@@ -303,6 +343,10 @@ type hookEnv struct {
 	connects atomic.Int32
 }
 
+// overTheAPI makes the hooks of newHookEnv talk to toolgate as over its
+// HTTP API, which has no first answer: they submit, wait and claim.
+var overTheAPI bool
+
 func newHookEnv(t *testing.T) *hookEnv {
 	e := &hookEnv{t: t, agent: newFakeAgent(byCommand)}
 	e.cfg = Config{
@@ -311,10 +355,39 @@ func newHookEnv(t *testing.T) *hookEnv {
 		StateDir:  t.TempDir(),
 		Connect: func(context.Context) (client.Agent, func(), error) {
 			e.connects.Add(1)
-			return e.agent, func() {}, nil
+			if overTheAPI {
+				return e.agent, func() {}, nil
+			}
+			return firstAnswerAgent{e.agent}, func() {}, nil
 		},
 	}
 	return e
+}
+
+// TestOverTheAPIEveryPathDecidesTheSame runs the PreToolUse tests again
+// with toolgate as its HTTP API serves it: submit, wait, claim.
+func TestOverTheAPIEveryPathDecidesTheSame(t *testing.T) {
+	overTheAPI = true
+	defer func() { overTheAPI = false }()
+	for name, test := range map[string]func(*testing.T){
+		"allowed":                   TestAllowedByPolicy,
+		"denied":                    TestDeniedWithReasonForTheModel,
+		"edited":                    TestApprovalWithEditedArgumentsBecomesUpdatedInput,
+		"pending then retried":      TestPendingThenRetriedFindsTheSameCallAndItsDecisionAppliesOnce,
+		"denial once":               TestDenialAppliesOnceToo,
+		"no report":                 TestNoReportEndsCallsAtTheClaim,
+		"call ID taken":             TestACallIDTakenByAnotherRequestMovesToTheNextGeneration,
+		"lost state file":           TestStateFileIsPrivateAndALostOneNeverReplaysOldDecisions,
+		"edited state file":         TestAnEditedStateFileNeverReplaysAUsedApproval,
+		"two identical attempts":    TestTwoIdenticalAttemptsAtOnceNeedTwoApprovals,
+		"parallel hooks":            TestParallelHooksOfOneSessionKeepEveryMapping,
+		"long tool use ID":          TestALongToolUseIDNamesTheSameRunInClaimAndReport,
+		"edited arguments reported": TestPostToolUseIsComparedWithTheEditedArguments,
+		"asked at the prompt":       TestAUserRuleAsksAtThePromptAndRecordsTheApproval,
+		"prompt asked again":        TestARetriedAttemptIsAskedAgain,
+	} {
+		t.Run(name, test)
+	}
 }
 
 type hookRun struct {
@@ -372,6 +445,12 @@ func TestAllowedByPolicy(t *testing.T) {
 	assert.False(t, req.NoReport)
 	assert.JSONEq(t, `{"command":"ls -la","description":"List files"}`, string(req.Args))
 	assert.Regexp(t, `^cc-[0-9a-f]{20}-0$`, req.CallID)
+	assert.Equal(t, []client.Claim{{Run: "toolu_1"}}, e.agent.claimsOf(req.CallID), "the approval is taken once, for the tool use")
+	if overTheAPI {
+		assert.Equal(t, 1, e.agent.waitedFor(), "over the API the hook waits for the decision")
+	} else {
+		assert.Zero(t, e.agent.waitedFor(), "the first answer is the decision: nothing is waited for")
+	}
 }
 
 func TestDeniedWithReasonForTheModel(t *testing.T) {

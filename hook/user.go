@@ -35,8 +35,17 @@ func (at attempt) mayAskUser() bool {
 }
 
 // waitingForUser returns the call when it waits for a person and its rule
-// lets the acting user decide.
-func (at attempt) waitingForUser(ctx context.Context, callID string) (client.Waiting, bool) {
+// lets the acting user decide. A first answer is the settled call, so it
+// is read without asking again.
+func (at attempt) waitingForUser(ctx context.Context, callID string, first *client.FirstAnswer) (client.Waiting, bool) {
+	if first != nil {
+		st := first.Status
+		if st.State == nil || st.State.Status != workflows.StatusPending {
+			return client.Waiting{}, false
+		}
+		w := client.WaitingView(st)
+		return w, w.User != ""
+	}
 	w, ok := client.WaitingForPerson(ctx, at.agent, callID, userPoll)
 	return w, ok && w.User != ""
 }

@@ -318,3 +318,87 @@ func (s *CallSuite) TestAnUnknownOutcomeWithoutOutputIsStillARun() {
 	s.JSONEq(`null`, string(r.Output), "it ran and printed nothing")
 	s.Contains(r.ModelMessage, "You ran Bash", "not 'may or may not have run': the agent says it ran")
 }
+
+// firstAnswer is the update an agent starts its call with; its answer,
+// once the handler returned.
+func (o *updateOutcome) firstAnswer() FirstAnswer {
+	a, _ := o.result.(FirstAnswer)
+	return a
+}
+
+func (s *CallSuite) TestTheFirstAnswerDecidesAndClaimsAnAutoApprovedCall() {
+	s.env.OnActivity(a.AwaitReport, mock.Anything, mock.Anything).After(time.Hour).Return(json.RawMessage(`{"ok":true}`), nil)
+	first := updateAt(s.env, 0, "c1", UpdateFirstAnswer, claim("toolu_1", false))
+	replay := updateAt(s.env, time.Minute, "c1", UpdateClaim, claim("toolu_2", false))
+
+	r := s.runOne(agentCall("c1", "Bash", `{"command":"ls"}`))
+
+	s.Require().True(first.applied, "rejected %v, failed %v", first.rejected, first.failed)
+	ans := first.firstAnswer()
+	s.True(ans.Claimed)
+	s.Nil(ans.ClaimRefused)
+	s.Equal(StatusApproved, ans.State.Status, "the answer is the call waiting for its run")
+	s.Equal("policy", ans.State.Decision.DecidedBy)
+	s.Require().NotNil(ans.State.Claim)
+	s.Equal("toolu_1", ans.State.Claim.Run)
+	s.Require().Error(replay.rejected, "the approval the first answer took runs the tool once")
+	s.Equal(ErrTypeAlreadyClaimed, errorType(replay.rejected))
+	s.Equal(StatusOK, r.Status)
+	s.Require().NotNil(r.Claim)
+	s.Equal("toolu_1", r.Claim.Run)
+}
+
+func (s *CallSuite) TestTheFirstAnswerOfADeniedCallIsItsResult() {
+	s.policy.deny["Bash"] = "no shell in this repository"
+	first := updateAt(s.env, 0, "c1", UpdateFirstAnswer, claim("toolu_1", false))
+
+	r := s.runOne(agentCall("c1", "Bash", `{"command":"ls"}`))
+
+	s.Require().True(first.applied, "rejected %v, failed %v", first.rejected, first.failed)
+	ans := first.firstAnswer()
+	s.Require().NotNil(ans.State.Result, "a denied call answers with its Result")
+	s.Equal(StatusDenied, ans.State.Result.Status)
+	s.Equal("no shell in this repository", ans.State.Result.Reason)
+	s.False(ans.Claimed)
+	s.Nil(ans.ClaimRefused, "a denial is not a refused claim")
+	s.Equal(r.ModelMessage, ans.State.Result.ModelMessage)
+}
+
+func (s *CallSuite) TestTheFirstAnswerOfACallThatAsksIsThePendingCall() {
+	s.policy.ask["deploy"] = policy.ApprovalRequest{Message: "deploy?", Rule: "ask-deploy"}
+	s.env.OnActivity(a.AwaitReport, mock.Anything, mock.Anything).After(time.Minute).Return(json.RawMessage(`{}`), nil)
+	first := updateAt(s.env, time.Second, "c1", UpdateFirstAnswer, claim("toolu_1", false))
+	decideAt(s.env, time.Hour, "c1", decision(policy.Approved, "alice"))
+	late := updateAt(s.env, time.Hour+time.Second, "c1", UpdateClaim, claim("toolu_1", false))
+
+	r := s.runAsked(agentCall("c1", "deploy", `{}`))
+
+	s.Require().True(first.applied, "rejected %v, failed %v", first.rejected, first.failed)
+	ans := first.firstAnswer()
+	s.Equal(StatusPending, ans.State.Status, "the answer comes while a person is asked, not when they answer")
+	s.Require().NotNil(ans.State.Request)
+	s.Equal("ask-deploy", ans.State.Request.Rule)
+	s.False(ans.Claimed, "nothing is approved yet")
+	s.True(late.applied, "the approval, once given, is claimed as always")
+	s.Equal(StatusOK, r.Status)
+}
+
+func (s *CallSuite) TestOnlyTheRequesterGetsAFirstAnswerOfAnAgentExecutedCall() {
+	s.env.OnActivity(a.AwaitReport, mock.Anything, mock.Anything).After(time.Hour).Return(json.RawMessage(`{}`), nil)
+	s.env.OnActivity(a.RunTool, mock.Anything, mock.Anything).After(time.Hour).Return(json.RawMessage(`{}`), nil)
+	other := updateAt(s.env, time.Second, "c1", UpdateFirstAnswer, ClaimRequest{CallID: "c1", By: "agent-2", Run: "toolu_1"})
+	own := updateAt(s.env, 2*time.Second, "c2", UpdateFirstAnswer, ClaimRequest{CallID: "c2", By: "agent-1", Run: "toolu_1"})
+	blank := updateAt(s.env, 3*time.Second, "c1", UpdateFirstAnswer, ClaimRequest{CallID: "c1", By: "agent-1", Run: "  "})
+	claimOther := updateAt(s.env, 4*time.Second, "c1", UpdateClaim, ClaimRequest{CallID: "c1", By: "agent-2", Run: "toolu_1"})
+
+	s.runSession(harnessInput{Calls: []CallInput{agentCall("c1", "Bash", `{"command":"ls"}`), call("c2", "echo", `{}`)}})
+
+	s.Require().Error(other.rejected, "another agent may not take the approval through the first answer")
+	s.Equal(ErrTypeNotAuthorized, errorType(other.rejected))
+	s.Require().Error(own.rejected, "a call toolgate runs has no approval to take")
+	s.Contains(own.rejected.Error(), "is run by toolgate")
+	s.Require().Error(blank.rejected)
+	s.Contains(blank.rejected.Error(), "run must name the run")
+	s.Require().Error(claimOther.rejected)
+	s.Equal(ErrTypeNotAuthorized, errorType(claimOther.rejected), "the approval is still there for its own agent, not taken")
+}

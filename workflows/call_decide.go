@@ -38,6 +38,10 @@ func (c *callRun) registerHandlers(ctx workflow.Context) error {
 		workflow.UpdateHandlerOptions{Validator: c.validateClaim}); err != nil {
 		return err
 	}
+	if err := workflow.SetUpdateHandlerWithOptions(ctx, UpdateFirstAnswer, c.firstAnswer,
+		workflow.UpdateHandlerOptions{Validator: c.validateFirstAnswer}); err != nil {
+		return err
+	}
 	// The plain signal takes the same path, validated here because a
 	// signal cannot be refused to its sender.
 	decideCh := workflow.GetSignalChannel(ctx, SignalDecide)

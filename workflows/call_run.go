@@ -223,6 +223,52 @@ func (c *callRun) claim(ctx workflow.Context, req ClaimRequest) error {
 	return nil
 }
 
+// validateFirstAnswer lets only the call's requester ask for the first
+// answer of its agent-executed call; a toolgate-executed call's answer is
+// its Result.
+func (c *callRun) validateFirstAnswer(req ClaimRequest) error {
+	id := c.state.Call.ID
+	switch {
+	case req.CallID != id:
+		return temporal.NewApplicationError(fmt.Sprintf("request names call %q but this is call %q", req.CallID, id), ErrTypeInvalidDecision)
+	case req.By != c.state.Call.Requester:
+		return temporal.NewApplicationError("only the agent that requested call "+id+" may ask for its answer", ErrTypeNotAuthorized)
+	case c.state.Call.Execution != policy.ExecutionAgent:
+		return temporal.NewApplicationError("call "+id+" is run by toolgate: wait for its result", ErrTypeInvalidDecision)
+	case req.Run != "" && (strings.TrimSpace(req.Run) == "" || len(req.Run) > MaxRunBytes):
+		return temporal.NewApplicationError(fmt.Sprintf("request for call %s: run must name the run, in 1 to %d bytes, not only spaces", id, MaxRunBytes), ErrTypeInvalidDecision)
+	}
+	return nil
+}
+
+// firstAnswer waits until the call is settled (ended, asking a person, or
+// approved and waiting for its run) and then takes the approval for
+// req.Run, through the same checks as UpdateClaim. A call the policy
+// decides settles in its first workflow task, so the agent that starts it
+// with this update has the decision and the claim in one round trip. A
+// refused claim is part of the answer: the agent still learns where the
+// call stands.
+func (c *callRun) firstAnswer(ctx workflow.Context, req ClaimRequest) (FirstAnswer, error) {
+	settled := func() bool {
+		return c.state.Result != nil || c.state.Status == StatusPending || c.awaitingReport
+	}
+	if err := workflow.Await(ctx, settled); err != nil {
+		return FirstAnswer{}, err
+	}
+	if req.Run == "" || !c.awaitingReport {
+		return FirstAnswer{State: c.state}, nil
+	}
+	err := c.validateClaim(req)
+	if err == nil {
+		err = c.claim(ctx, req)
+	}
+	var appErr *temporal.ApplicationError
+	if errors.As(err, &appErr) {
+		return FirstAnswer{State: c.state, ClaimRefused: &Refusal{Type: appErr.Type(), Message: appErr.Message()}}, nil
+	}
+	return FirstAnswer{State: c.state, Claimed: err == nil}, err
+}
+
 // approvalVoided reads the call's session and says why its approval no
 // longer holds: the session has ended, or the sticky decision that
 // approved the call was revoked or replaced. "" when it holds. The

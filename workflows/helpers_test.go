@@ -244,6 +244,7 @@ type updateOutcome struct {
 	rejected error // by the validator
 	failed   error // by the handler, after the validator accepted
 	applied  bool
+	result   any // what the handler returned
 }
 
 // updateSeq gives every test update its own ID: the environment
@@ -265,7 +266,7 @@ func updateAt(env *testsuite.TestWorkflowEnvironment, after time.Duration, callI
 		err := env.UpdateWorkflowByID(CallWorkflowID(callID), update, updateID, &testsuite.TestUpdateCallback{
 			OnAccept:   func() {},
 			OnReject:   func(err error) { o.rejected = err },
-			OnComplete: func(_ any, err error) { o.applied, o.failed = err == nil, err },
+			OnComplete: func(v any, err error) { o.applied, o.failed, o.result = err == nil, err, v },
 		}, arg)
 		if err != nil {
 			o.rejected = err

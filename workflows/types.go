@@ -73,6 +73,14 @@ const (
 	// asked (a hook's state file, say) can never make one approval run the
 	// tool twice.
 	UpdateClaim = "claim"
+	// UpdateFirstAnswer answers the agent that submits an agent-executed
+	// call with update-with-start: once the call's first workflow task has
+	// settled it (decided, or asking a person), with its state, and with
+	// the approval taken for a run when the request names one; argument: a
+	// ClaimRequest (Run may be empty), result: a FirstAnswer. An
+	// auto-approved call is then started, decided and claimed in one round
+	// trip.
+	UpdateFirstAnswer = "first-answer"
 	// UpdateCancel cancels a call that waits for a person; argument: a
 	// CancelRequest. The call ends denied, "cancelled by <who>".
 	UpdateCancel = "cancel"
@@ -229,6 +237,25 @@ type ClaimRequest struct {
 	// NoReport: the agent will not report how the run went; the call ends
 	// at the claim (status ok).
 	NoReport bool `json:"no_report,omitempty"`
+}
+
+// FirstAnswer is the result of UpdateFirstAnswer.
+type FirstAnswer struct {
+	// State is the call once settled: State.Result is set when it ended,
+	// State.Status is StatusPending while it asks a person and
+	// StatusApproved while it waits for its run.
+	State CallState `json:"state"`
+	// Claimed: the approval was taken for the request's run.
+	Claimed bool `json:"claimed,omitempty"`
+	// ClaimRefused says why the approval could not be taken (an
+	// ErrType* and its message), when the request named a run.
+	ClaimRefused *Refusal `json:"claim_refused,omitempty"`
+}
+
+// Refusal is a refused request as data: an ErrType* and what it says.
+type Refusal struct {
+	Type    string `json:"type"`
+	Message string `json:"message"`
 }
 
 // MaxRunBytes caps ClaimRequest.Run.

@@ -310,6 +310,11 @@ func (a *app) runProcesses(ctx context.Context, p processes) error {
 		mux := http.NewServeMux()
 		mux.Handle("GET /metrics", m.HTTP)
 		calls := a.calls(tc)
+		if p.worker != nil {
+			// The worker polls this process's task queue on the same
+			// client: a new call's first task goes to it directly.
+			calls = calls.WithEagerStart()
+		}
 		gateway := mcpgate.NewGateway(calls, mcpgate.Options{Logger: a.logger.Named("mcp")})
 		cfg := server.Config{Calls: calls, Tokens: a.tokens,
 			Logger: a.logger.Named("http"), Notify: notifications, MCP: gateway.HTTPHandler(a.tokens.Agent),
