@@ -20,10 +20,11 @@ import (
 
 // BaselineSignalActivityWorkflow waits for one signal, then runs one
 // activity and returns: the fair floor for a decision, which wakes a call
-// that then runs its tool. Its state query answers "waiting", as a call's
-// query answers its state.
+// that then runs its tool. Its state query answers when it began to wait
+// (workflow.Now there), as a call's query answers when it asked a person.
 func BaselineSignalActivityWorkflow(ctx workflow.Context, args json.RawMessage) (json.RawMessage, error) {
-	if err := workflow.SetQueryHandler(ctx, baselineStateQuery, func() (string, error) { return "waiting", nil }); err != nil {
+	waiting := baselineWaiting{Since: workflow.Now(ctx)}
+	if err := workflow.SetQueryHandler(ctx, baselineStateQuery, func() (baselineWaiting, error) { return waiting, nil }); err != nil {
 		return nil, err
 	}
 	var v string
@@ -72,13 +73,14 @@ func (b *runner) oneSession(ctx context.Context, r *Report) error {
 	for i := range ids {
 		ids[i] = fmt.Sprintf("%s-%d", session, i)
 	}
-	// Both sides are timed the same way: start N at Options.Concurrency,
-	// then ask each in turn, by a query its worker answers, until it
-	// waits (a call: it heard its waiting room and asked a person; a bare
-	// workflow: it waits for its signal). One checker per side, and the
-	// same probe, so the checks load both sides alike. Nothing here reads
-	// visibility.
-	start := time.Now()
+	// Both sides are timed by the same mechanism: each workflow records
+	// the moment it reaches its waiting state (workflow.Now there: a call
+	// when it has joined its waiting room and asked a person, its first
+	// notice; a bare workflow when it begins to wait for its signal), and
+	// the parking rate is N over the span from the first start to the
+	// last of those moments, all on the workflows' clocks. The queries
+	// that find out when everything waits only end the wait: their
+	// latency is not in the figure. Nothing here reads visibility.
 	var next atomic.Int64
 	if _, err := b.concurrently(ctx, n, func(ctx context.Context) error {
 		id := ids[next.Add(1)-1]
@@ -87,12 +89,16 @@ func (b *runner) oneSession(ctx context.Context, r *Report) error {
 	}); err != nil {
 		return err
 	}
-	if err := b.forEach(ctx, ids, b.waitNotified); err != nil {
+	callWorkflows := make([]string, n)
+	for i, id := range ids {
+		callWorkflows[i] = workflows.CallWorkflowID(id)
+	}
+	rate, err := b.parkingRate(ctx, callWorkflows, b.askedAt)
+	if err != nil {
 		return err
 	}
-	s.ParkPerSec = float64(n) / time.Since(start).Seconds()
+	s.ParkPerSec = rate
 
-	start = time.Now()
 	var base []client.WorkflowRun
 	if _, err := b.concurrentlyCollect(ctx, n, func(ctx context.Context) (client.WorkflowRun, error) {
 		return b.tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{TaskQueue: baselineQueue}, BaselineSignalActivityWorkflow, args)
@@ -103,15 +109,14 @@ func (b *runner) oneSession(ctx context.Context, r *Report) error {
 	for i, run := range base {
 		baseIDs[i] = run.GetID()
 	}
-	if err := b.forEach(ctx, baseIDs, b.waitQueryable); err != nil {
+	if s.BasePerSec, err = b.parkingRate(ctx, baseIDs, b.waitingSince); err != nil {
 		return err
 	}
-	s.BasePerSec = float64(n) / time.Since(start).Seconds()
 
 	if err := b.waitPending(ctx, ids[0]); err != nil { // the session's answer reached it
 		return err
 	}
-	start = time.Now()
+	start := time.Now()
 	if _, err := b.calls.Decide(ctx, ids[0], policy.Decision{Kind: policy.ApprovedForSession, DecidedBy: "bench", Channel: "cli"}); err != nil {
 		return err
 	}
@@ -142,49 +147,76 @@ func (b *runner) oneSession(ctx context.Context, r *Report) error {
 	return b.sessionHistory(ctx, session, s)
 }
 
-// forEach runs check on every ID in turn.
-func (b *runner) forEach(ctx context.Context, ids []string, check func(context.Context, string) error) error {
+// parkingRate waits until every workflow in ids (workflow IDs) says when it reached its
+// waiting state (waitedAt, asked in turn) and returns len(ids) over the
+// span from the first workflow's start to the last of those moments.
+func (b *runner) parkingRate(ctx context.Context, ids []string, waitedAt func(context.Context, string) (time.Time, bool)) (float64, error) {
+	var first, last time.Time
 	for _, id := range ids {
-		if err := check(ctx, id); err != nil {
-			return err
+		for {
+			at, ok := waitedAt(ctx, id)
+			if ok {
+				last = maxTime(last, at)
+				break
+			}
+			if err := sleep(ctx, waitPoll); err != nil {
+				return 0, fmt.Errorf("workflow %s never waited: %w", id, err)
+			}
+		}
+		d, err := b.tc.DescribeWorkflowExecution(ctx, id, "")
+		if err != nil {
+			return 0, err
+		}
+		started := d.GetWorkflowExecutionInfo().GetStartTime().AsTime()
+		if first.IsZero() || started.Before(first) {
+			first = started
 		}
 	}
-	return nil
+	span := last.Sub(first)
+	if span <= 0 {
+		return 0, fmt.Errorf("the workflows say they waited %s after the first start", span)
+	}
+	return float64(len(ids)) / span.Seconds(), nil
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 // baselineStateQuery is BaselineSignalActivityWorkflow's query.
 const baselineStateQuery = "state"
 
-// waitQueryable waits until a bare workflow answers its query: it has run
-// its first task and waits for its signal.
-func (b *runner) waitQueryable(ctx context.Context, id string) error {
-	for {
-		v, err := b.tc.QueryWorkflow(ctx, id, "", baselineStateQuery)
-		var state string
-		if err == nil && v.Get(&state) == nil && state == "waiting" {
-			return nil
-		}
-		if err := sleep(ctx, waitPoll); err != nil {
-			return fmt.Errorf("workflow %s never waited: %w", id, err)
-		}
+// baselineWaiting answers baselineStateQuery.
+type baselineWaiting struct {
+	Since time.Time `json:"since"`
+}
+
+// waitingSince is when a bare workflow began to wait for its signal, once
+// it answers its query.
+func (b *runner) waitingSince(ctx context.Context, id string) (time.Time, bool) {
+	v, err := b.tc.QueryWorkflow(ctx, id, "", baselineStateQuery)
+	var w baselineWaiting
+	if err != nil || v.Get(&w) != nil {
+		return time.Time{}, false
 	}
+	return w.Since, !w.Since.IsZero()
 }
 
 // waitPoll is how often the parking checks look again, on both sides.
 const waitPoll = 10 * time.Millisecond
 
-// waitNotified waits until a waiting call has asked a person (its first
-// notice is recorded), i.e. heard from its waiting room.
-func (b *runner) waitNotified(ctx context.Context, callID string) error {
-	for {
-		st, err := b.calls.Status(ctx, callID)
-		if err == nil && st.State != nil && len(st.State.Notices) > 0 {
-			return nil
-		}
-		if err := sleep(ctx, waitPoll); err != nil {
-			return fmt.Errorf("call %s never asked a person: %w", callID, err)
-		}
+// askedAt is when a waiting call asked a person (its first notice, which
+// it records once it has heard from its waiting room), once it has.
+func (b *runner) askedAt(ctx context.Context, workflowID string) (time.Time, bool) {
+	v, err := b.tc.QueryWorkflow(ctx, workflowID, "", workflows.QueryCall)
+	var st workflows.CallState
+	if err != nil || v.Get(&st) != nil || len(st.Notices) == 0 {
+		return time.Time{}, false
 	}
+	return st.Notices[0].At, true
 }
 
 // sessionHistory counts the runs of the session and its rooms, and their
