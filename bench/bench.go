@@ -403,20 +403,36 @@ func (b *runner) warmUp(ctx context.Context, _ *Report) error {
 // latency runs the five cases in rotating order, one of each per round.
 func (b *runner) latency(ctx context.Context, r *Report) error {
 	cases := []func(context.Context) error{b.baseline, b.auto, b.sticky, b.autoLedger, b.autoEncrypted}
-	samples := make([][]time.Duration, len(cases))
-	for i := range b.o.Runs {
-		for k := range cases {
-			c := (i + k) % len(cases)
-			start := time.Now()
-			if err := cases[c](ctx); err != nil {
-				return err
-			}
-			samples[c] = append(samples[c], time.Since(start))
-		}
+	samples, err := rotated(ctx, b.o.Runs, cases, nil)
+	if err != nil {
+		return err
 	}
 	r.Baseline, r.Auto, r.Sticky, r.AutoLedger = summarise(samples[0]), summarise(samples[1]), summarise(samples[2]), summarise(samples[3])
 	r.AutoEncrypted = summarise(samples[4])
 	return nil
+}
+
+// rotated times each of cases runs times, in rotating order (one of each
+// per round, each round starting one case later), so drift hits every
+// case alike. after, when set, runs untimed after each case.
+func rotated(ctx context.Context, runs int, cases []func(context.Context) error, after func(ctx context.Context, c int) error) ([][]time.Duration, error) {
+	samples := make([][]time.Duration, len(cases))
+	for i := range runs {
+		for k := range cases {
+			c := (i + k) % len(cases)
+			start := time.Now()
+			if err := cases[c](ctx); err != nil {
+				return nil, err
+			}
+			samples[c] = append(samples[c], time.Since(start))
+			if after != nil {
+				if err := after(ctx, c); err != nil {
+					return nil, err
+				}
+			}
+		}
+	}
+	return samples, nil
 }
 
 // decisionRoundTrip times, for a call already waiting, the decision's

@@ -164,21 +164,17 @@ func (b *runner) hooks(ctx context.Context, r *Report) error {
 	} else {
 		r.Hooks.CommandMissing = "no toolgate-hook next to toolgate or on PATH (CGO_ENABLED=0 go install ./cmd/toolgate-hook)"
 	}
-	samples := make([][]time.Duration, len(cases))
-	for i := range b.o.Runs {
-		for k := range cases {
-			c := (i + k) % len(cases)
-			start := time.Now()
-			if err := cases[c](ctx); err != nil {
-				return err
-			}
-			samples[c] = append(samples[c], time.Since(start))
-			if c > 0 {
-				if _, err := h.postHook(ctx, b.hookEvent("PostToolUse", n)); err != nil {
-					return err
-				}
-			}
+	// Each hook's PreToolUse is followed, untimed, by its PostToolUse, as
+	// the agent sends it, so the calls end reported.
+	samples, err := rotated(ctx, b.o.Runs, cases, func(ctx context.Context, c int) error {
+		if c == 0 {
+			return nil
 		}
+		_, err := h.postHook(ctx, b.hookEvent("PostToolUse", n))
+		return err
+	})
+	if err != nil {
+		return err
 	}
 	r.Hooks.Baseline, r.Hooks.HTTP = summarise(samples[0]), summarise(samples[1])
 	if len(samples) > 2 {
