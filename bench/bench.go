@@ -172,6 +172,9 @@ type Ratios struct {
 	// rounds (targets ≤ 1.3 and ≤ 2; the command one is 0 when not measured).
 	HookHTTPBaseP50    float64 `json:"hook_http_base_p50"`
 	HookCommandBaseP50 float64 `json:"hook_command_base_p50"`
+	// AutoAPIBaseAPIP50: an auto-approved call over the HTTP API over the
+	// bare workflow started through the same HTTP server (target ≤ 1.15).
+	AutoAPIBaseAPIP50 float64 `json:"auto_api_base_api_p50"`
 }
 
 // Tools and sessions of the run.
@@ -287,6 +290,7 @@ func Run(ctx context.Context, o Options, out io.Writer) (Report, error) {
 		AutoEncryptedAutoP50:     r.AutoEncrypted.P50 / r.Auto.P50,
 		ThroughputEncryptedPlain: r.AutoEncryptedPerSec / r.AutoPerSec,
 		HookHTTPBaseP50:          r.Hooks.HTTP.P50 / r.Hooks.Baseline.P50,
+		AutoAPIBaseAPIP50:        r.Hooks.AutoAPI.P50 / r.Hooks.BaselineAPI.P50,
 	}
 	if r.Hooks.Command.N > 0 {
 		r.Ratios.HookCommandBaseP50 = r.Hooks.Command.P50 / r.Hooks.Baseline.P50
@@ -688,7 +692,7 @@ func printReport(w io.Writer, r Report) {
 	printHooks(w, r.Hooks)
 	fmt.Fprintf(w, "figures in %s\n", r.Options.JSONPath)
 	q := r.Ratios
-	fmt.Fprintf(w, "ratios: auto/base_p50=%.2f sticky/base_p50=%.2f decide/signal_p50=%.2f decide/signal_activity_p50=%.2f throughput/base=%.2f park_one_session/base_rate=%.2f fanout/base_time=%.2f parked_kib_per_call=%.1f encrypted/plain_p50=%.2f throughput_encrypted/plain=%.2f hook_http/base_p50=%.2f hook_command/base_p50=%.2f\n",
+	fmt.Fprintf(w, "ratios: auto/base_p50=%.2f sticky/base_p50=%.2f decide/signal_p50=%.2f decide/signal_activity_p50=%.2f throughput/base=%.2f park_one_session/base_rate=%.2f fanout/base_time=%.2f parked_kib_per_call=%.1f encrypted/plain_p50=%.2f throughput_encrypted/plain=%.2f hook_http/base_p50=%.2f hook_command/base_p50=%.2f auto_api/base_api_p50=%.2f\n",
 		q.AutoBaseP50, q.StickyBaseP50, q.DecideSignalP50, q.DecideSignalActivityP50, q.ThroughputBase, q.ParkOneSessionBaseRate, q.FanoutBaseTime, q.ParkedKiBCall,
-		q.AutoEncryptedAutoP50, q.ThroughputEncryptedPlain, q.HookHTTPBaseP50, q.HookCommandBaseP50)
+		q.AutoEncryptedAutoP50, q.ThroughputEncryptedPlain, q.HookHTTPBaseP50, q.HookCommandBaseP50, q.AutoAPIBaseAPIP50)
 }

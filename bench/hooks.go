@@ -14,6 +14,8 @@ import (
 	"strings"
 	"time"
 
+	"go.temporal.io/sdk/client"
+
 	tgclient "github.com/toolgate/toolgate/client"
 	"github.com/toolgate/toolgate/server"
 )
@@ -31,6 +33,12 @@ type HookFigures struct {
 	// CommandMissing says why the command case was not measured (no
 	// toolgate-hook binary found); empty when it was.
 	CommandMissing string `json:"command_missing,omitempty"`
+	// AutoAPI: an auto-approved call over the HTTP API (POST /v1/calls
+	// with ?wait=, an agent token, until its Result); BaselineAPI: the
+	// bare workflow started and waited for through the same HTTP server,
+	// its token checked the same way, by a handler beside the API's.
+	AutoAPI     Latency `json:"auto_api"`
+	BaselineAPI Latency `json:"baseline_api"`
 }
 
 // hookAgentToken is the bench's agent token for the hook endpoint.
@@ -43,7 +51,7 @@ type hookBench struct {
 	stop    func()
 }
 
-func startHookBench(calls *tgclient.Client, stateDir, command string) (*hookBench, error) {
+func startHookBench(calls *tgclient.Client, tc client.Client, stateDir, command string) (*hookBench, error) {
 	tokens, err := server.NewTokens([]server.TokenEntry{{Name: "bench-agent", Role: server.RoleAgent, SHA256: server.HashToken(hookAgentToken)}})
 	if err != nil {
 		return nil, err
@@ -52,9 +60,89 @@ func startHookBench(calls *tgclient.Client, stateDir, command string) (*hookBenc
 	if err != nil {
 		return nil, err
 	}
-	srv := &http.Server{Handler: server.New(server.Config{Calls: calls, Tokens: tokens, HookStateDir: stateDir}), ReadHeaderTimeout: 10 * time.Second}
+	mux := http.NewServeMux()
+	mux.Handle("/", server.New(server.Config{Calls: calls, Tokens: tokens, HookStateDir: stateDir}))
+	mux.Handle("POST "+baselineAPIPath, baselineOverHTTP(tc, tokens))
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = srv.Serve(ln) }()
 	return &hookBench{url: "http://" + ln.Addr().String(), command: command, stop: func() { _ = srv.Close() }}, nil
+}
+
+// baselineAPIPath is where the bench's HTTP server starts a bare workflow.
+const baselineAPIPath = "/bench/baseline"
+
+// baselineOverHTTP starts BaselineWorkflow with the request's JSON body as
+// its arguments and answers its result: what POST /v1/calls?wait= does for
+// a call, less toolgate (the token is looked up, the body read and
+// checked, the answer written as JSON).
+func baselineOverHTTP(tc client.Client, tokens *server.Tokens) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, ok := tokens.Lookup(strings.TrimPrefix(r.Header.Get("Authorization"), "Bearer ")); !ok {
+			http.Error(w, "unknown token", http.StatusUnauthorized)
+			return
+		}
+		var in json.RawMessage
+		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<20)).Decode(&in); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		run, err := tc.ExecuteWorkflow(r.Context(), client.StartWorkflowOptions{TaskQueue: baselineQueue}, BaselineWorkflow, in)
+		var out json.RawMessage
+		if err == nil {
+			err = run.Get(r.Context(), &out)
+		}
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusBadGateway)
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(map[string]any{"status": "ok", "output": out})
+	})
+}
+
+// postAPI posts body to path with the agent token and reads a 200 answer.
+func (h *hookBench) postAPI(ctx context.Context, path string, body []byte) ([]byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, h.url+path, bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+hookAgentToken)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	answer, err := io.ReadAll(resp.Body)
+	if err == nil && resp.StatusCode != http.StatusOK {
+		err = fmt.Errorf("POST %s answered %s: %s", path, resp.Status, answer)
+	}
+	return answer, err
+}
+
+// autoOverAPI submits an auto-approved call over the HTTP API and waits
+// for its Result in the same request.
+func (b *runner) autoOverAPI(h *hookBench) func(context.Context) error {
+	return func(ctx context.Context) error {
+		body, _ := json.Marshal(map[string]any{"session": b.session("api"), "tool": toolEcho, "args": args})
+		answer, err := h.postAPI(ctx, "/v1/calls?wait=30s", body)
+		if err != nil {
+			return err
+		}
+		var res struct{ Status string }
+		if err := json.Unmarshal(answer, &res); err != nil || res.Status != "ok" {
+			return fmt.Errorf("an auto-approved call over the API did not end ok: %s", bytes.TrimSpace(answer))
+		}
+		return nil
+	}
+}
+
+// baselineOverAPI is the bare workflow through the same HTTP server.
+func (b *runner) baselineOverAPI(h *hookBench) func(context.Context) error {
+	return func(ctx context.Context) error {
+		_, err := h.postAPI(ctx, baselineAPIPath, args)
+		return err
+	}
 }
 
 // findHookCommand is toolgate-hook next to this executable, or on PATH.
@@ -101,21 +189,7 @@ func allowed(answer []byte) error {
 
 // postHook posts an event as Claude Code's HTTP hook does.
 func (h *hookBench) postHook(ctx context.Context, event []byte) ([]byte, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, h.url+server.ClaudeCodeHookPath, bytes.NewReader(event))
-	if err != nil {
-		return nil, err
-	}
-	req.Header.Set("Authorization", "Bearer "+hookAgentToken)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err == nil && resp.StatusCode != http.StatusOK {
-		err = fmt.Errorf("hook endpoint answered %s: %s", resp.Status, body)
-	}
-	return body, err
+	return h.postAPI(ctx, server.ClaudeCodeHookPath, event)
 }
 
 // runHookCommand runs toolgate-hook once with the event on stdin.
@@ -133,7 +207,8 @@ func (h *hookBench) runHookCommand(ctx context.Context, event []byte) ([]byte, e
 }
 
 // hooks times, in rotating order per round, the bare workflow, the HTTP
-// hook's PreToolUse and toolgate-hook's. Each allowed tool use is then
+// hook's PreToolUse, the auto-approved call and the bare workflow over the
+// HTTP API, and toolgate-hook's PreToolUse. Each allowed tool use is then
 // reported (PostToolUse, untimed), as the agent would, so no call is left
 // waiting for its report.
 func (b *runner) hooks(ctx context.Context, r *Report) error {
@@ -142,7 +217,7 @@ func (b *runner) hooks(ctx context.Context, r *Report) error {
 		return err
 	}
 	defer os.RemoveAll(stateDir)
-	h, err := startHookBench(b.calls, stateDir, findHookCommand(b.o.HookCommand))
+	h, err := startHookBench(b.calls, b.tc, stateDir, findHookCommand(b.o.HookCommand))
 	if err != nil {
 		return err
 	}
@@ -158,7 +233,9 @@ func (b *runner) hooks(ctx context.Context, r *Report) error {
 			return err
 		}
 	}
-	cases := []func(context.Context) error{b.baseline, gate(h.postHook)}
+	// The bare workflow, the HTTP hook, the two API cases, toolgate-hook.
+	cases := []func(context.Context) error{b.baseline, gate(h.postHook), b.baselineOverAPI(h), b.autoOverAPI(h)}
+	const commandCase = 4
 	if h.command != "" {
 		cases = append(cases, gate(h.runHookCommand))
 	} else {
@@ -167,7 +244,7 @@ func (b *runner) hooks(ctx context.Context, r *Report) error {
 	// Each hook's PreToolUse is followed, untimed, by its PostToolUse, as
 	// the agent sends it, so the calls end reported.
 	samples, err := rotated(ctx, b.o.Runs, cases, func(ctx context.Context, c int) error {
-		if c == 0 {
+		if c != 1 && c != commandCase {
 			return nil
 		}
 		_, err := h.postHook(ctx, b.hookEvent("PostToolUse", n))
@@ -177,8 +254,9 @@ func (b *runner) hooks(ctx context.Context, r *Report) error {
 		return err
 	}
 	r.Hooks.Baseline, r.Hooks.HTTP = summarise(samples[0]), summarise(samples[1])
-	if len(samples) > 2 {
-		r.Hooks.Command = summarise(samples[2])
+	r.Hooks.BaselineAPI, r.Hooks.AutoAPI = summarise(samples[2]), summarise(samples[3])
+	if len(samples) > commandCase {
+		r.Hooks.Command = summarise(samples[commandCase])
 	}
 	return nil
 }
@@ -190,4 +268,6 @@ func printHooks(w io.Writer, h HookFigures) {
 	}
 	fmt.Fprintf(w, "coding-agent PreToolUse, auto-allowed (p50 / p95): HTTP hook %.1f / %.1f ms; command hook (toolgate-hook) %s; bare workflow in the same rounds %.1f / %.1f ms\n",
 		h.HTTP.P50, h.HTTP.P95, command, h.Baseline.P50, h.Baseline.P95)
+	fmt.Fprintf(w, "over the HTTP API (p50 / p95): auto-approved call %.1f / %.1f ms; bare workflow started and awaited through the same server %.1f / %.1f ms\n",
+		h.AutoAPI.P50, h.AutoAPI.P95, h.BaselineAPI.P50, h.BaselineAPI.P95)
 }

@@ -25,7 +25,7 @@ func TestBenchQuick(t *testing.T) {
 
 	// The report is on stdout; the worker's log lines go to stderr.
 	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
-	assert.Regexp(t, regexp.MustCompile(`^ratios: auto/base_p50=[0-9.]+ sticky/base_p50=[0-9.]+ decide/signal_p50=[0-9.]+ decide/signal_activity_p50=[0-9.]+ throughput/base=[0-9.]+ park_one_session/base_rate=[0-9.]+ fanout/base_time=[0-9.]+ parked_kib_per_call=[0-9.]+ encrypted/plain_p50=[0-9.]+ throughput_encrypted/plain=[0-9.]+ hook_http/base_p50=[0-9.]+ hook_command/base_p50=[0-9.]+$`), lines[len(lines)-1])
+	assert.Regexp(t, regexp.MustCompile(`^ratios: auto/base_p50=[0-9.]+ sticky/base_p50=[0-9.]+ decide/signal_p50=[0-9.]+ decide/signal_activity_p50=[0-9.]+ throughput/base=[0-9.]+ park_one_session/base_rate=[0-9.]+ fanout/base_time=[0-9.]+ parked_kib_per_call=[0-9.]+ encrypted/plain_p50=[0-9.]+ throughput_encrypted/plain=[0-9.]+ hook_http/base_p50=[0-9.]+ hook_command/base_p50=[0-9.]+ auto_api/base_api_p50=[0-9.]+$`), lines[len(lines)-1])
 
 	data, err := os.ReadFile(jsonPath)
 	require.NoError(t, err)
@@ -51,7 +51,9 @@ func TestBenchQuick(t *testing.T) {
 		// toolgate, so the command case is measured too.
 		Hooks struct {
 			HTTP, Command, Baseline latency
-			CommandMissing          string `json:"command_missing"`
+			AutoAPI                 latency `json:"auto_api"`
+			BaselineAPI             latency `json:"baseline_api"`
+			CommandMissing          string  `json:"command_missing"`
 		} `json:"hooks"`
 		Sticky         latency `json:"sticky"`
 		Decide         latency `json:"decide"`
@@ -82,7 +84,8 @@ func TestBenchQuick(t *testing.T) {
 	require.NoError(t, json.Unmarshal(data, &r))
 	assert.Empty(t, r.Hooks.CommandMissing, "toolgate-hook sits next to toolgate")
 	for name, l := range map[string]latency{"baseline": r.Baseline, "auto": r.Auto, "auto with the ledger": r.AutoLedger, "auto encrypted": r.AutoEncrypted, "sticky": r.Sticky, "decide": r.Decide, "signal": r.SignalBaseline, "signal+activity": r.SignalActivity,
-		"HTTP hook": r.Hooks.HTTP, "command hook": r.Hooks.Command, "hooks' baseline": r.Hooks.Baseline} {
+		"HTTP hook": r.Hooks.HTTP, "command hook": r.Hooks.Command, "hooks' baseline": r.Hooks.Baseline,
+		"auto over the API": r.Hooks.AutoAPI, "baseline over the API": r.Hooks.BaselineAPI} {
 		assert.Positive(t, l.N, name)
 		assert.Positive(t, l.P50, name)
 	}

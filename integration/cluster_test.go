@@ -716,7 +716,8 @@ func TestClusterStock(t *testing.T) {
 		cmd.Stdout, cmd.Stderr = &stdout, &stderr
 		began := time.Now()
 		require.NoError(t, cmd.Run(), "%s\n%s", stdout.String(), stderr.String())
-		assert.Regexp(t, `(?m)^ratios: auto/base_p50=[0-9.]+ .*park_one_session/base_rate=[0-9.]+ fanout/base_time=[0-9.]+`, stdout.String())
+		assert.Regexp(t, `(?m)^ratios: auto/base_p50=[0-9.]+ .*park_one_session/base_rate=[0-9.]+ fanout/base_time=[0-9.]+ .*hook_http/base_p50=[0-9.]+ hook_command/base_p50=[0-9.]+ auto_api/base_api_p50=[0-9.]+$`, stdout.String(),
+			"every case ran on the cluster, the coding-agent hooks included (toolgate-hook is next to toolgate)")
 		var report struct {
 			Options struct {
 				TemporalAddress string `json:"temporal_address"`

@@ -201,6 +201,12 @@ func (a *api) submit(w http.ResponseWriter, r *http.Request, p Principal) {
 		writeError(w, a.mapError(err))
 		return
 	}
+	if req.Execution != policy.ExecutionAgent {
+		// A call toolgate runs is answered by its Result: one long poll
+		// for the workflow's close, not a walk through its history.
+		a.respondResult(w, r, p, id, wait)
+		return
+	}
 	a.respondCall(w, r, p, id, wait)
 }
 
