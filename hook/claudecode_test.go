@@ -88,8 +88,10 @@ func (f firstAnswerAgent) SubmitAndClaim(ctx context.Context, req client.CallReq
 		return first, nil
 	}
 	// The state at the claim: a call that ends at it has not ended yet.
+	f.mu.Lock()
 	state := *st.State
 	state.Claim = f.calls[req.CallID].claim
+	f.mu.Unlock()
 	first.Status, first.Claimed = client.Status{State: &state}, true
 	return first, nil
 }
