@@ -169,7 +169,7 @@ func TestADefinitionOfferedAgainAfterItsQuestionWasWithdrawnIsAskedAgain(t *test
 	first := waitingQuestion()
 	change("Search the docs.", false) // B -> A
 	require.Eventually(t, func() bool { return offered() == "Search the docs." }, 30*time.Second, 50*time.Millisecond)
-	withdrawn := root.do("GET", "/v1/calls/"+first, nil)
+	withdrawn := root.do("GET", "/v1/calls/"+first+"?wait=10s", nil) // its Result, not its state on the way there
 	assert.Equal(t, "denied", withdrawn.body["status"], withdrawn.raw)
 	assert.Equal(t, "cancelled by toolgate", withdrawn.body["reason"], withdrawn.raw)
 
