@@ -120,10 +120,13 @@ type Report struct {
 	AutoLedger Latency `json:"auto_ledger"`
 	// AutoEncrypted: the auto-approved call on a worker whose client
 	// encrypts every payload (AES-256-GCM, keyring.Codec).
-	AutoEncrypted  Latency `json:"auto_encrypted"`
-	Sticky         Latency `json:"sticky"`
-	Decide         Latency `json:"decide"`
-	SignalBaseline Latency `json:"signal_baseline"`
+	AutoEncrypted Latency `json:"auto_encrypted"`
+	// AutoNotIdempotent: the auto-approved call of a tool that is not
+	// idempotent, which records its start mark on the server first.
+	AutoNotIdempotent Latency `json:"auto_not_idempotent"`
+	Sticky            Latency `json:"sticky"`
+	Decide            Latency `json:"decide"`
+	SignalBaseline    Latency `json:"signal_baseline"`
 	// SignalActivityBaseline: a bare workflow woken by a signal that then
 	// runs one activity, the fair floor for Decide.
 	SignalActivityBaseline Latency    `json:"signal_activity_baseline"`
@@ -182,6 +185,7 @@ const (
 	toolEcho   = "echo"        // auto-approved
 	toolSticky = "sticky_echo" // asks; approved for the session once
 	toolAsk    = "ask_echo"    // asks every time
+	toolOnce   = "once_echo"   // auto-approved, not idempotent
 	cacheSize  = 10_000        // the SDK's default sticky workflow cache (worker.SetStickyWorkflowCacheSize)
 )
 
@@ -303,13 +307,17 @@ func Run(ctx context.Context, o Options, out io.Writer) (Report, error) {
 	return r, nil
 }
 
-// benchTools are the bench's tools: echoes.
+// benchTools are the bench's tools: echoes. They are idempotent, as the
+// baseline's tool is (it is retried); once_echo is not, so its calls pay
+// for the mark recorded on the server before the tool begins, which keeps
+// a lost attempt from running it twice.
 func benchTools() *tool.Registry {
 	tools := tool.NewRegistry()
 	echo := func(_ context.Context, in tool.Input) (json.RawMessage, error) { return in.Args, nil }
 	for _, name := range []string{toolEcho, toolSticky, toolAsk} {
-		tools.MustRegister(tool.Tool{Name: name, Run: echo})
+		tools.MustRegister(tool.Tool{Name: name, Run: echo, Options: tool.Options{Idempotent: true}})
 	}
+	tools.MustRegister(tool.Tool{Name: toolOnce, Run: echo})
 	return tools
 }
 
@@ -378,6 +386,8 @@ func callOn(ctx context.Context, calls *tgclient.Client, session, toolName strin
 
 func (b *runner) auto(ctx context.Context) error { return b.call(ctx, b.session("auto"), toolEcho) }
 
+func (b *runner) autoOnce(ctx context.Context) error { return b.call(ctx, b.session("auto"), toolOnce) }
+
 func (b *runner) sticky(ctx context.Context) error {
 	return b.call(ctx, b.session("sticky"), toolSticky)
 }
@@ -395,7 +405,7 @@ func (b *runner) warmUp(ctx context.Context, _ *Report) error {
 		return err
 	}
 	for range 20 {
-		for _, f := range []func(context.Context) error{b.baseline, b.auto, b.sticky, b.autoLedger, b.autoEncrypted} {
+		for _, f := range []func(context.Context) error{b.baseline, b.auto, b.sticky, b.autoLedger, b.autoEncrypted, b.autoOnce} {
 			if err := f(ctx); err != nil {
 				return err
 			}
@@ -404,15 +414,15 @@ func (b *runner) warmUp(ctx context.Context, _ *Report) error {
 	return nil
 }
 
-// latency runs the five cases in rotating order, one of each per round.
+// latency runs the six cases in rotating order, one of each per round.
 func (b *runner) latency(ctx context.Context, r *Report) error {
-	cases := []func(context.Context) error{b.baseline, b.auto, b.sticky, b.autoLedger, b.autoEncrypted}
+	cases := []func(context.Context) error{b.baseline, b.auto, b.sticky, b.autoLedger, b.autoEncrypted, b.autoOnce}
 	samples, err := rotated(ctx, b.o.Runs, cases, nil)
 	if err != nil {
 		return err
 	}
 	r.Baseline, r.Auto, r.Sticky, r.AutoLedger = summarise(samples[0]), summarise(samples[1]), summarise(samples[2]), summarise(samples[3])
-	r.AutoEncrypted = summarise(samples[4])
+	r.AutoEncrypted, r.AutoNotIdempotent = summarise(samples[4]), summarise(samples[5])
 	return nil
 }
 
@@ -670,6 +680,7 @@ func printReport(w io.Writer, r Report) {
 		{"toolgate: auto-approved call", r.Auto},
 		{"toolgate: auto-approved call, ledger", r.AutoLedger},
 		{"toolgate: auto-approved call, encrypted", r.AutoEncrypted},
+		{"toolgate: auto, tool not idempotent", r.AutoNotIdempotent},
 		{"toolgate: sticky decision", r.Sticky},
 		{"baseline: signal → result", r.SignalBaseline},
 		{"baseline: signal → activity → result", r.SignalActivityBaseline},

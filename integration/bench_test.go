@@ -39,6 +39,7 @@ func TestBenchQuick(t *testing.T) {
 		AutoLedger latency `json:"auto_ledger"`
 		// The auto-approved call with payload encryption, and its ratios.
 		AutoEncrypted       latency `json:"auto_encrypted"`
+		AutoNotIdempotent   latency `json:"auto_not_idempotent"`
 		AutoEncryptedPerSec float64 `json:"auto_encrypted_per_sec"`
 		Ratios              struct {
 			AutoEncryptedAutoP50     float64 `json:"auto_encrypted_auto_p50"`
@@ -83,7 +84,7 @@ func TestBenchQuick(t *testing.T) {
 	}
 	require.NoError(t, json.Unmarshal(data, &r))
 	assert.Empty(t, r.Hooks.CommandMissing, "toolgate-hook sits next to toolgate")
-	for name, l := range map[string]latency{"baseline": r.Baseline, "auto": r.Auto, "auto with the ledger": r.AutoLedger, "auto encrypted": r.AutoEncrypted, "sticky": r.Sticky, "decide": r.Decide, "signal": r.SignalBaseline, "signal+activity": r.SignalActivity,
+	for name, l := range map[string]latency{"baseline": r.Baseline, "auto": r.Auto, "auto with the ledger": r.AutoLedger, "auto encrypted": r.AutoEncrypted, "auto, tool not idempotent": r.AutoNotIdempotent, "sticky": r.Sticky, "decide": r.Decide, "signal": r.SignalBaseline, "signal+activity": r.SignalActivity,
 		"HTTP hook": r.Hooks.HTTP, "command hook": r.Hooks.Command, "hooks' baseline": r.Hooks.Baseline,
 		"auto over the API": r.Hooks.AutoAPI, "baseline over the API": r.Hooks.BaselineAPI} {
 		assert.Positive(t, l.N, name)
@@ -93,6 +94,7 @@ func TestBenchQuick(t *testing.T) {
 	assert.Positive(t, r.Ledger.AppendPerSec, "the ledger's append rate")
 	assert.Contains(t, stdout.String(), "toolgate: auto-approved call, ledger")
 	assert.Contains(t, stdout.String(), "toolgate: auto-approved call, encrypted")
+	assert.Contains(t, stdout.String(), "toolgate: auto, tool not idempotent")
 	assert.Positive(t, r.AutoEncryptedPerSec, "the throughput encrypted")
 	assert.Positive(t, r.Ratios.AutoEncryptedAutoP50)
 	assert.Positive(t, r.Ratios.ThroughputEncryptedPlain)

@@ -551,6 +551,10 @@ func TestClusterWalkthrough(t *testing.T) {
 		assert.Contains(t, string(dump), "toolgate/call/cluster-auto")
 	})
 
+	t.Run("toolgate bench runs every case against the cluster", func(t *testing.T) {
+		benchOnCluster(t, e.c)
+	})
+
 	// Last: the whole walkthrough, its kills included, is in the ledger.
 	t.Run("two workers append to one ledger in PostgreSQL: one log, no gaps, no duplicates", func(t *testing.T) {
 		n := clusterLedgerCalls
@@ -706,33 +710,42 @@ func TestClusterStock(t *testing.T) {
 		}
 	})
 
-	t.Run("toolgate bench runs every case against the cluster", func(t *testing.T) {
-		jsonPath := filepath.Join(t.TempDir(), "bench.json")
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-		defer cancel()
-		cmd := exec.CommandContext(ctx, binary, "bench", "--quick", "--log-level", "error", "--json", jsonPath,
-			"--temporal-address", e.c.FrontendAddress, "--namespace", e.c.Namespace)
-		var stdout, stderr syncBuffer
-		cmd.Stdout, cmd.Stderr = &stdout, &stderr
-		began := time.Now()
-		require.NoError(t, cmd.Run(), "%s\n%s", stdout.String(), stderr.String())
-		assert.Regexp(t, `(?m)^ratios: auto/base_p50=[0-9.]+ .*park_one_session/base_rate=[0-9.]+ fanout/base_time=[0-9.]+ .*hook_http/base_p50=[0-9.]+ hook_command/base_p50=[0-9.]+ auto_api/base_api_p50=[0-9.]+$`, stdout.String(),
-			"every case ran on the cluster, the coding-agent hooks included (toolgate-hook is next to toolgate)")
-		var report struct {
-			Options struct {
-				TemporalAddress string `json:"temporal_address"`
-			} `json:"options"`
-			OneSession struct {
-				Calls int `json:"calls"`
-			} `json:"one_session"`
-		}
-		b, err := os.ReadFile(jsonPath)
-		require.NoError(t, err)
-		require.NoError(t, json.Unmarshal(b, &report))
-		assert.Equal(t, e.c.FrontendAddress, report.Options.TemporalAddress, "measured on the cluster, not an embedded server")
-		assert.Positive(t, report.OneSession.Calls)
-		t.Logf("bench --quick on the stock cluster, %s:\n%s", time.Since(began).Round(time.Second), stdout.String())
-	})
+}
+
+// benchOnCluster runs `toolgate bench` against the cluster, every case,
+// its coding-agent hooks included (TestMain builds toolgate-hook next to
+// toolgate): --quick in the suite, the full size with
+// TOOLGATE_CLUSTER_BENCH=full (the run docs/benchmarks.md shows).
+func benchOnCluster(t *testing.T, c *cluster.Cluster) {
+	jsonPath := filepath.Join(t.TempDir(), "bench.json")
+	args, limit := []string{"--quick"}, 5*time.Minute
+	if os.Getenv("TOOLGATE_CLUSTER_BENCH") == "full" {
+		args, limit = nil, time.Hour
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), limit)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binary, append([]string{"bench", "--log-level", "error", "--json", jsonPath,
+		"--temporal-address", c.FrontendAddress, "--namespace", c.Namespace}, args...)...)
+	var stdout, stderr syncBuffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	began := time.Now()
+	require.NoError(t, cmd.Run(), "%s\n%s", stdout.String(), stderr.String())
+	assert.Regexp(t, `(?m)^ratios: auto/base_p50=[0-9.]+ .*park_one_session/base_rate=[0-9.]+ fanout/base_time=[0-9.]+ .*hook_http/base_p50=[0-9.]+ hook_command/base_p50=[0-9.]+ auto_api/base_api_p50=[0-9.]+$`, stdout.String(),
+		"every case ran on the cluster, the coding-agent hooks included (toolgate-hook is next to toolgate)")
+	var report struct {
+		Options struct {
+			TemporalAddress string `json:"temporal_address"`
+		} `json:"options"`
+		OneSession struct {
+			Calls int `json:"calls"`
+		} `json:"one_session"`
+	}
+	b, err := os.ReadFile(jsonPath)
+	require.NoError(t, err)
+	require.NoError(t, json.Unmarshal(b, &report))
+	assert.Equal(t, c.FrontendAddress, report.Options.TemporalAddress, "measured on the cluster, not an embedded server")
+	assert.Positive(t, report.OneSession.Calls)
+	t.Logf("bench %v on the cluster (%s mode), %s:\n%s", args, c.Mode, time.Since(began).Round(time.Second), stdout.String())
 }
 
 // runCounts counts how often each line occurs in path: for runs.txt, how
