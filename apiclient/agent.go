@@ -3,6 +3,7 @@ package apiclient
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -15,10 +16,53 @@ import (
 
 // The agent half of the API: the token names the requester.
 
-var _ tgclient.Agent = (*Client)(nil)
+var _ tgclient.FastAgent = (*Client)(nil)
 
 // Submit starts a call (POST /v1/calls) and returns its ID.
 func (c *Client) Submit(ctx context.Context, req tgclient.CallRequest) (string, error) {
+	var out struct {
+		CallID string `json:"call_id"`
+	}
+	err := c.do(ctx, http.MethodPost, "/v1/calls", submitBody(req), &out)
+	return out.CallID, err
+}
+
+// SubmitAndClaim submits an agent-executed call with a claim for cl.Run
+// (POST /v1/calls with "claim") and returns where the call stands once
+// toolgate settled it, as the Go client's SubmitAndClaim does: a call the
+// policy decides is submitted, decided and claimed in one request. A call
+// that asks a person comes back pending and unclaimed: wait for it with
+// WaitDecided, then Claim. So does a nil answer: a toolgate from before
+// this request took the call without the claim.
+func (c *Client) SubmitAndClaim(ctx context.Context, req tgclient.CallRequest, cl tgclient.Claim) (*tgclient.FirstAnswer, error) {
+	if err := cl.Validate(); err != nil {
+		return nil, err
+	}
+	body := submitBody(req)
+	body["claim"] = cl
+	code, data, err := c.send(ctx, http.MethodPost, "/v1/calls", body)
+	var input *tgclient.InputError
+	if errors.As(err, &input) && input.Field == "claim" && input.Problem == "is not a known field" {
+		// A toolgate from before claims in the submission refused the
+		// request whole: submit it as it knows, and claim later.
+		_, err := c.Submit(ctx, req)
+		return nil, err
+	}
+	if err != nil {
+		return nil, err
+	}
+	st, w, err := decodeCall(code, data)
+	if err != nil {
+		return nil, err
+	}
+	first := &tgclient.FirstAnswer{Status: st, Claimed: w.Claimed}
+	if rf := w.ClaimRefused; rf != nil {
+		first.ClaimErr = errorOf(rf.Code, rf.Message)
+	}
+	return first, nil
+}
+
+func submitBody(req tgclient.CallRequest) map[string]any {
 	body := map[string]any{"session": req.Session, "tool": req.Tool, "args": req.Args}
 	if req.CallID != "" {
 		body["call_id"] = req.CallID
@@ -32,11 +76,7 @@ func (c *Client) Submit(ctx context.Context, req tgclient.CallRequest) (string, 
 	if req.Preview != nil {
 		body["preview"] = req.Preview
 	}
-	var out struct {
-		CallID string `json:"call_id"`
-	}
-	err := c.do(ctx, http.MethodPost, "/v1/calls", body, &out)
-	return out.CallID, err
+	return body
 }
 
 // longPoll bounds one ?wait= request; longer waits poll again.
@@ -97,18 +137,25 @@ func (c *Client) status(ctx context.Context, callID string, wait time.Duration) 
 	if err != nil {
 		return tgclient.Status{}, err
 	}
+	st, _, err := decodeCall(code, data)
+	return st, err
+}
+
+// decodeCall reads an answer about one call: its Result (200), or the
+// call as it stands (202), whose Waiting view is returned too.
+func decodeCall(code int, data []byte) (tgclient.Status, tgclient.Waiting, error) {
+	var w tgclient.Waiting
 	if code == http.StatusOK {
 		var r workflows.Result
 		if err := json.Unmarshal(data, &r); err != nil {
-			return tgclient.Status{}, fmt.Errorf("toolgate API: decode result: %w", err)
+			return tgclient.Status{}, w, fmt.Errorf("toolgate API: decode result: %w", err)
 		}
-		return tgclient.Status{Result: &r}, nil
+		return tgclient.Status{Result: &r}, w, nil
 	}
-	var w tgclient.Waiting
 	if err := json.Unmarshal(data, &w); err != nil {
-		return tgclient.Status{}, fmt.Errorf("toolgate API: decode call: %w", err)
+		return tgclient.Status{}, w, fmt.Errorf("toolgate API: decode call: %w", err)
 	}
-	return tgclient.Status{State: stateOf(w), Progress: w.Progress}, nil
+	return tgclient.Status{State: stateOf(w), Progress: w.Progress}, w, nil
 }
 
 // stateOf rebuilds the live state a Waiting view shows.

@@ -90,28 +90,36 @@ func (c *Client) exchange(ctx context.Context, method, path string, body any) (i
 	if json.Unmarshal(data, &e) != nil || e.Error.Code == "" {
 		return 0, nil, nil, fmt.Errorf("toolgate API: %s: %s", resp.Status, strings.TrimSpace(string(data)))
 	}
-	switch e.Error.Code {
+	return 0, nil, nil, errorOf(e.Error.Code, e.Error.Message)
+}
+
+// errorOf turns an API error's code and message into the error the Go
+// client returns for the same refusal.
+func errorOf(code, message string) error {
+	switch code {
 	case "unknown_call":
-		return 0, nil, nil, fmt.Errorf("%w: %s", tgclient.ErrUnknownCall, e.Error.Message)
+		return fmt.Errorf("%w: %s", tgclient.ErrUnknownCall, message)
 	case "already_decided":
-		return 0, nil, nil, &tgclient.AlreadyDecidedError{Message: e.Error.Message}
+		return &tgclient.AlreadyDecidedError{Message: message}
 	case "no_result":
-		return 0, nil, nil, fmt.Errorf("%w: %s", tgclient.ErrNoResult, e.Error.Message)
+		return fmt.Errorf("%w: %s", tgclient.ErrNoResult, message)
 	case "conflict": // only a taken call ID answers 409 "conflict"
-		return 0, nil, nil, &tgclient.InputError{Field: "call_id", Problem: strings.TrimPrefix(e.Error.Message, "call_id "), Err: tgclient.ErrCallIDTaken}
+		return &tgclient.InputError{Field: "call_id", Problem: strings.TrimPrefix(message, "call_id "), Err: tgclient.ErrCallIDTaken}
 	case "invalid_request": // the message is "<field> <problem>"
-		field, problem, _ := strings.Cut(e.Error.Message, " ")
-		return 0, nil, nil, &tgclient.InputError{Field: field, Problem: problem}
+		field, problem, _ := strings.Cut(message, " ")
+		return &tgclient.InputError{Field: field, Problem: problem}
 	case "already_claimed":
-		return 0, nil, nil, &tgclient.RefusedError{Type: workflows.ErrTypeAlreadyClaimed, Message: e.Error.Message}
+		return &tgclient.RefusedError{Type: workflows.ErrTypeAlreadyClaimed, Message: message}
 	case "not_waiting":
-		return 0, nil, nil, &tgclient.RefusedError{Type: workflows.ErrTypeNotWaiting, Message: e.Error.Message}
+		return &tgclient.RefusedError{Type: workflows.ErrTypeNotWaiting, Message: message}
 	case "already_recorded":
-		return 0, nil, nil, &tgclient.RefusedError{Type: workflows.ErrTypeAlreadyRecorded, Message: e.Error.Message}
+		return &tgclient.RefusedError{Type: workflows.ErrTypeAlreadyRecorded, Message: message}
+	case "approval_void":
+		return &tgclient.RefusedError{Type: workflows.ErrTypeApprovalVoided, Message: message}
 	case "unauthorized":
-		return 0, nil, nil, errors.New("toolgate API: " + e.Error.Message)
+		return errors.New("toolgate API: " + message)
 	}
-	return 0, nil, nil, &tgclient.RefusedError{Type: e.Error.Code, Message: e.Error.Message}
+	return &tgclient.RefusedError{Type: code, Message: message}
 }
 
 // Pending lists a page of the calls waiting for a person that the token

@@ -6,6 +6,7 @@ package bench
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -17,6 +18,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 	sdkworker "go.temporal.io/sdk/worker"
 	"go.uber.org/zap"
@@ -592,6 +594,9 @@ func (b *runner) parked(ctx context.Context, r *Report) error {
 func (b *runner) waitPending(ctx context.Context, id string) error {
 	for {
 		st, err := b.calls.Status(ctx, id)
+		if slowQuery(ctx, err) {
+			continue
+		}
 		if err != nil {
 			return err
 		}
@@ -605,6 +610,15 @@ func (b *runner) waitPending(ctx context.Context, id string) error {
 			return err
 		}
 	}
+}
+
+// slowQuery reports whether err is the server giving up on a query the
+// worker has not answered yet (it answers between workflow tasks, and
+// under a burst of parking calls their tasks queue up): the probe asks
+// again, the call is not at fault.
+func slowQuery(ctx context.Context, err error) bool {
+	var deadline *serviceerror.DeadlineExceeded
+	return ctx.Err() == nil && (errors.As(err, &deadline) || errors.Is(err, context.DeadlineExceeded))
 }
 
 // waitFirstTask waits until the workflow has run its first task, so the

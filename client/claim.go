@@ -101,8 +101,8 @@ type FirstAnswer struct {
 }
 
 // FastAgent is an Agent that submits an agent-executed call, learns its
-// decision and takes its approval in one round trip. The HTTP API's
-// client is not one: its callers submit, wait and claim.
+// decision and takes its approval in one round trip: this client
+// (update-with-start) and the HTTP API's (a claim in the submission).
 type FastAgent interface {
 	Agent
 	SubmitAndClaim(ctx context.Context, req CallRequest, cl Claim) (*FirstAnswer, error)

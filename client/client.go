@@ -508,6 +508,17 @@ type Waiting struct {
 	// User names the person running the agent when the call's rule lets
 	// them decide it in the agent's own client (channel "client").
 	User string `json:"user,omitempty"`
+	// Claimed answers a submission with a claim: the approval was taken
+	// for the claim's run. ClaimRefused says why it could not be.
+	Claimed      bool          `json:"claimed,omitempty"`
+	ClaimRefused *ClaimRefusal `json:"claim_refused,omitempty"`
+}
+
+// ClaimRefusal is why a submission's claim was refused: the code and
+// message that POST /v1/calls/{id}/claim answers with.
+type ClaimRefusal struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
 }
 
 // WaitingView turns the status of a call without a Result (State set)

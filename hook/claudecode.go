@@ -365,10 +365,11 @@ func (at attempt) try(ctx, wctx context.Context, gen int) (p permission, done bo
 	return p, true
 }
 
-// submit starts the call. An agent that can (toolgate's own client, as
-// the HTTP hook and a hook on Temporal use) answers in the same round
-// trip with the settled call and its approval taken for this run: the
-// first answer. Otherwise first is nil and the call is waited for.
+// submit starts the call. An agent that can (a client.FastAgent: the
+// hook on Temporal, over the API, or served over HTTP) answers in the
+// same round trip with the settled call and its approval taken for this
+// run: the first answer. Otherwise first is nil and the call is waited
+// for.
 func (at attempt) submit(ctx context.Context, req client.CallRequest) (first *client.FirstAnswer, err error) {
 	if fast, ok := at.agent.(client.FastAgent); ok {
 		return fast.SubmitAndClaim(ctx, req, client.Claim{Run: at.run, NoReport: at.c.NoReport})

@@ -367,7 +367,8 @@ func newHookEnv(t *testing.T) *hookEnv {
 }
 
 // TestOverTheAPIEveryPathDecidesTheSame runs the PreToolUse tests again
-// with toolgate as its HTTP API serves it: submit, wait, claim.
+// with an agent that submits, waits and claims, as the HTTP API's client
+// does against a toolgate from before claims in the submission.
 func TestOverTheAPIEveryPathDecidesTheSame(t *testing.T) {
 	overTheAPI = true
 	defer func() { overTheAPI = false }()

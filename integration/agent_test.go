@@ -115,6 +115,21 @@ func TestAgentExecutedCalls(t *testing.T) {
 		assert.Contains(t, r.errorMessage(), "already ended (status ok): a call is reported once")
 	})
 
+	t.Run("a claim in the submission of a call that asks takes nothing until it is approved", func(t *testing.T) {
+		r := agent.do("POST", "/v1/calls", map[string]any{"session": "agents", "tool": "deploy", "call_id": "ag-claim", "args": map[string]any{"env": "prod"},
+			"execution": "agent", "claim": map[string]any{"run": "toolu_c"}})
+		require.Equal(t, http.StatusAccepted, r.status, r.raw)
+		assert.Equal(t, "pending", r.body["status"], "answered as soon as it asks")
+		assert.Nil(t, r.body["claimed"])
+		r = alice.do("POST", "/v1/calls/ag-claim/decision", map[string]any{"decision": "approve"})
+		require.Equal(t, http.StatusOK, r.status, r.raw)
+		r = agent.do("POST", "/v1/calls/ag-claim/claim", map[string]any{"run": "toolu_c"})
+		require.Equal(t, http.StatusNoContent, r.status, "claimed once approved: %s", r.raw)
+		r = agent.do("POST", "/v1/calls/ag-claim/report", map[string]any{"output": "deployed"})
+		require.Equal(t, http.StatusOK, r.status, r.raw)
+		assert.Equal(t, "ok", r.body["status"])
+	})
+
 	t.Run("another agent's call is answered as an unknown one", func(t *testing.T) {
 		other := as("agent-2")
 		// unknownAlike asserts that agent-2's claim and report of ag7 are
@@ -291,4 +306,55 @@ func TestAgentExecutedCallsUnderAPolicyFile(t *testing.T) {
 	assert.Equal(t, "the agent did not say whether it ran the tool: no report within 2s", r.body["reason"])
 	r = agent.do("POST", "/v1/calls/pf2/report", map[string]any{"output": "late"})
 	assert.Equal(t, http.StatusConflict, r.status, "too late: %s", r.raw)
+
+	t.Run("a claim in the submission: submitted, decided and claimed in one request", func(t *testing.T) {
+		r := agent.do("POST", "/v1/calls", map[string]any{"session": "pf", "tool": "deploy", "call_id": "pf3", "args": map[string]any{"env": "staging"},
+			"execution": "agent", "claim": map[string]any{"run": "toolu_1"}})
+		require.Equal(t, http.StatusAccepted, r.status, r.raw)
+		assert.Equal(t, "approved", r.body["status"])
+		assert.Equal(t, true, r.body["claimed"], "the approval is this run's")
+		r = agent.do("POST", "/v1/calls/pf3/claim", map[string]any{"run": "toolu_2"})
+		assert.Equal(t, http.StatusConflict, r.status, r.raw)
+		assert.Equal(t, "already_claimed", r.errorCode(), "another run cannot take it")
+		r = agent.do("POST", "/v1/calls/pf3/report", map[string]any{"output": map[string]any{"deployed": "staging"}})
+		require.Equal(t, http.StatusOK, r.status, r.raw)
+		assert.Equal(t, "ok", r.body["status"])
+		assert.Equal(t, "toolu_1", r.body["claim"].(map[string]any)["run"])
+
+		// Resubmitted, the same call answers as it stands; the claim is
+		// not taken again (it was this run's already).
+		r = agent.do("POST", "/v1/calls", map[string]any{"session": "pf", "tool": "deploy", "call_id": "pf3", "args": map[string]any{"env": "staging"},
+			"execution": "agent", "claim": map[string]any{"run": "toolu_1"}})
+		require.Equal(t, http.StatusOK, r.status, r.raw)
+		assert.Equal(t, "ok", r.body["status"])
+
+		// One that ends at its claim.
+		r = agent.do("POST", "/v1/calls", map[string]any{"session": "pf", "tool": "deploy", "call_id": "pf4", "args": map[string]any{"env": "staging"},
+			"execution": "agent", "claim": map[string]any{"run": "toolu_3", "no_report": true}})
+		require.Equal(t, http.StatusAccepted, r.status, r.raw)
+		assert.Equal(t, true, r.body["claimed"])
+		r = agent.do("GET", "/v1/calls/pf4?wait=30s", nil)
+		require.Equal(t, http.StatusOK, r.status, r.raw)
+		assert.Equal(t, "ok", r.body["status"])
+		assert.Contains(t, r.body["note"], "does not report how it went")
+
+		// Refused by the schema: the Result, nothing to claim.
+		r = agent.do("POST", "/v1/calls", map[string]any{"session": "pf", "tool": "deploy", "args": map[string]any{"env": "qa"},
+			"execution": "agent", "claim": map[string]any{"run": "toolu_4"}})
+		require.Equal(t, http.StatusOK, r.status, r.raw)
+		assert.Equal(t, "error", r.body["status"])
+		assert.Nil(t, r.body["claimed"])
+
+		for _, bad := range []struct {
+			body map[string]any
+			want string
+		}{
+			{map[string]any{"session": "pf", "tool": "echo", "args": map[string]any{}, "claim": map[string]any{"run": "toolu_5"}}, `claim needs execution "agent"`},
+			{map[string]any{"session": "pf", "tool": "deploy", "args": map[string]any{"env": "staging"}, "execution": "agent", "claim": map[string]any{}}, "run must name the run"},
+		} {
+			r = agent.do("POST", "/v1/calls", bad.body)
+			assert.Equal(t, http.StatusBadRequest, r.status, r.raw)
+			assert.Contains(t, r.errorMessage(), bad.want)
+		}
+	})
 }

@@ -22,6 +22,7 @@ import (
 	tgclient "github.com/toolgate/toolgate/client"
 	"github.com/toolgate/toolgate/ledger"
 	"github.com/toolgate/toolgate/policy"
+	"github.com/toolgate/toolgate/workflows"
 )
 
 // Limits of the API.
@@ -178,6 +179,10 @@ type submitRequest struct {
 	// Preview, with execution "agent": what the call will change, as the
 	// agent sees it.
 	Preview *policy.Preview `json:"preview"`
+	// Claim, with execution "agent": take the approval for this run as
+	// soon as the call is approved, in the same request (the answer says
+	// claimed, or why the claim was refused).
+	Claim *tgclient.Claim `json:"claim"`
 }
 
 func (a *api) submit(w http.ResponseWriter, r *http.Request, p Principal) {
@@ -195,8 +200,13 @@ func (a *api) submit(w http.ResponseWriter, r *http.Request, p Principal) {
 		writeError(w, err)
 		return
 	}
-	id, err := a.calls.Submit(r.Context(), tgclient.CallRequest{CallID: req.CallID, Session: req.Session, Tool: req.Tool, Args: req.Args,
-		Requester: p.Name, ActingUser: p.Owner, Execution: req.Execution, NoReport: req.Report != nil && !*req.Report, Preview: req.Preview})
+	creq := tgclient.CallRequest{CallID: req.CallID, Session: req.Session, Tool: req.Tool, Args: req.Args,
+		Requester: p.Name, ActingUser: p.Owner, Execution: req.Execution, NoReport: req.Report != nil && !*req.Report, Preview: req.Preview}
+	if req.Claim != nil {
+		a.submitAndClaim(w, r, p, creq, *req.Claim, wait)
+		return
+	}
+	id, err := a.calls.Submit(r.Context(), creq)
 	if err != nil {
 		writeError(w, a.mapError(err))
 		return
@@ -208,6 +218,49 @@ func (a *api) submit(w http.ResponseWriter, r *http.Request, p Principal) {
 		return
 	}
 	a.respondCall(w, r, p, id, wait)
+}
+
+// submitAndClaim submits an agent-executed call and takes its approval
+// for cl.Run in one round trip to Temporal (the first-answer update): a
+// call the policy approves is answered 202 approved and claimed, one it
+// denies 200 with its Result. A call that asks a person is answered as a
+// submission without a claim is (waiting up to wait); the agent claims
+// it once approved. So is a resubmitted call ID.
+func (a *api) submitAndClaim(w http.ResponseWriter, r *http.Request, p Principal, req tgclient.CallRequest, cl tgclient.Claim, wait time.Duration) {
+	if req.Execution != policy.ExecutionAgent {
+		writeError(w, badRequest("claim", `needs execution "agent": only a call the agent runs is claimed`))
+		return
+	}
+	if err := cl.Validate(); err != nil { // a claim that takes nothing is a mistake here
+		writeError(w, a.mapError(err))
+		return
+	}
+	if req.CallID == "" {
+		req.CallID = tgclient.NewCallID() // known here, should the answer come the usual way
+	}
+	first, err := a.calls.SubmitAndClaim(r.Context(), req, cl)
+	if err != nil {
+		writeError(w, a.mapError(err))
+		return
+	}
+	if first == nil || (first.Status.Result == nil && first.Status.State.Status == workflows.StatusPending && wait > 0) {
+		a.respondCall(w, r, p, req.CallID, wait)
+		return
+	}
+	if res := first.Status.Result; res != nil {
+		writeJSON(w, http.StatusOK, res)
+		return
+	}
+	view := tgclient.WaitingView(first.Status)
+	view.Claimed = first.Claimed
+	if first.ClaimErr != nil {
+		e := asAPIError(a.mapError(first.ClaimErr))
+		view.ClaimRefused = &tgclient.ClaimRefusal{Code: e.code, Message: e.message}
+	}
+	if first.Claimed {
+		a.logger.Info("Agent claimed an approval", zap.String("call_id", req.CallID), zap.String("agent", p.Name), zap.String("run", cl.Run), zap.Bool("no_report", cl.NoReport))
+	}
+	writeJSON(w, http.StatusAccepted, view)
 }
 
 func (a *api) getCall(w http.ResponseWriter, r *http.Request, p Principal) {

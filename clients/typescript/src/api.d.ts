@@ -162,6 +162,13 @@ export type WaitingCall = {
   approvals?: Approvals;
   /** the person running the agent, when the call's rule lets them decide it in the agent's own client (channel client) */
   user?: string;
+  /** in the answer to a submission with a claim: the approval was taken for the claim's run */
+  claimed?: boolean;
+  /** in the answer to a submission with a claim: why the approval could not be taken, as POST /v1/calls/{call_id}/claim answers (e.g. approval_void) */
+  claim_refused?: {
+    code: string;
+    message: string;
+  };
 };
 
 export type CallPage = {
@@ -318,6 +325,15 @@ export interface Operations {
       execution?: "agent";
       /** with execution "agent": false ends the call at its decision (status ok when approved, with a note that the agent runs the tool); nothing is reported */
       report?: boolean;
+      /** with execution "agent": what the call will change, as the agent sees it, shown to its approvers */
+      preview?: Preview;
+      /** with execution "agent": take the approval for this run as soon as the call is approved, as POST /v1/calls/{call_id}/claim does. A call the policy settles is submitted, decided and claimed in one round trip (202 approved with claimed: true); one that asks a person is answered unclaimed, to be claimed once approved. */
+      claim?: {
+        /** names this run of the tool */
+        run: string;
+        /** end the call at the claim: nothing is reported */
+        no_report?: boolean;
+      };
     };
     responses: {
       /** final within ?wait */

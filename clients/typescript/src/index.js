@@ -1,7 +1,7 @@
 // The toolgate HTTP client: every route of docs/api.md an agent or an
 // approver uses, and gate(), the agent-executed flow in one call. No
 // dependencies: the runtime's fetch and Web Crypto.
-import { ConflictError, MalformedAnswerError, ToolgateError, UnreachableError, errorFor } from './errors.js';
+import { ConflictError, InvalidRequestError, MalformedAnswerError, ToolgateError, UnreachableError, errorFor } from './errors.js';
 
 export * from './errors.js';
 
@@ -202,17 +202,19 @@ export class Toolgate {
   async gate(call, run, { signal, runName } = {}) {
     const { session, tool, args = {}, toolCallId, preview } = call;
     const callId = call.callId ?? (toolCallId ? await deriveCallId(session, toolCallId) : 'tc-' + globalThis.crypto.randomUUID());
-    const body = { session, tool, args, call_id: callId, execution: 'agent' };
+    const claimedBy = runName ?? `run-${globalThis.crypto.randomUUID()}`;
+    const body = { session, tool, args, call_id: callId, execution: 'agent', claim: { run: claimedBy } };
     if (preview) body.preview = preview;
-    let answer = await this.submit(body, { waitSeconds: this.pollSeconds, signal });
+    // A call the policy settles comes back decided and claimed at once.
+    let answer = await submitClaiming(this, body, { waitSeconds: this.pollSeconds, signal });
+    if (answer.claim_refused) throw errorFor(409, { error: answer.claim_refused }, 'the approval could not be taken');
     if (!isFinal(answer) && answer.status !== 'approved') {
       answer = await this.wait(callId, { untilApproved: true, signal });
     }
     if (isFinal(answer)) return outcomeOf(answer, { ran: false, asked: args });
 
     const toRun = answer.args ?? args;
-    const claimedBy = runName ?? `run-${globalThis.crypto.randomUUID()}`;
-    await this.claim(callId, { run: claimedBy }, { signal });
+    if (!answer.claimed) await this.claim(callId, { run: claimedBy }, { signal });
 
     let report;
     let thrown;
@@ -285,6 +287,19 @@ export class Toolgate {
       await sleep(Math.min(Math.max(delay, Number.isFinite(after) ? after * 1000 : 0), Math.max(0, deadline - Date.now())), signal);
       delay = Math.min(delay * 2, 5000);
     }
+  }
+}
+
+// submitClaiming submits a call with a claim. A toolgate from before
+// claims in the submission refuses the field without taking the call; the
+// call is then submitted without it, to be claimed once approved.
+async function submitClaiming(tg, body, options) {
+  try {
+    return await tg.submit(body, options);
+  } catch (err) {
+    if (!(err instanceof InvalidRequestError && err.apiMessage === 'claim is not a known field')) throw err;
+    const { claim: _, ...withoutClaim } = body;
+    return tg.submit(withoutClaim, options);
   }
 }
 

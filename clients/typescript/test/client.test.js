@@ -53,14 +53,54 @@ test('gate waits for the approval, claims it, runs the edited arguments once and
     assert.deepEqual(outcome.output, { deployed: 'staging' });
     assert.deepEqual(forModel(outcome), { output: { deployed: 'staging' }, toolgate: outcome.message });
     const submit = fake.requests.find((r) => r.method === 'POST' && r.path === '/v1/calls');
-    assert.deepEqual(submit.body, { session: 's1', tool: 'deploy', args: { env: 'prod' }, call_id: id, execution: 'agent' });
-    assert.equal(submit.headers.authorization, 'Bearer agent-token');
     const claim = fake.requests.find((r) => r.path.endsWith('/claim'));
     const report = fake.requests.find((r) => r.path.endsWith('/report'));
     assert.ok(claim.body.run);
+    assert.deepEqual(submit.body, { session: 's1', tool: 'deploy', args: { env: 'prod' }, call_id: id, execution: 'agent', claim: { run: claim.body.run } },
+      'the submission names the run that claims: asked, the call comes back unclaimed, and the run claims once approved');
+    assert.equal(submit.headers.authorization, 'Bearer agent-token');
     assert.deepEqual(report.body, { output: { deployed: 'staging' }, run: claim.body.run });
     // claimed before it ran: the claim came before the report
     assert.ok(fake.requests.indexOf(claim) < fake.requests.indexOf(report));
+  });
+});
+
+test('a call the policy approves comes back claimed with its submission: no separate claim', async () => {
+  await withToolgate({
+    'POST /v1/calls': (req) => approved('c1', { env: 'qa' }, { claimed: req.body.claim?.run === 'r-1' }),
+    'POST /v1/calls/c1/report': (req) => result('c1', { status: 'ok', output: req.body.output, model_message: 'ran' }),
+  }, async (tg, fake) => {
+    let runs = 0;
+    const outcome = await tg.gate({ session: 's1', tool: 'deploy', callId: 'c1', args: { env: 'qa' } }, () => ++runs, { runName: 'r-1' });
+    assert.equal(outcome.status, 'ok');
+    assert.equal(runs, 1);
+    assert.deepEqual(fake.requests.map((r) => `${r.method} ${r.path}`), ['POST /v1/calls', 'POST /v1/calls/c1/report']);
+    assert.equal(fake.requests[1].body.run, 'r-1');
+  });
+});
+
+test('a claim refused in the submission is its error, and the tool does not run', async () => {
+  await withToolgate({
+    'POST /v1/calls': approved('c1', {}, { claim_refused: { code: 'approval_void', message: 'the session has ended before the agent took the approval' } }),
+  }, async (tg, fake) => {
+    await assert.rejects(
+      tg.gate({ session: 's1', tool: 'deploy', callId: 'c1' }, () => assert.fail('ran without its approval')),
+      (err) => err instanceof ConflictError && err.code === 'approval_void' && /session has ended/.test(err.message),
+    );
+    assert.equal(fake.requests.length, 1);
+  });
+});
+
+test('a toolgate from before claims in the submission gets the call without it, then the claim', async () => {
+  await withToolgate({
+    'POST /v1/calls': (req) => (req.body.claim ? apiError(400, 'invalid_request', 'claim is not a known field') : approved('c1', {})),
+    'POST /v1/calls/c1/claim': { status: 204 },
+    'POST /v1/calls/c1/report': (req) => result('c1', { status: 'ok', output: req.body.output, model_message: 'ran' }),
+  }, async (tg, fake) => {
+    const outcome = await tg.gate({ session: 's1', tool: 'deploy', callId: 'c1' }, () => 'done');
+    assert.equal(outcome.status, 'ok');
+    assert.deepEqual(fake.requests.map((r) => `${r.method} ${r.path}`), ['POST /v1/calls', 'POST /v1/calls', 'POST /v1/calls/c1/claim', 'POST /v1/calls/c1/report']);
+    assert.equal(fake.requests[1].body.claim, undefined);
   });
 });
 
