@@ -41,9 +41,20 @@ type PendingList struct {
 // idleQueue is a task queue no worker polls.
 const idleQueue = "toolgate-bench-idle"
 
-// pendingQuery is the visibility query of every waiting call.
-var pendingQuery = fmt.Sprintf("WorkflowType = '%s' AND ExecutionStatus = 'Running' AND %s = '%s'",
-	workflows.ToolCallWorkflowType, workflows.AttrStatus.GetName(), workflows.StatusPending)
+// The listing case's calls, and the query of those that wait. Only the
+// bench's own are listed: a cluster's calls may be encrypted with keys
+// the bench does not hold.
+const (
+	waitingTool      = toolAsk
+	waitingRequester = "bench"
+)
+
+var (
+	waitingFilter = tgclient.ListFilter{Tool: waitingTool, Requester: waitingRequester}
+	pendingQuery  = fmt.Sprintf("WorkflowType = '%s' AND ExecutionStatus = 'Running' AND %s = '%s' AND %s = '%s' AND %s = '%s'",
+		workflows.ToolCallWorkflowType, workflows.AttrStatus.GetName(), workflows.StatusPending,
+		workflows.AttrTool.GetName(), waitingTool, workflows.AttrRequester.GetName(), waitingRequester)
+)
 
 // pendingList parks Waiting calls and times the first page of the list.
 //
@@ -56,8 +67,8 @@ var pendingQuery = fmt.Sprintf("WorkflowType = '%s' AND ExecutionStatus = 'Runni
 func (b *runner) pendingList(ctx context.Context, r *Report) error {
 	p := &r.Pending
 	p.Waiting, p.PageSize = b.o.Waiting, tgclient.DefaultPageSize
-	// Calls of the other cases are all decided by now; should one still
-	// wait, it is counted too.
+	// The bench's calls of an earlier run may still wait (these are never
+	// decided); they are counted too.
 	already, err := b.tc.CountWorkflow(ctx, &workflowservice.CountWorkflowExecutionsRequest{Query: pendingQuery})
 	if err != nil {
 		return err
@@ -83,7 +94,9 @@ func (b *runner) pendingList(ctx context.Context, r *Report) error {
 	// oldest call.
 	firstPage := func(c *tgclient.Client, decider *policy.Approver, total int64) func(context.Context) error {
 		return func(ctx context.Context) error {
-			page, err := c.Pending(ctx, tgclient.ListFilter{DecidableBy: decider}, tgclient.PageRequest{})
+			f := waitingFilter
+			f.DecidableBy = decider
+			page, err := c.Pending(ctx, f, tgclient.PageRequest{})
 			switch {
 			case err != nil:
 				return err
@@ -133,10 +146,10 @@ func (b *runner) startWaiting(ctx context.Context, n int64, requestedAt time.Tim
 		TaskQueue: idleQueue,
 		TypedSearchAttributes: temporal.NewSearchAttributes(
 			workflows.AttrStatus.ValueSet(string(workflows.StatusPending)),
-			workflows.AttrTool.ValueSet(toolAsk),
+			workflows.AttrTool.ValueSet(waitingTool),
 			workflows.AttrSession.ValueSet(b.session(fmt.Sprintf("waiting-%d", n%50))),
 			workflows.AttrRequestedAt.ValueSet(requestedAt),
-			workflows.AttrRequester.ValueSet("bench"),
+			workflows.AttrRequester.ValueSet(waitingRequester),
 			workflows.AttrGroups.ValueSet(groups),
 		),
 		Memo: map[string]any{
