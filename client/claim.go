@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
@@ -116,9 +117,11 @@ type FastAgent interface {
 // so it is submitted, decided and claimed in one round trip.
 //
 // It returns a nil answer and no error when the call is submitted but
-// cannot answer this way: its ID was taken by the same call before
-// (resubmitted, checked as Submit does), or its worker predates the
-// update. Wait for such a call with WaitDecided and claim it with Claim.
+// did not answer this way: its ID was taken by the same call before
+// (resubmitted, checked as Submit does), its worker predates the update,
+// or ctx ended before the call was settled (a worker that is slow or
+// down, a ledger that is down). Wait for such a call with WaitDecided
+// and claim it with Claim.
 func (c *Client) SubmitAndClaim(ctx context.Context, req CallRequest, cl Claim) (*FirstAnswer, error) {
 	if req.Execution != policy.ExecutionAgent {
 		return nil, &InputError{Field: "execution", Problem: `must be "agent": only an agent-executed call is claimed`}
@@ -145,15 +148,17 @@ func (c *Client) SubmitAndClaim(ctx context.Context, req CallRequest, cl Claim) 
 	if errors.As(err, &started) {
 		return nil, c.checkSameCall(ctx, req)
 	}
+	if err != nil && ctx.Err() != nil && wasStarted(start) {
+		return nil, nil // started; ctx ended before the call was settled
+	}
 	if err != nil {
 		return nil, fmt.Errorf("start call %s: %w", req.CallID, err)
 	}
 	var ans workflows.FirstAnswer
 	if err := h.Get(ctx, &ans); err != nil {
-		if ctx.Err() != nil {
-			return nil, fmt.Errorf("wait for call %s: %w", req.CallID, ctx.Err())
-		}
-		return nil, nil // started; the update was not answered
+		// Started, but not answered (ctx ended first, or an older worker
+		// refused the update): the caller waits for it as for any call.
+		return nil, nil
 	}
 	first := &FirstAnswer{Status: Status{State: &ans.State}, Claimed: ans.Claimed}
 	if r := ans.State.Result; r != nil {
@@ -163,4 +168,14 @@ func (c *Client) SubmitAndClaim(ctx context.Context, req CallRequest, cl Claim) 
 		first.ClaimErr = &RefusedError{Type: rf.Type, Message: rf.Message}
 	}
 	return first, nil
+}
+
+// wasStarted reports whether the server answered that start's workflow
+// started; the SDK records that as soon as an answer arrives, so a short
+// look is enough.
+func wasStarted(start client.WithStartWorkflowOperation) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Millisecond)
+	defer cancel()
+	run, err := start.Get(ctx)
+	return err == nil && run != nil
 }

@@ -223,9 +223,9 @@ func (a *api) submit(w http.ResponseWriter, r *http.Request, p Principal) {
 // submitAndClaim submits an agent-executed call and takes its approval
 // for cl.Run in one round trip to Temporal (the first-answer update): a
 // call the policy approves is answered 202 approved and claimed, one it
-// denies 200 with its Result. A call that asks a person is answered as a
-// submission without a claim is (waiting up to wait); the agent claims
-// it once approved. So is a resubmitted call ID.
+// denies 200 with its Result. A call that asks a person is answered as
+// it would be without the claim (waiting up to wait), and the agent
+// claims it once approved; so is a resubmitted call ID.
 func (a *api) submitAndClaim(w http.ResponseWriter, r *http.Request, p Principal, req tgclient.CallRequest, cl tgclient.Claim, wait time.Duration) {
 	if req.Execution != policy.ExecutionAgent {
 		writeError(w, badRequest("claim", `needs execution "agent": only a call the agent runs is claimed`))
@@ -258,7 +258,7 @@ func (a *api) submitAndClaim(w http.ResponseWriter, r *http.Request, p Principal
 		view.ClaimRefused = &tgclient.ClaimRefusal{Code: e.code, Message: e.message}
 	}
 	if first.Claimed {
-		a.logger.Info("Agent claimed an approval", zap.String("call_id", req.CallID), zap.String("agent", p.Name), zap.String("run", cl.Run), zap.Bool("no_report", cl.NoReport))
+		a.logClaim(req.CallID, p, cl)
 	}
 	writeJSON(w, http.StatusAccepted, view)
 }
@@ -358,8 +358,12 @@ func (a *api) claim(w http.ResponseWriter, r *http.Request, p Principal) {
 		writeError(w, a.ownCallError(r.Context(), p, callID, err))
 		return
 	}
-	a.logger.Info("Agent claimed an approval", zap.String("call_id", callID), zap.String("agent", p.Name), zap.String("run", cl.Run), zap.Bool("no_report", cl.NoReport))
+	a.logClaim(callID, p, cl)
 	w.WriteHeader(http.StatusNoContent)
+}
+
+func (a *api) logClaim(callID string, p Principal, cl tgclient.Claim) {
+	a.logger.Info("Agent claimed an approval", zap.String("call_id", callID), zap.String("agent", p.Name), zap.String("run", cl.Run), zap.Bool("no_report", cl.NoReport))
 }
 
 // ownCallError is the answer to a refused claim or report. An agent that
