@@ -41,9 +41,20 @@ type Config struct {
 	// Audience is the audience an API access token must carry. Default
 	// ClientID.
 	Audience string
-	// NameClaim names the person in decisions. Default "email" (a
-	// verified one), falling back to preferred_username, then sub.
-	NameClaim string
+	// NameClaims name the person in decisions: the first of them the
+	// token carries does, else the subject (sub). An "email" counts only
+	// when the provider says it verified it (email_verified). Default
+	// ["email"]. preferred_username is not in the default: providers let
+	// it be changed or chosen (OpenID Connect Core 5.7 says not to rely
+	// on it), and Keycloak with "email as username" makes it the
+	// unverified address.
+	NameClaims []string
+	// TrustUnverifiedEmail takes an "email" whose token carries no
+	// email_verified claim as verified. Dangerous: Microsoft Entra ID
+	// sends none, and its email claim is one a user or administrator may
+	// set to anyone's address (the "nOAuth" account takeover). An
+	// email_verified of false never counts. Default false.
+	TrustUnverifiedEmail bool
 	// GroupsClaim holds the person's groups. Default "groups".
 	GroupsClaim string
 	// Scopes asked for at sign-in. Default openid, email, profile and
@@ -89,8 +100,8 @@ func New(ctx context.Context, cfg Config) (*Provider, error) {
 	if cfg.Audience == "" {
 		cfg.Audience = cfg.ClientID
 	}
-	if cfg.NameClaim == "" {
-		cfg.NameClaim = "email"
+	if len(cfg.NameClaims) == 0 {
+		cfg.NameClaims = []string{"email"}
 	}
 	if cfg.GroupsClaim == "" {
 		cfg.GroupsClaim = "groups"
@@ -332,19 +343,18 @@ func (p *Provider) person(t *oidc.IDToken) (Person, error) {
 	return Person{Name: name, Identity: policy.Identity{Issuer: t.Issuer, Subject: t.Subject}, Groups: groups}, nil
 }
 
-// name is the person's name: NameClaim, else preferred_username, else
-// the subject. An email counts only when the provider says it verified
-// it: an address a person may type in themselves names nobody.
+// name is the person's name: the first of NameClaims the token carries,
+// else the subject. An email counts only when the provider says it
+// verified it: an address a person may type in themselves names nobody,
+// so the next claim, or the subject, names them instead.
 func (p *Provider) name(claims map[string]any, subject string) (string, error) {
-	for _, claim := range []string{p.cfg.NameClaim, "preferred_username"} {
+	for _, claim := range p.cfg.NameClaims {
 		v, ok := claims[claim].(string)
 		if !ok || v == "" {
 			continue
 		}
-		if claim == "email" {
-			if verified, said := claims["email_verified"].(bool); said && !verified {
-				return "", &Error{Reason: fmt.Sprintf("the identity provider has not verified the email %s; toolgate records people by verified addresses only", v)}
-			}
+		if claim == "email" && !emailVerified(claims, p.cfg.TrustUnverifiedEmail) {
+			continue
 		}
 		if err := tgclient.ValidateID(claim, v); err != nil {
 			return "", &Error{Reason: fmt.Sprintf("the token's %s %q cannot name a person in toolgate: %v (choose another claim with --oidc-name-claim)", claim, v, err)}
@@ -352,9 +362,26 @@ func (p *Provider) name(claims map[string]any, subject string) (string, error) {
 		return v, nil
 	}
 	if err := tgclient.ValidateID("sub", subject); err != nil {
-		return "", &Error{Reason: fmt.Sprintf("the token names nobody: no %s or preferred_username claim, and its subject cannot name a person (%v)", p.cfg.NameClaim, err)}
+		return "", &Error{Reason: fmt.Sprintf("the token names nobody: no %s claim (an email only when verified), and its subject cannot name a person (%v); choose a claim with --oidc-name-claim",
+			strings.Join(p.cfg.NameClaims, " or "), err)}
 	}
 	return subject, nil
+}
+
+// emailVerified reads the email_verified claim: true, or the string
+// "true" some providers send (Amazon Cognito). A token without the claim
+// counts as unverified unless trustMissing; anything else (false,
+// "false", a number) is unverified.
+func emailVerified(claims map[string]any, trustMissing bool) bool {
+	switch v := claims["email_verified"].(type) {
+	case nil:
+		return trustMissing
+	case bool:
+		return v
+	case string:
+		return strings.EqualFold(v, "true")
+	}
+	return false
 }
 
 // stringList reads a groups claim: a list of strings, or one string.

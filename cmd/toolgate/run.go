@@ -260,6 +260,9 @@ func (a *app) runProcesses(ctx context.Context, p processes) error {
 		if signIn, err = p.signIn.build(ctx, devHTTP); err != nil {
 			return err
 		}
+		if signIn != nil && p.signIn.trustUnverifiedEmail {
+			a.logger.Warn("Sign-in takes an email without email_verified as verified (--oidc-trust-unverified-email): anyone who can set their email at the provider may sign in under another's address")
+		}
 	}
 	notifications, err := notify.FromEnv(os.Getenv, p.dataDir)
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"time"
 
@@ -18,10 +19,10 @@ import (
 // dev and serve.
 type signInFlags struct {
 	issuer, clientID, clientSecret, clientSecretFile, publicURL string
-	audience, nameClaim, groupsClaim, adminGroup, auditorGroup  string
-	requiredGroups, scopes                                      []string
+	audience, groupsClaim, adminGroup, auditorGroup             string
+	nameClaims, requiredGroups, scopes                          []string
 	sessionMax, refreshEvery                                    time.Duration
-	tokenSignIn                                                 bool
+	tokenSignIn, trustUnverifiedEmail                           bool
 }
 
 func (f *signInFlags) add(cmd *cobra.Command) {
@@ -32,7 +33,9 @@ func (f *signInFlags) add(cmd *cobra.Command) {
 	fl.StringVar(&f.clientSecretFile, "oidc-client-secret-file", "", "file holding the client's secret")
 	fl.StringVar(&f.publicURL, "public-url", os.Getenv("TOOLGATE_PUBLIC_URL"), "where browsers reach toolgate; the provider's redirect URI is <public-url>/auth/callback (env TOOLGATE_PUBLIC_URL; dev: http://<--http>)")
 	fl.StringVar(&f.audience, "oidc-audience", "", "audience an API access token must carry (default the client ID)")
-	fl.StringVar(&f.nameClaim, "oidc-name-claim", "email", "claim that names the person in decisions; falls back to preferred_username, then sub")
+	fl.StringSliceVar(&f.nameClaims, "oidc-name-claim", []string{"email"}, "claim that names the person in decisions; repeatable, the first the token carries names them, else sub. An email counts only when email_verified is true (e.g. email,preferred_username; see docs/sign-in.md)")
+	trust, _ := strconv.ParseBool(os.Getenv("TOOLGATE_OIDC_TRUST_UNVERIFIED_EMAIL"))
+	fl.BoolVar(&f.trustUnverifiedEmail, "oidc-trust-unverified-email", trust, "DANGEROUS: take an email whose token has no email_verified claim as verified. Microsoft Entra ID sends none and lets its email claim be set to anyone's address (the nOAuth account takeover); email_verified false still never counts (env TOOLGATE_OIDC_TRUST_UNVERIFIED_EMAIL=1)")
 	fl.StringVar(&f.groupsClaim, "oidc-groups-claim", "groups", "claim holding the person's approver groups")
 	fl.StringVar(&f.adminGroup, "oidc-admin-group", "", "provider group whose members are admins (act for every group)")
 	fl.StringVar(&f.auditorGroup, "oidc-auditor-group", "", "provider group whose members are auditors (read only)")
@@ -79,7 +82,8 @@ func (f *signInFlags) build(ctx context.Context, devHTTP string) (*server.SignIn
 	}
 	p, err := signin.New(ctx, signin.Config{
 		Issuer: f.issuer, ClientID: f.clientID, ClientSecret: secret, PublicURL: public,
-		Audience: f.audience, NameClaim: f.nameClaim, GroupsClaim: f.groupsClaim, Scopes: f.scopes,
+		Audience: f.audience, NameClaims: f.nameClaims, TrustUnverifiedEmail: f.trustUnverifiedEmail,
+		GroupsClaim: f.groupsClaim, Scopes: f.scopes,
 	})
 	if err != nil {
 		return nil, err
