@@ -155,9 +155,9 @@ func TestCLIVerbs(t *testing.T) {
 		assert.Equal(t, "shell", view.Sticky[0].Key)
 		assert.Equal(t, "st1", view.Sticky[0].FromCall)
 
-		r = d.cli("session", "revoke", "s-sticky", "shell")
+		r = d.cli("session", "revoke", "s-sticky", "shell", "--by", "alice")
 		require.Equal(t, 0, r.code, r.stderr)
-		r = d.cli("session", "revoke", "s-sticky", "shell")
+		r = d.cli("session", "revoke", "s-sticky", "shell", "--by", "alice")
 		assert.Equal(t, 1, r.code)
 		assert.Contains(t, r.stderr, `no sticky decision for "shell"`)
 		out = d.callJSON(5, "--session", "s-sticky", "--wait", "500ms", "shell", `{"command":"echo run >> sticky-runs.txt"}`)

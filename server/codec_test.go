@@ -184,3 +184,19 @@ func TestWithoutKeysThereIsNoCodec(t *testing.T) {
 	rec := apiCall(h, "admin-token", "POST", "/codec/default/decode", `{"payloads": []}`)
 	assert.Equal(t, http.StatusNotFound, rec.Code)
 }
+
+// TestTheCodecTokenCheckOfTheDocsAnswers: docs/production.md has people
+// check a token with an empty encode request before they hand it to the
+// temporal CLI, which shows a refused token only as a timeout.
+func TestTheCodecTokenCheckOfTheDocsAnswers(t *testing.T) {
+	h, _, l, _ := codecServer(t)
+	rec := apiCall(h, "auditor-token", "POST", "/codec/prod/encode", `{"payloads":[]}`)
+	assert.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+	rec = apiCall(h, "not-a-token", "POST", "/codec/prod/encode", `{"payloads":[]}`)
+	assert.Equal(t, http.StatusUnauthorized, rec.Code, rec.Body.String())
+	rec = apiCall(h, "agent-1-token", "POST", "/codec/prod/encode", `{"payloads":[]}`)
+	assert.Equal(t, http.StatusForbidden, rec.Code, rec.Body.String())
+	entries, err := l.Entries(context.Background(), 0, 10)
+	require.NoError(t, err)
+	assert.Empty(t, entries, "the check decodes nothing, so the ledger records nothing")
+}

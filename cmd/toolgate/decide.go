@@ -99,11 +99,9 @@ cover it may cancel it, or an admin. A name alone cancels nothing: an approver
 named like the agent still needs the call's groups. Exit status 0 when it was
 cancelled; 1 with the reason when it was refused (unknown call, already
 decided, not waiting, not allowed).`,
-		Args: exactArgs("CALL_ID"),
+		Args:    exactArgs("CALL_ID"),
+		PreRunE: canceller.need(a, "cancels"),
 		RunE: a.withApprover(func(cmd *cobra.Command, c approverAPI, args []string) error {
-			if canceller.by == "" && a.api.url == "" {
-				return usageError("--by must name who cancels (with --api the token names you)")
-			}
 			cancel := c.Cancel
 			if own {
 				cancel = func(ctx context.Context, callID string, by policy.Approver) (policy.Decision, error) {
@@ -135,6 +133,18 @@ func refusedDecision(err error) error {
 		return &exitError{code: exitFailure, err: fmt.Errorf("refused: %w", err)}
 	}
 	return err
+}
+
+// need refuses, before anything is dialled, a verb without --by over
+// Temporal, where nothing else names who acts (over --api the token
+// does): a decision never records a name the person did not give.
+func (f *deciderFlags) need(a *app, verb string) func(*cobra.Command, []string) error {
+	return func(*cobra.Command, []string) error {
+		if f.by == "" && a.api.url == "" {
+			return usageError("--by must name who %s (with --api the token names you)", verb)
+		}
+		return nil
+	}
 }
 
 func (a *app) decide(cmd *cobra.Command, callID string, d policy.Decision) error {

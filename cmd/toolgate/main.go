@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 
@@ -163,8 +164,34 @@ func exactArgs(names ...string) cobra.PositionalArgs {
 func rangeArgs(min int, names ...string) cobra.PositionalArgs {
 	return func(cmd *cobra.Command, args []string) error {
 		if len(args) < min || len(args) > len(names) {
-			return usageError("%s takes %s (got %d arguments); see '%s --help'", cmd.Name(), strings.Join(names, " "), len(args), cmd.CommandPath())
+			return usageError("%s takes %s (got %s); see '%s --help'", cmd.Name(), argNames(names), gotArgs(args), cmd.CommandPath())
 		}
 		return nil
 	}
+}
+
+// argNames says what a verb takes: "no arguments", or the names.
+func argNames(names []string) string {
+	if len(names) == 0 {
+		return "no arguments"
+	}
+	return strings.Join(names, " ")
+}
+
+// gotArgs says what a verb was given: "none", or how many and the first
+// few, quoted, so an argument the shell split or a stray word shows.
+func gotArgs(args []string) string {
+	const shown = 3
+	if len(args) == 0 {
+		return "none"
+	}
+	quoted := make([]string, 0, shown+1)
+	for i, arg := range args {
+		if i == shown {
+			quoted = append(quoted, "…")
+			break
+		}
+		quoted = append(quoted, strconv.Quote(arg))
+	}
+	return fmt.Sprintf("%d: %s", len(args), strings.Join(quoted, " "))
 }

@@ -51,12 +51,13 @@ func (a *app) sessionCommand() *cobra.Command {
 	show.Flags().BoolVar(&asJSON, "json", false, "print as JSON")
 	var revoker, ender deciderFlags
 	revoke := &cobra.Command{
-		Use:   "revoke SESSION TOOL",
+		Use:   "revoke SESSION TOOL --by NAME",
 		Short: "Forget a sticky decision: the tool asks again",
 		Long: `Forget a sticky decision: the next call of the tool asks again. Over
 Temporal, --groups must cover the groups of the call the decision was taken
 on ("*" for an admin); over --api the token's groups count.`,
-		Args: exactArgs("SESSION", "TOOL"),
+		Args:    exactArgs("SESSION", "TOOL"),
+		PreRunE: revoker.need(a, "revokes"),
 		RunE: a.withApprover(func(cmd *cobra.Command, c approverAPI, args []string) error {
 			if err := c.Revoke(cmd.Context(), args[0], args[1], revoker.approver()); err != nil {
 				return sessionError(err)
@@ -65,14 +66,15 @@ on ("*" for an admin); over --api the token's groups count.`,
 			return nil
 		}),
 	}
-	revoker.add(revoke, "revokes", "cli")
+	revoker.add(revoke, "revokes (required unless --api)", "")
 	end := &cobra.Command{
-		Use:   "end SESSION",
+		Use:   "end SESSION --by NAME",
 		Short: "End a session: deny its waiting calls and forget its sticky decisions",
 		Long: `End a session: deny its waiting calls and forget its sticky decisions. It
 needs groups that cover every waiting call and every sticky decision of
 the session ("*", or an admin token over --api).`,
-		Args: exactArgs("SESSION"),
+		Args:    exactArgs("SESSION"),
+		PreRunE: ender.need(a, "ends the session"),
 		RunE: a.withApprover(func(cmd *cobra.Command, c approverAPI, args []string) error {
 			denied, err := c.EndSession(cmd.Context(), args[0], ender.approver())
 			if err != nil {
@@ -82,7 +84,7 @@ the session ("*", or an admin token over --api).`,
 			return nil
 		}),
 	}
-	ender.add(end, "ends the session", "cli")
+	ender.add(end, "ends the session (required unless --api)", "")
 	for _, sub := range []*cobra.Command{show, revoke, end} {
 		a.conn.addFlags(sub)
 		a.api.add(sub)
