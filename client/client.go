@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"reflect"
 	"regexp"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -24,6 +25,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/toolgate/toolgate/activities"
+	"github.com/toolgate/toolgate/keyring"
 	"github.com/toolgate/toolgate/policy"
 	"github.com/toolgate/toolgate/tool"
 	"github.com/toolgate/toolgate/workflows"
@@ -410,6 +412,34 @@ type Status struct {
 	// Progress is the running tool's latest progress, when it reports
 	// any (an upstream MCP server's progress notifications, say).
 	Progress *tool.Progress
+	// KeysWait says why a call has not begun: its payloads are encrypted
+	// with a key its workers lack (keyring.WaitingForKeys). State then
+	// holds only the call's ID.
+	KeysWait string
+}
+
+// keysWait returns the reason a call's workflow task keeps failing when it
+// is waiting for keys, else "". The worker writes that failure unencrypted
+// (keyring.FailureConverter), so a client holding only the new key reads it.
+func (c *Client) keysWait(ctx context.Context, wid string, desc *workflowservice.DescribeWorkflowExecutionResponse) string {
+	if desc.GetPendingWorkflowTask().GetAttempt() < 2 {
+		return ""
+	}
+	last := ""
+	events := c.tc.GetWorkflowHistory(ctx, wid, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	for events.HasNext() {
+		ev, err := events.Next()
+		if err != nil {
+			return ""
+		}
+		if f := ev.GetWorkflowTaskFailedEventAttributes(); f != nil {
+			last = f.GetFailure().GetMessage()
+		}
+	}
+	if msg, ok := strings.CutPrefix(last, keyring.WaitingForKeys); ok {
+		return msg
+	}
+	return ""
 }
 
 // Status returns where the call stands now, without waiting. A call that
@@ -433,6 +463,9 @@ func (c *Client) Status(ctx context.Context, callID string) (Status, error) {
 			return Status{}, err
 		}
 		return Status{Result: &r}, nil
+	}
+	if wait := c.keysWait(ctx, wid, desc); wait != "" {
+		return Status{State: &workflows.CallState{Call: policy.Call{ID: callID}, Status: workflows.StatusEvaluating}, KeysWait: wait}, nil
 	}
 	v, err := c.tc.QueryWorkflow(ctx, wid, "", workflows.QueryCall)
 	if err != nil {
@@ -508,6 +541,9 @@ type Waiting struct {
 	// User names the person running the agent when the call's rule lets
 	// them decide it in the agent's own client (channel "client").
 	User string `json:"user,omitempty"`
+	// KeysWait says why the call has not begun: its workers lack the key
+	// its payloads are encrypted with. It begins once they have it.
+	KeysWait string `json:"keys_wait,omitempty"`
 	// Claimed answers a submission with a claim: the approval was taken
 	// for the claim's run. ClaimRefused says why it could not be.
 	Claimed      bool          `json:"claimed,omitempty"`
@@ -528,7 +564,7 @@ func WaitingView(s Status) Waiting {
 	w := Waiting{
 		CallID: st.Call.ID, Session: st.Call.Session, Tool: st.Call.Tool, Requester: st.Call.Requester,
 		Status: st.Status, Execution: st.Call.Execution, Args: st.Call.Args, WaitingSince: st.WaitingSince, Deadline: st.Deadline, Notices: st.Notices,
-		Progress: s.Progress, Approvals: st.Approvals, LedgerWait: st.LedgerWait,
+		Progress: s.Progress, Approvals: st.Approvals, LedgerWait: st.LedgerWait, KeysWait: s.KeysWait,
 	}
 	if d := st.Decision; d != nil {
 		w.Decision, w.DecidedBy, w.Comment = d.Kind.String(), d.DecidedBy, d.Comment

@@ -292,14 +292,23 @@ rules:
     tool: Bash
     when: args.command.startsWith('touch %s/ran-allowed-')
     action: allow
-`, marks))
+  - name: asked-touch
+    tool: Bash
+    when: args.command.startsWith('touch %s/ran-asked-')
+    action: ask
+`, marks, marks))
 	c := d.client()
 	withToolgate := "PATH=" + filepath.Dir(binary) + ":/usr/local/bin:/usr/bin:/bin"
 	withoutToolgate := "PATH=/usr/local/bin:/usr/bin:/bin"
-	down := fmt.Sprintf("TEMPORAL_ADDRESS=127.0.0.1:%d", freePort(t))
+	// The agent's machine holds only the agent token: the printed settings
+	// reach toolgate over its HTTP API, from a project directory that is
+	// not toolgate's, with no keyring and no Temporal address.
+	token := "TOOLGATE_TOKEN=token-agent-1"
+	const requester = "agent-1" // the token's name
 
 	for _, agent := range []realAgent{cc, cx} {
-		printed := printedSettings(t, agent.name)
+		printed := printedSettings(t, agent.name, "--api", "http://"+d.httpAddr)
+		require.Contains(t, printed, "toolgate hook "+agent.name+" --api http://"+d.httpAddr)
 		var unprotected string
 		if agent.name == "codex" {
 			unprotected = strings.Replace(printed, hookFallback(printed), "", 1)
@@ -307,43 +316,82 @@ rules:
 			unprotected = withoutOnFailure(t, printed)
 		}
 		typo := strings.ReplaceAll(printed, "toolgate hook "+agent.name, "toolgate hook claude")
+		down := printedSettings(t, agent.name, "--api", fmt.Sprintf("http://127.0.0.1:%d", freePort(t)))
 		for _, tc := range []struct {
-			name, settings, path, temporal string
-			runs                           bool
+			name, settings, path string
+			runs, approve        bool
 		}{
-			{"allowed", printed, withToolgate, "TEMPORAL_ADDRESS=" + d.address(), true},
-			{"denied by the policy", printed, withToolgate, "TEMPORAL_ADDRESS=" + d.address(), false},
-			{"toolgate not on the hook's PATH", printed, withoutToolgate, "TEMPORAL_ADDRESS=" + d.address(), false},
-			{"toolgate not on PATH, without the settings' protection", unprotected, withoutToolgate, "TEMPORAL_ADDRESS=" + d.address(), true},
-			{"toolgate down", printed, withToolgate, down, false},
-			{"a typo in the hook line", typo, withToolgate, "TEMPORAL_ADDRESS=" + d.address(), false},
+			{name: "allowed", settings: printed, path: withToolgate, runs: true},
+			{name: "asked, then approved", settings: printed, path: withToolgate, runs: true, approve: true},
+			{name: "denied by the policy", settings: printed, path: withToolgate},
+			{name: "toolgate not on the hook's PATH", settings: printed, path: withoutToolgate},
+			{name: "toolgate not on PATH, without the settings' protection", settings: unprotected, path: withoutToolgate, runs: true},
+			{name: "toolgate down", settings: down, path: withToolgate},
+			{name: "a typo in the hook line", settings: typo, path: withToolgate},
 		} {
 			t.Run(agent.name+"/"+tc.name, func(t *testing.T) {
 				slug := strings.NewReplacer(" ", "-", "'", "", ",", "").Replace(tc.name)
 				mark := filepath.Join(marks, "ran-denied-"+agent.name+"-"+slug)
-				if tc.name == "allowed" {
+				switch tc.name {
+				case "allowed":
 					mark = filepath.Join(marks, "ran-allowed-"+agent.name)
+				case "asked, then approved":
+					mark = filepath.Join(marks, "ran-asked-"+agent.name)
 				}
 				model := &modelStandIn{command: "touch " + mark, callID: "call_" + agent.name + "_" + slug}
 				home, project := t.TempDir(), t.TempDir()
-				before := callsOf(t, c, agent.requester)
-				out := agent.run(t, home, project, tc.settings, []string{tc.path, tc.temporal, "TOOLGATE_KEYS=" + d.keysFile(), "XDG_STATE_HOME=" + filepath.Join(home, "state")}, model)
+				before := callsOf(t, c, requester)
+				approved := make(chan string, 1)
+				if tc.approve {
+					go func() { approved <- approveWhenAsked(c, requester, before) }()
+				}
+				out := agent.run(t, home, project, tc.settings, []string{tc.path, token, "XDG_STATE_HOME=" + filepath.Join(home, "state")}, model)
+				if tc.approve {
+					require.Empty(t, <-approved, "a person approves the asked call while the agent waits")
+				}
 				_, err := os.Stat(mark)
 				ran := err == nil
 				assert.Equal(t, tc.runs, ran, "the tool ran: %v; the model was told %q; the agent printed:\n%s", ran, model.toldModel(), tail(out, 4000))
 				if !tc.runs {
 					assert.NotEmpty(t, model.toldModel(), "the model hears why the tool did not run")
 				}
-				if tc.name == "allowed" || tc.name == "denied by the policy" {
+				if tc.name == "allowed" || tc.name == "denied by the policy" || tc.approve {
 					want := map[bool]workflows.Status{true: workflows.StatusOK, false: workflows.StatusDenied}[tc.runs]
 					if agent.name == "codex" && tc.runs {
 						want = workflows.StatusUnknown // Codex reports no exit status
 					}
-					assert.Equal(t, want, finalOf(t, c, agent.requester, before).Status)
+					r := finalOf(t, c, requester, before)
+					assert.Equal(t, want, r.Status)
+					if tc.approve {
+						assert.Equal(t, "bob", r.DecidedBy)
+					}
 				}
 			})
 		}
 	}
+}
+
+// approveWhenAsked approves, as bob, the first call of requester not in
+// before that waits for a person; it returns what went wrong, or "".
+func approveWhenAsked(c *tgclient.Client, requester string, before map[string]bool) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	for ctx.Err() == nil {
+		calls, err := c.List(ctx, tgclient.ListFilter{Requester: requester, Status: string(workflows.StatusPending)})
+		if err == nil {
+			for _, s := range calls {
+				if before[s.CallID] {
+					continue
+				}
+				if _, err := c.Decide(ctx, s.CallID, policy.Decision{Kind: policy.Approved, DecidedBy: "bob", Channel: "cli"}); err != nil {
+					return "approve " + s.CallID + ": " + err.Error()
+				}
+				return ""
+			}
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	return "no call of " + requester + " waited for a person"
 }
 
 // callsOf lists the calls of requester (a listing: eventually consistent,
@@ -426,13 +474,17 @@ rules:
   - {name: at-the-prompt, tool: Bash, when: "args.command.startsWith('touch %s/')", action: ask, groups: [ops], user: true}
 `, marks))
 	c := d.client()
-	settings := strings.ReplaceAll(printedSettings(t, cc.name), "toolgate hook claude-code", "toolgate hook claude-code --user dana")
+	// The operators' Temporal path: the printed line names the keyring by
+	// absolute path, so it works from the project directory.
+	settings := strings.ReplaceAll(printedSettings(t, cc.name, "--temporal", "--keys", d.keysFile(), "--temporal-address", d.address()),
+		"toolgate hook claude-code", "toolgate hook claude-code --user dana")
+	require.Contains(t, settings, "--keys "+d.keysFile())
 	mark := filepath.Join(marks, "asked")
 	model := &modelStandIn{command: "touch " + mark, callID: "call_cc_user"}
 	home, project := t.TempDir(), t.TempDir()
 	before := callsOf(t, c, cc.requester)
 	out := cc.run(t, home, project, settings, []string{"PATH=" + filepath.Dir(binary) + ":/usr/local/bin:/usr/bin:/bin",
-		"TEMPORAL_ADDRESS=" + d.address(), "TOOLGATE_KEYS=" + d.keysFile(), "XDG_STATE_HOME=" + filepath.Join(home, "state")}, model)
+		"XDG_STATE_HOME=" + filepath.Join(home, "state")}, model)
 
 	_, err := os.Stat(mark)
 	assert.True(t, os.IsNotExist(err), "nobody approved at the prompt: the tool did not run; the agent printed:\n%s", tail(out, 4000))

@@ -166,10 +166,14 @@ func blackhole(t *testing.T) string {
 	return ln.Addr().String()
 }
 
-// printedSettings runs `toolgate hook AGENT --print-settings`.
-func printedSettings(t *testing.T, agent string) string {
+// printedSettings runs `toolgate hook AGENT --print-settings [flags]`
+// in a directory that is not toolgate's, with none of its variables set.
+func printedSettings(t *testing.T, agent string, flags ...string) string {
 	t.Helper()
-	out, err := exec.Command(binary, "hook", agent, "--print-settings").Output()
+	cmd := exec.Command(binary, append([]string{"hook", agent, "--print-settings"}, flags...)...)
+	cmd.Dir = t.TempDir()
+	cmd.Env = append(os.Environ(), "TOOLGATE_API=", "TOOLGATE_TOKEN=", "TOOLGATE_KEYS=", "TEMPORAL_ADDRESS=")
+	out, err := cmd.Output()
 	require.NoError(t, err)
 	return string(out)
 }
@@ -212,24 +216,42 @@ type failClosedCase struct {
 	// outsideToolgate: toolgate cannot answer at all (not found, killed,
 	// killed at the agent's timeout); the agent's setting must block.
 	outsideToolgate bool
+	// reason, when set, is what the block must say (what is missing, not
+	// that toolgate is unreachable).
+	reason string
 }
 
-func failClosedCases(t *testing.T, agent, toolgateUp, event string) []failClosedCase {
-	pathWithToolgate := "PATH=" + filepath.Dir(binary) + ":" + os.Getenv("PATH")
+// failClosedCases are the printed hook line's failures, over the HTTP API
+// as the printed settings connect: toolgateUp are the flags that reach d
+// (a later --api overrides the printed one), the agent token is in the
+// hook's environment.
+func failClosedCases(t *testing.T, agent string, d *devEnv, event string) []failClosedCase {
+	env := []string{"PATH=" + filepath.Dir(binary) + ":" + os.Getenv("PATH"), "TOOLGATE_TOKEN=token-agent-1"}
+	toolgateUp := "--api http://" + d.httpAddr + " --state-dir " + t.TempDir()
 	same := func(cmd string) string { return cmd }
 	hang := blackhole(t)
-	return []failClosedCase{
+	cases := []failClosedCase{
 		{name: "binary not on PATH", command: same, env: []string{"PATH=/usr/bin:/bin"}, event: event, outsideToolgate: true},
-		{name: "hook killed", command: func(cmd string) string { return cmd + " --wait 60s " + toolgateUp }, env: []string{pathWithToolgate}, event: event, kill: true, outsideToolgate: true},
-		{name: "toolgate hangs past the agent's timeout", command: func(cmd string) string { return cmd + " --wait 60s --temporal-address " + hang }, env: []string{pathWithToolgate}, event: event, timeout: 5 * time.Second, outsideToolgate: true},
-		{name: "toolgate hangs", command: func(cmd string) string { return cmd + " --wait 2s --temporal-address " + hang }, env: []string{pathWithToolgate}, event: event},
-		{name: "garbage on stdin", command: same, env: []string{pathWithToolgate}, event: "\x00\x01 not an event"},
-		{name: "no agent name", command: func(string) string { return "toolgate hook" }, env: []string{pathWithToolgate}, event: event},
-		{name: "unknown agent name", command: func(cmd string) string { return strings.Replace(cmd, "hook "+agent, "hook claude", 1) }, env: []string{pathWithToolgate}, event: event},
+		{name: "hook killed", command: func(cmd string) string { return cmd + " --wait 60s " + toolgateUp }, env: env, event: event, kill: true, outsideToolgate: true},
+		{name: "toolgate hangs past the agent's timeout", command: func(cmd string) string { return cmd + " --wait 60s --api http://" + hang }, env: env, event: event, timeout: 5 * time.Second, outsideToolgate: true},
+		{name: "toolgate hangs", command: func(cmd string) string { return cmd + " --wait 2s --api http://" + hang }, env: env, event: event},
+		{name: "garbage on stdin", command: same, env: env, event: "\x00\x01 not an event"},
+		{name: "no agent name", command: func(string) string { return "toolgate hook" }, env: env, event: event},
+		{name: "unknown agent name", command: func(cmd string) string { return strings.Replace(cmd, "hook "+agent, "hook claude", 1) }, env: env, event: event},
 		{name: "toolgate down", command: func(cmd string) string {
-			return cmd + fmt.Sprintf(" --wait 5s --temporal-address 127.0.0.1:%d", freePort(t))
-		}, env: []string{pathWithToolgate}, event: event},
+			return cmd + fmt.Sprintf(" --wait 5s --api http://127.0.0.1:%d", freePort(t))
+		}, env: env, event: event},
+		{name: "no agent token", command: func(cmd string) string { return cmd + " --wait 5s " + toolgateUp }, env: []string{env[0]}, event: event, reason: "the agent token is missing"},
+		// The Temporal path, which operators print with --temporal, fails
+		// closed the same way.
+		{name: "over Temporal, no keyring", command: func(cmd string) string {
+			return "cd " + t.TempDir() + " && toolgate hook " + agent + " --wait 5s --temporal-address " + d.address()
+		}, env: append(env, "TOOLGATE_KEYS="), event: event, reason: "no payload keys"},
+		{name: "over Temporal, toolgate down", command: func(cmd string) string {
+			return "toolgate hook " + agent + fmt.Sprintf(" --wait 5s --keys %s --temporal-address 127.0.0.1:%d", d.keysFile(), freePort(t))
+		}, env: env, event: event},
 	}
+	return cases
 }
 
 // TestClaudeCodeHookFailsClosed runs the PreToolUse hook line of
@@ -238,13 +260,12 @@ func failClosedCases(t *testing.T, agent, toolgateUp, event string) []failClosed
 func TestClaudeCodeHookFailsClosed(t *testing.T) {
 	handler := claudeCodePreToolUse(t)
 	assert.Equal(t, "block", handler.OnFailure, "a hook that cannot run blocks")
-	assert.Equal(t, "toolgate hook claude-code", handler.Command)
+	assert.Equal(t, "toolgate hook claude-code --api http://127.0.0.1:7700", handler.Command, "over the HTTP API: no keyring on the agent's machine")
 	assert.Greater(t, time.Duration(handler.Timeout)*time.Second, 560*time.Second, "above --wait's default (540s) and the hook's own slack")
 
 	d := startDevForHooks(t)
-	toolgateUp := "--temporal-address " + d.address() + " --keys " + d.keysFile() + " --state-dir " + t.TempDir()
 	event := hookEvent(t, "pre-edit.json", "cc-fail-closed")
-	for _, c := range failClosedCases(t, "claude-code", toolgateUp, event) {
+	for _, c := range failClosedCases(t, "claude-code", d, event) {
 		t.Run(c.name, func(t *testing.T) {
 			timeout := c.timeout
 			if timeout == 0 {
@@ -257,6 +278,10 @@ func TestClaudeCodeHookFailsClosed(t *testing.T) {
 			}
 			e := h.run(t, c.event, kill)
 			assert.Equal(t, verdictBlock, claudeCodeVerdict(handler.OnFailure, e), "exit %d, stdout %q, stderr %q", e.code, e.stdout, e.stderr)
+			if c.reason != "" {
+				assert.Contains(t, e.stdout, c.reason)
+				assert.NotContains(t, e.stdout, "unreachable", "toolgate was up; something was missing")
+			}
 			if c.outsideToolgate {
 				assert.Equal(t, verdictNoDecision, claudeCodeVerdict("", e), "toolgate never answered: only onFailure blocks this one")
 			} else {
@@ -331,19 +356,16 @@ func codexPreToolUseCommand(t *testing.T) (string, time.Duration) {
 // deadline stays below.
 func TestCodexHookFailsClosed(t *testing.T) {
 	command, timeout := codexPreToolUseCommand(t)
-	assert.True(t, strings.HasPrefix(command, "toolgate hook codex || "), command)
+	assert.True(t, strings.HasPrefix(command, "toolgate hook codex --api http://127.0.0.1:7700 || "), command)
 	assert.Greater(t, timeout, 560*time.Second, "above --wait's default (540s) and the hook's own slack")
 
 	d := startDevForHooks(t)
-	toolgateUp := "--temporal-address " + d.address() + " --keys " + d.keysFile() + " --state-dir " + t.TempDir()
 	event := `{"session_id":"019ad3c2-5b7e-7c10-9e4f-2a6b8c0d1e3f","turn_id":"1","transcript_path":null,"cwd":"/home/dev/shop","hook_event_name":"PreToolUse","model":"gpt-5.5","permission_mode":"default","tool_name":"apply_patch","tool_input":{"command":"*** Begin Patch\n*** Add File: b.txt\n+hi\n*** End Patch\n"},"tool_use_id":"call_patch"}`
-	for _, c := range failClosedCases(t, "codex", toolgateUp, event) {
+	printed, _, _ := strings.Cut(command, " || ")
+	for _, c := range failClosedCases(t, "codex", d, event) {
 		t.Run(c.name, func(t *testing.T) {
-			withFlags := c.command("toolgate hook codex")
-			line := strings.Replace(command, "toolgate hook codex", withFlags, 1)
-			if c.name == "no agent name" {
-				line = strings.Replace(command, "toolgate hook codex", "toolgate hook", 1)
-			}
+			withFlags := c.command(printed)
+			line := strings.Replace(command, printed, withFlags, 1)
 			h := agentHook{shell: "bash", command: line, timeout: timeout, env: c.env}
 			if c.timeout != 0 {
 				h.timeout = c.timeout
@@ -358,6 +380,10 @@ func TestCodexHookFailsClosed(t *testing.T) {
 				want = verdictNoDecision // Codex's own timeout: no hook line can block then
 			}
 			assert.Equal(t, want, codexVerdict(e), "exit %d, stdout %q, stderr %q", e.code, e.stdout, e.stderr)
+			if c.reason != "" {
+				assert.Contains(t, e.stdout, c.reason)
+				assert.NotContains(t, e.stdout, "unreachable", "toolgate was up; something was missing")
+			}
 			if c.outsideToolgate && !e.timedOut {
 				bare := h
 				bare.command = withFlags

@@ -1,9 +1,13 @@
 package keyring
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"strings"
 
 	commonpb "go.temporal.io/api/common/v1"
+	failurepb "go.temporal.io/api/failure/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
@@ -86,12 +90,60 @@ func Encrypted(p *commonpb.Payload) bool {
 
 // DataConverter is what every Temporal client and worker of toolgate
 // encodes with: the SDK's default converter, its payloads encrypted with
-// k. A nil k is the default alone (plaintext).
+// k. A nil k is the default alone (plaintext). In workflow code it waits
+// for keys (see WaitingForKeys).
 func DataConverter(k *Keyring) converter.DataConverter {
 	if k == nil {
 		return converter.GetDefaultDataConverter()
 	}
-	return converter.NewCodecDataConverter(converter.GetDefaultDataConverter(), k.Codec())
+	return dataConverter{converter.NewCodecDataConverter(converter.GetDefaultDataConverter(), k.Codec())}
+}
+
+// WaitingForKeys begins the message of a workflow task that could not
+// decrypt a payload: its key is in no keyring this worker holds (a client
+// made a new keyring, or got a rotated one before the workers did). Such
+// a task fails and Temporal retries it, with a growing pause, until the
+// workers hold the key (their keyring file is read again when they meet a
+// key they lack, or they are restarted with it). The workflow itself
+// never fails: a failed workflow would end the call for good, with the
+// agent's arguments unread.
+const WaitingForKeys = "waiting for keys: "
+
+// dataConverter is the codec converter; in workflow code it turns a
+// payload under an unknown key into a panic, which the SDK turns into a
+// failed, retried workflow task (its default WorkflowPanicPolicy) rather
+// than an error the workflow would fail on.
+type dataConverter struct{ converter.DataConverter }
+
+var _ converter.ContextAware = dataConverter{}
+
+// WithWorkflowContext returns the converter that waits for keys.
+func (d dataConverter) WithWorkflowContext(converter.WorkflowContext) converter.DataConverter {
+	return waitingConverter(d)
+}
+
+// WithContext returns d: outside workflow code (clients, activities) a
+// payload under an unknown key is an ordinary error.
+func (d dataConverter) WithContext(context.Context) converter.DataConverter { return d }
+
+type waitingConverter struct{ converter.DataConverter }
+
+func (w waitingConverter) FromPayload(p *commonpb.Payload, valuePtr any) error {
+	return waitForKeys(w.DataConverter.FromPayload(p, valuePtr))
+}
+
+func (w waitingConverter) FromPayloads(ps *commonpb.Payloads, valuePtrs ...any) error {
+	return waitForKeys(w.DataConverter.FromPayloads(ps, valuePtrs...))
+}
+
+// waitForKeys panics on a missing key; the message names the key (an ID,
+// no secret) and no path.
+func waitForKeys(err error) error {
+	var missing *unknownKeyError
+	if errors.As(err, &missing) {
+		panic(WaitingForKeys + "a payload is encrypted with key " + missing.id + ", which this worker's keyring does not hold; the call runs once the workers have it (docs/production.md, \"Payload keys\")")
+	}
+	return err
 }
 
 // FailureConverter moves a failure's message and stack trace into an
@@ -101,10 +153,23 @@ func FailureConverter(k *Keyring) converter.FailureConverter {
 	if k == nil {
 		return temporal.GetDefaultFailureConverter()
 	}
-	return temporal.NewDefaultFailureConverter(temporal.DefaultFailureConverterOptions{
+	return failureConverter{temporal.NewDefaultFailureConverter(temporal.DefaultFailureConverterOptions{
 		DataConverter:          DataConverter(k),
 		EncodeCommonAttributes: true,
-	})
+	})}
+}
+
+// failureConverter encrypts every failure but a workflow task's wait for
+// keys: whoever reads that one (a client holding only the new key) could
+// not decrypt it, and it holds a key ID and nothing else.
+type failureConverter struct{ converter.FailureConverter }
+
+func (f failureConverter) ErrorToFailure(err error) *failurepb.Failure {
+	// The SDK's panic error keeps the panic's value only as its message.
+	if err != nil && strings.HasPrefix(err.Error(), WaitingForKeys) {
+		return temporal.GetDefaultFailureConverter().ErrorToFailure(err)
+	}
+	return f.FailureConverter.ErrorToFailure(err)
 }
 
 // Configure sets the client options' converters for k.

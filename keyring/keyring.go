@@ -173,8 +173,17 @@ func (k *Keyring) aead(keyID string) (cipher.AEAD, error) {
 			return aead, nil
 		}
 	}
-	return nil, fmt.Errorf("encrypted with key %s, which keyring %s does not hold: %w", keyID, k.path, ErrUnknownKey)
+	return nil, &unknownKeyError{id: keyID, path: k.path}
 }
+
+// unknownKeyError is ErrUnknownKey with the key's ID.
+type unknownKeyError struct{ id, path string }
+
+func (e *unknownKeyError) Error() string {
+	return fmt.Sprintf("encrypted with key %s, which keyring %s does not hold: %v", e.id, e.path, ErrUnknownKey)
+}
+
+func (e *unknownKeyError) Unwrap() error { return ErrUnknownKey }
 
 func (k *Keyring) reload() bool {
 	k.mu.Lock()

@@ -231,6 +231,10 @@ func (a *app) printWaiting(st tgclient.Status, asJSON bool) {
 		writeJSON(a.stdout, w)
 		return
 	}
+	if w.KeysWait != "" { // the call's arguments are unread yet
+		fmt.Fprintf(a.stdout, "call %s\nstatus: %s\nwaiting for keys: %s\n", w.CallID, w.Status, w.KeysWait)
+		return
+	}
 	fmt.Fprintf(a.stdout, "call %s  session %s  tool %s\nstatus: %s\n", w.CallID, w.Session, w.Tool, w.Status)
 	if w.LedgerWait != "" {
 		fmt.Fprintf(a.stdout, "waiting for the ledger: %s\n", w.LedgerWait)

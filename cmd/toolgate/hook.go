@@ -2,9 +2,11 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/url"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -59,7 +61,7 @@ func (a *app) hookAgentCommand(name string, dialect hook.Dialect, defaultRequest
 	var api apiFlags
 	var printSettings bool
 	var httpURL string
-	var fast bool
+	var fast, overTemporal bool
 	cmd := &cobra.Command{
 		Use:   name,
 		Short: "Command hook for " + name + "'s tool events",
@@ -82,7 +84,12 @@ permission prompt ("ask"): the person running the agent (the agent token's
 owner over --api, else --user) decides there, and the hook records it:
 approved when the tool's PostToolUse comes, not approved when the turn ends
 without it (UserPromptSubmit, Stop, SessionEnd).
---print-settings: print the hook settings for the agent and exit; with
+--print-settings: print the hook settings for the agent and exit. The hook
+they run talks to toolgate's HTTP API at --api URL (default
+http://127.0.0.1:7700, toolgate dev's) with the agent token from
+TOOLGATE_TOKEN: no keyring on the agent's machine, any project directory.
+With --temporal, a hook that talks to Temporal, with the workers' keyring
+named by absolute path (for operators). With
 --http URL (Claude Code only), the settings of Claude Code's HTTP hooks,
 which post each event to toolgate serve or dev at URL: no process per tool
 use. With --fast --api URL, the settings run toolgate-hook (cmd/toolgate-hook,
@@ -103,7 +110,13 @@ toolgate at URL and starts in milliseconds.`,
 				return a.printFastHookSettings(name, api.url)
 			}
 			if printSettings {
-				return a.printHookSettings(name)
+				if overTemporal {
+					return a.printTemporalHookSettings(name)
+				}
+				return a.printHookSettings(name, api.url)
+			}
+			if overTemporal {
+				return usageError("--temporal goes with --print-settings: without --api the hook talks to Temporal already")
 			}
 			if cfg.FailOpen && dialect == hook.Codex {
 				// Codex has no "ask" for a hook: failing open would run
@@ -129,6 +142,7 @@ toolgate at URL and starts in milliseconds.`,
 	}
 	f := cmd.Flags()
 	f.BoolVar(&printSettings, "print-settings", false, "print the agent's hook settings for this command (fail closed) and exit")
+	f.BoolVar(&overTemporal, "temporal", false, "with --print-settings: print settings whose hook talks to Temporal with the workers' keyring (for operators), not to the HTTP API")
 	f.BoolVar(&fast, "fast", false, "with --print-settings and --api URL: print settings that run toolgate-hook, the fast companion command")
 	f.StringVar(&httpURL, "http", "", "with --print-settings: print the settings of HTTP hooks posting to toolgate at this URL (e.g. http://127.0.0.1:7700), for Claude Code")
 	f.DurationVar(&cfg.Wait, "wait", hook.DefaultWait, "how long PreToolUse waits for a decision; keep it below the hook's timeout (Claude Code: 600s)")
@@ -153,6 +167,11 @@ func (a *app) hookConnect(api apiFlags) func(context.Context) (tgclient.Agent, f
 			return apiclient.New(api.url, api.token), func() {}, nil
 		}
 		c, closeFn, err := a.client()
+		var usage *exitError
+		if errors.As(err, &usage) && usage.code == exitUsage {
+			// A missing keyring or a bad flag: toolgate may well be up.
+			return nil, nil, &hook.SetupError{Problem: usage.err.Error()}
+		}
 		if err != nil {
 			return nil, nil, err
 		}
@@ -160,18 +179,69 @@ func (a *app) hookConnect(api apiFlags) func(context.Context) (tgclient.Agent, f
 	}
 }
 
-// printHookSettings prints the settings that run this hook for the agent,
-// set to block the tool whenever the hook cannot answer.
-func (a *app) printHookSettings(agent string) error {
-	return a.printCommandHookSettings(agent, "toolgate hook "+agent)
+// defaultAPI is where toolgate dev and serve listen unless told otherwise.
+const defaultAPI = "http://127.0.0.1:7700"
+
+// printHookSettings prints the settings that run this hook for the agent
+// over toolgate's HTTP API at base (default: toolgate dev's), set to block
+// the tool whenever the hook cannot answer. Over the API the agent's
+// machine needs only the agent token, in TOOLGATE_TOKEN where the agent
+// runs: no keyring, from any project directory.
+func (a *app) printHookSettings(agent, base string) error {
+	if base == "" {
+		base = defaultAPI
+	}
+	if err := checkSettingsURL("--api", base); err != nil {
+		return err
+	}
+	if err := a.printCommandHookSettings(agent, "toolgate hook "+agent+" --api "+base); err != nil {
+		return err
+	}
+	fmt.Fprintf(a.stderr, "The hook reads the agent token from %s where %s runs (toolgate dev keeps its agent token in .toolgate/tokens.json in its directory: export %s=$(jq -r .agent .toolgate/tokens.json)). Put toolgate on the PATH of the shell that starts %s.\n",
+		hook.TokenVariable, agent, hook.TokenVariable, agent)
+	return nil
+}
+
+// printTemporalHookSettings prints the settings of a hook that talks to
+// Temporal, naming the workers' keyring by absolute path so that the hook
+// works from any project directory.
+func (a *app) printTemporalHookSettings(agent string) error {
+	file := a.conn.keys.file
+	if file == "" {
+		file = filepath.Join(".toolgate", devKeysFile)
+		if _, err := os.Stat(file); err != nil {
+			return usageError("%s", noKeysMessage(file))
+		}
+	}
+	abs, err := filepath.Abs(file)
+	if err != nil || strings.ContainsAny(abs, "'\"` \\$") {
+		return usageError("--keys: give the keyring's path without spaces or quotes; it goes into a shell command line")
+	}
+	command := "toolgate hook " + agent + " --keys " + abs
+	if a.conn.address != "127.0.0.1:7233" {
+		command += " --temporal-address " + a.conn.address
+	}
+	if a.conn.namespace != "default" {
+		command += " --namespace " + a.conn.namespace
+	}
+	return a.printCommandHookSettings(agent, command)
+}
+
+// checkSettingsURL refuses a base URL that is not one, or that could not
+// stand in a shell command line inside the settings' quotes.
+func checkSettingsURL(flag, base string) error {
+	u, err := url.Parse(base)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || strings.ContainsAny(base, "'\"` \\$") {
+		return usageError("%s %q: give toolgate's base URL, such as %s", flag, base, defaultAPI)
+	}
+	return nil
 }
 
 // printFastHookSettings prints the settings that run toolgate-hook, which
 // forwards each event to toolgate at base.
 func (a *app) printFastHookSettings(agent, base string) error {
-	// The URL goes into a shell command line inside the settings' quotes.
-	if _, err := url.Parse(base); err != nil || !strings.HasPrefix(base, "http") || strings.ContainsAny(base, "'\"` \\$") {
-		return usageError("--api %q: give toolgate's base URL, such as http://127.0.0.1:7700", base)
+	if err := checkSettingsURL("--api", base); err != nil {
+		return err
 	}
 	return a.printCommandHookSettings(agent, "toolgate-hook "+agent+" --api "+base)
 }

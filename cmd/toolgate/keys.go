@@ -36,7 +36,7 @@ func (k *payloadKeys) add(cmd *cobra.Command, dev bool) {
 		def = "default <data-dir>/keys.json, made on first start"
 	}
 	f := cmd.Flags()
-	f.StringVar(&k.file, "keys", os.Getenv("TOOLGATE_KEYS"), "keyring file: encrypts every argument, output and decision toolgate puts in Temporal (env TOOLGATE_KEYS; "+def+"; 'toolgate keys new FILE' makes one)")
+	f.StringVar(&k.file, "keys", os.Getenv("TOOLGATE_KEYS"), "the workers' keyring file: encrypts every argument, output and decision toolgate puts in Temporal (env TOOLGATE_KEYS; "+def+"; 'toolgate keys new FILE' makes one for a new deployment)")
 	f.BoolVar(&k.plaintext, "insecure-plaintext-payloads", os.Getenv("TOOLGATE_INSECURE_PLAINTEXT_PAYLOADS") == "1", "send arguments and outputs to Temporal unencrypted, readable by anyone who reads its database (env TOOLGATE_INSECURE_PLAINTEXT_PAYLOADS=1)")
 }
 
@@ -59,7 +59,7 @@ func (k *payloadKeys) load(logger *zap.Logger) (*keyring.Keyring, error) {
 	if file == "" {
 		file = filepath.Join(".toolgate", devKeysFile)
 		if _, err := os.Stat(file); err != nil {
-			return nil, usageError("no payload keys: pass --keys FILE (env TOOLGATE_KEYS), the keyring the workers use ('toolgate keys new FILE' makes one); or --insecure-plaintext-payloads to send arguments and outputs to Temporal unencrypted")
+			return nil, usageError("%s", noKeysMessage(file))
 		}
 	}
 	ring, err := keyring.Load(file)
@@ -68,6 +68,20 @@ func (k *payloadKeys) load(logger *zap.Logger) (*keyring.Keyring, error) {
 	}
 	k.ring, k.loaded = ring, true
 	return ring, nil
+}
+
+// noKeysMessage says that no keyring was found where the verbs look for
+// one alone (looked, relative to the working directory), and how to name
+// the one the workers use. A new keyring would not do: workers cannot
+// read what it encrypts.
+func noKeysMessage(looked string) string {
+	if abs, err := filepath.Abs(looked); err == nil {
+		looked = abs
+	}
+	return "no payload keys: toolgate encrypts what it puts in Temporal with the workers' keyring, and there is none at " + looked +
+		" (toolgate dev's, found alone only in the directory toolgate dev runs in): pass --keys FILE or set TOOLGATE_KEYS to the keyring the workers use" +
+		" (toolgate dev's is .toolgate/keys.json in its directory); or use the HTTP API, which needs no keyring: --api URL with --token (env TOOLGATE_API, TOOLGATE_TOKEN);" +
+		" or, where Temporal runs unencrypted, --insecure-plaintext-payloads"
 }
 
 // skip is for a verb that sends Temporal no payloads (namespace setup): it

@@ -57,8 +57,14 @@ func TestVerbsThatReachTemporalRefuseToGoWithoutKeys(t *testing.T) {
 	} {
 		code, _, errs := toolgate(t, args...)
 		assert.Equal(t, exitUsage, code, "%v: %s", args, errs)
-		assert.Contains(t, errs, "no payload keys: pass --keys FILE", "%v", args)
+		assert.Contains(t, errs, "no payload keys", "%v", args)
+		abs, err := filepath.Abs(filepath.Join(".toolgate", "keys.json"))
+		require.NoError(t, err)
+		assert.Contains(t, errs, "there is none at "+abs, "names where it looked, by absolute path: %v", args)
+		assert.Contains(t, errs, "TOOLGATE_KEYS to the keyring the workers use", "%v", args)
+		assert.Contains(t, errs, "--api URL", "%v", args)
 		assert.Contains(t, errs, "--insecure-plaintext-payloads", "%v", args)
+		assert.NotContains(t, errs, "keys new", "never suggests a keyring the workers lack: %v", args)
 	}
 	code, _, errs := toolgate(t, "status", "c1", "--keys", "k.json", "--insecure-plaintext-payloads")
 	assert.Equal(t, exitUsage, code)
