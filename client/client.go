@@ -26,6 +26,7 @@ import (
 
 	"github.com/toolgate/toolgate/activities"
 	"github.com/toolgate/toolgate/keyring"
+	"github.com/toolgate/toolgate/ledger"
 	"github.com/toolgate/toolgate/policy"
 	"github.com/toolgate/toolgate/tool"
 	"github.com/toolgate/toolgate/workflows"
@@ -336,19 +337,11 @@ func sameJSON(a, b []byte) bool {
 // CanonicalJSON re-encodes a JSON value in one form: object keys sorted,
 // no spaces, numbers as written, no HTML escaping. Two encodings of the
 // same value give the same bytes, so it can key a request by what it
-// asks.
+// asks. It is the project's one canonical JSON, ledger.CanonicalJSON, and
+// its output never changes: hook attempts and tool-definition pins
+// recorded in histories were hashed with it.
 func CanonicalJSON(raw []byte) (json.RawMessage, error) {
-	v, err := decodeJSON(raw)
-	if err != nil {
-		return nil, err
-	}
-	var b bytes.Buffer
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return nil, err
-	}
-	return json.RawMessage(bytes.TrimRight(b.Bytes(), "\n")), nil
+	return ledger.CanonicalJSON(raw)
 }
 
 func decodeJSON(b []byte) (any, error) {

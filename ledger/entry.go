@@ -272,31 +272,43 @@ func (e Entry) Canonical() ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ledger entry %s: %w", e.Event, err)
 	}
-	return CanonicalJSON(raw)
+	canon, err := CanonicalJSON(raw)
+	if err != nil {
+		return nil, fmt.Errorf("ledger entry %s: canonical JSON: %w", e.Event, err)
+	}
+	return canon, nil
 }
 
 // CanonicalJSON rewrites a JSON document with its object keys sorted and
-// no insignificant space. Numbers are kept as written.
+// no insignificant space, numbers kept as written, HTML characters
+// unescaped. It is the project's one canonical JSON: entries are stored
+// in it (Canonical), and client.CanonicalJSON, which keys requests and
+// hashes tool definitions recorded in histories, is this function. Its
+// output must never change: stored entries are checked against it, and
+// recorded hashes and IDs were made with it. It is not RFC 8785 (numbers
+// are not re-serialised, keys sort by UTF-8 bytes); receipts and exports
+// do not depend on it, they carry each entry's bytes (Carried).
 func CanonicalJSON(raw []byte) ([]byte, error) {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.UseNumber()
 	var v any
 	if err := dec.Decode(&v); err != nil {
-		return nil, fmt.Errorf("canonical JSON: %w", err)
+		return nil, err
 	}
 	var b bytes.Buffer
 	enc := json.NewEncoder(&b)
 	enc.SetEscapeHTML(false)
 	if err := enc.Encode(v); err != nil { // maps are written with sorted keys
-		return nil, fmt.Errorf("canonical JSON: %w", err)
+		return nil, err
 	}
 	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
 }
 
-// Stored is an entry as the log holds it: its index and its bytes.
+// Stored is an entry as the log holds it: its index and its bytes. In
+// JSON it is carried as receipts and exports carry entries (Carried).
 type Stored struct {
-	Index int64           `json:"index"`
-	Entry json.RawMessage `json:"entry"`
+	Index int64
+	Entry json.RawMessage
 }
 
 // Header is what every entry carries, read from its bytes.

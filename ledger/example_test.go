@@ -28,7 +28,8 @@ func checkReceipt(receipt []byte, vkey string) error {
 		Checkpoint string `json:"checkpoint"`
 		Entries    []struct {
 			Index int64           `json:"index"`
-			Entry json.RawMessage `json:"entry"` // the bytes as stored
+			Bytes []byte          `json:"entry_bytes"` // the bytes as stored, base64
+			Entry json.RawMessage `json:"entry"`       // the same entry, to read
 			Proof []string        `json:"proof"`
 		} `json:"entries"`
 	}
@@ -56,6 +57,9 @@ func checkReceipt(receipt []byte, vkey string) error {
 	}
 	copy(root[:], b)
 	for _, e := range r.Entries {
+		if e.Bytes == nil {
+			e.Bytes = e.Entry // the older format: the object's exact bytes
+		}
 		var proof tlog.RecordProof
 		for _, p := range e.Proof {
 			var h tlog.Hash
@@ -66,7 +70,7 @@ func checkReceipt(receipt []byte, vkey string) error {
 			copy(h[:], b)
 			proof = append(proof, h)
 		}
-		if err := tlog.CheckRecord(proof, size, root, e.Index, tlog.RecordHash(e.Entry)); err != nil {
+		if err := tlog.CheckRecord(proof, size, root, e.Index, tlog.RecordHash(e.Bytes)); err != nil {
 			return fmt.Errorf("entry %d: %w", e.Index, err)
 		}
 	}
@@ -98,11 +102,19 @@ func Example_checkAReceipt() {
 	if err := checkReceipt(receipt, keys.VerifierKey); err != nil {
 		fmt.Println("does not verify:", err)
 	}
-	tampered := strings.Replace(string(receipt), "alice", "mallory", 1)
+	var indented bytes.Buffer // laid out anew, as jq . does
+	_ = json.Indent(&indented, receipt, "", "  ")
+	if err := checkReceipt(indented.Bytes(), keys.VerifierKey); err != nil {
+		fmt.Println("reformatted, does not verify:", err)
+	}
+	decided := r.Entries[1].Bytes
+	forged := bytes.Replace(decided, []byte("alice"), []byte("mallory"), 1)
+	tampered := strings.Replace(string(receipt), base64.StdEncoding.EncodeToString(decided), base64.StdEncoding.EncodeToString(forged), 1)
 	if err := checkReceipt([]byte(tampered), keys.VerifierKey); err != nil {
 		fmt.Println("tampered:", err)
 	}
 	// Output:
+	// toolgate/prod: 2 entries of call w1 in a tree of 6, signed by toolgate/prod
 	// toolgate/prod: 2 entries of call w1 in a tree of 6, signed by toolgate/prod
 	// tampered: entry 3: invalid transparency proof
 }

@@ -228,6 +228,22 @@ func (l *Ledger) CallEntries(ctx context.Context, callID string) ([]Stored, erro
 	return l.st.callEntries(ctx, callID)
 }
 
+// Latest returns up to limit entries of the kinds given whose index is
+// below before, newest first: a page of, say, the decided calls, the next
+// page starting below the last one's index. session, when not empty,
+// keeps the entries of that session only.
+func (l *Ledger) Latest(ctx context.Context, kinds []string, session string, before int64, limit int) ([]Stored, error) {
+	if len(kinds) == 0 {
+		return nil, nil
+	}
+	return l.st.latest(ctx, kinds, session, before, limit)
+}
+
+// CallsEntries returns the entries of the calls named, in order.
+func (l *Ledger) CallsEntries(ctx context.Context, callIDs []string) ([]Stored, error) {
+	return l.st.callsEntries(ctx, callIDs)
+}
+
 // LeafHashes returns the stored leaf hashes of entries start <= i < end.
 func (l *Ledger) LeafHashes(ctx context.Context, start, end int64) ([]tlog.Hash, error) {
 	return l.st.leafHashes(ctx, start, end)
@@ -311,7 +327,8 @@ func (l *Ledger) Run(ctx context.Context) {
 
 // Receipt proves a call's entries: each with its inclusion proof against a
 // signed checkpoint that holds them all. Anyone with the log's verifier
-// key checks it offline (VerifyReceipt, or tlog.CheckRecord).
+// key checks it offline (VerifyReceipt, or tlog.CheckRecord over each
+// entry's bytes), also after the file was reformatted.
 type Receipt struct {
 	CallID string `json:"call_id"`
 	// Key is the log's verifier key, for reference: check the receipt
@@ -321,12 +338,12 @@ type Receipt struct {
 	Entries    []ProvenEntry `json:"entries"`
 }
 
-// ProvenEntry is an entry with its inclusion proof (base64 hashes, as
+// ProvenEntry is an entry, carried as exports carry it (its bytes, and
+// the object to read), with its inclusion proof (base64 hashes, as
 // tlog.ProveRecord gives them) against the receipt's checkpoint.
 type ProvenEntry struct {
-	Index int64           `json:"index"`
-	Entry json.RawMessage `json:"entry"`
-	Proof []string        `json:"proof"`
+	Carried
+	Proof []string `json:"proof"`
 }
 
 // ErrNotFound: the ledger has no entry for the call.
@@ -364,7 +381,7 @@ func (l *Ledger) Prove(ctx context.Context, callID string) (Receipt, error) {
 		if err != nil {
 			return Receipt{}, fmt.Errorf("ledger: prove entry %d: %w", e.Index, err)
 		}
-		r.Entries = append(r.Entries, ProvenEntry{Index: e.Index, Entry: e.Entry, Proof: encodeHashes(proof)})
+		r.Entries = append(r.Entries, ProvenEntry{Carried: e.Carry(), Proof: encodeHashes(proof)})
 	}
 	return r, nil
 }
@@ -378,8 +395,9 @@ func encodeHashes(hs []tlog.Hash) []string {
 }
 
 // WriteJSON writes v as one line of JSON without escaping HTML characters:
-// entries inside v then keep their stored bytes, which their hashes cover.
-// Every writer of entries (exports, receipts, the API) uses it.
+// an entry's readable copy inside v then keeps its stored bytes too, which
+// readers of the older format hash. Every writer of entries (exports,
+// receipts, the API) uses it.
 func WriteJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetEscapeHTML(false)

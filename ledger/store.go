@@ -330,6 +330,32 @@ func (s *store) callEntries(ctx context.Context, callID string) ([]Stored, error
 	return s.queryEntries(ctx, "SELECT idx, entry FROM ledger_entries WHERE call_id = ? ORDER BY idx", callID)
 }
 
+// latest returns up to limit entries of the kinds given before index
+// before, newest first; session, when not empty, keeps that session's only.
+func (s *store) latest(ctx context.Context, kinds []string, session string, before int64, limit int) ([]Stored, error) {
+	args := []any{before}
+	for _, k := range kinds {
+		args = append(args, k)
+	}
+	query := "SELECT idx, entry FROM ledger_entries WHERE idx < ? AND kind IN (" + placeholders(len(kinds)) + ")"
+	if session != "" {
+		query, args = query+" AND session = ?", append(args, session)
+	}
+	return s.queryEntries(ctx, query+" ORDER BY idx DESC LIMIT ?", append(args, limit)...)
+}
+
+// callsEntries returns the entries of the calls named, in order.
+func (s *store) callsEntries(ctx context.Context, callIDs []string) ([]Stored, error) {
+	if len(callIDs) == 0 {
+		return nil, nil
+	}
+	args := make([]any, len(callIDs))
+	for i, id := range callIDs {
+		args[i] = id
+	}
+	return s.queryEntries(ctx, "SELECT idx, entry FROM ledger_entries WHERE call_id IN ("+placeholders(len(args))+") ORDER BY idx", args...)
+}
+
 func (s *store) queryEntries(ctx context.Context, query string, args ...any) ([]Stored, error) {
 	rows, err := s.db.QueryContext(ctx, s.q(query), args...)
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"time"
 
 	"golang.org/x/mod/sumdb/note"
@@ -16,14 +17,15 @@ import (
 )
 
 // An export is JSON lines: a header ({"ledger":{…}}), the entries
-// ({"index":N,"entry":{…}}, with "proof" when the export is a part of the
-// log), and every checkpoint ({"checkpoint":"<signed note>"}).
+// ({"index":N,"entry":{…},"entry_bytes":"…"}, Carried, with "proof" when
+// the export is a part of the log), and every checkpoint
+// ({"checkpoint":"<signed note>"}). It is read as a stream of JSON values:
+// laid out anew (jq -S .), it still verifies.
 type exportLine struct {
-	Ledger     *ExportHeader   `json:"ledger,omitempty"`
-	Index      *int64          `json:"index,omitempty"`
-	Entry      json.RawMessage `json:"entry,omitempty"`
-	Proof      []string        `json:"proof,omitempty"`
-	Checkpoint string          `json:"checkpoint,omitempty"`
+	Ledger *ExportHeader `json:"ledger,omitempty"`
+	*Carried
+	Proof      []string `json:"proof,omitempty"`
+	Checkpoint string   `json:"checkpoint,omitempty"`
 }
 
 // ExportHeader describes an export.
@@ -78,7 +80,8 @@ func (l *Ledger) Export(ctx context.Context, w io.Writer, since, until time.Time
 			if e.Index >= latest.Size {
 				break
 			}
-			line := exportLine{Index: &e.Index, Entry: e.Entry}
+			c := e.Carry()
+			line := exportLine{Carried: &c}
 			if partial {
 				proof, err := tlog.ProveRecord(latest.Size, e.Index, l.st.hashReader(ctx))
 				if err != nil {
@@ -224,8 +227,10 @@ func (v *Verification) Finish() (Report, error) {
 	if v.err != nil {
 		return r, v.err
 	}
-	good := int64(0) // the largest checkpoint size that matched
-	check := func(c Checkpoint, what string) error {
+	// The sizes of the checkpoints that matched, stored and held apart: a
+	// stored one that matched proves nothing to the holder of another.
+	var goodStored, goodHeld []int64
+	check := func(c Checkpoint, what string, good *[]int64) error {
 		if c.Size > v.n {
 			return fmt.Errorf("%s of size %d, but the log has %d entries: entries #%d to #%d were removed (the log was truncated)", what, c.Size, v.n, v.n, c.Size-1)
 		}
@@ -234,19 +239,19 @@ func (v *Verification) Finish() (Report, error) {
 			return fmt.Errorf("%s of size %d: %v", what, c.Size, err)
 		}
 		if root != c.Hash {
-			return fmt.Errorf("%s of size %d does not match the entries: an entry between #%d and #%d was changed, removed or reordered", what, c.Size, good, c.Size-1)
+			return fmt.Errorf("%s of size %d does not match the entries: an entry between #%d and #%d was changed, removed or reordered", what, c.Size, largestBelow(*good, c.Size), c.Size-1)
 		}
-		good = max(good, c.Size)
+		*good = append(*good, c.Size)
 		return nil
 	}
 	for _, c := range v.cps {
-		if err := check(c, "checkpoint"); err != nil {
+		if err := check(c, "checkpoint", &goodStored); err != nil {
 			return r, err
 		}
 		r.Size = max(r.Size, c.Size)
 	}
 	for _, c := range v.held {
-		if err := check(c, "the held checkpoint"); err != nil {
+		if err := check(c, "the held checkpoint", &goodHeld); err != nil {
 			return r, err
 		}
 		r.Held = max(r.Held, c.Size)
@@ -257,23 +262,33 @@ func (v *Verification) Finish() (Report, error) {
 	return r, nil
 }
 
+// largestBelow is the largest of sizes smaller than n, or 0: the entries
+// before it are as a checkpoint that matched says, so a mismatch of one of
+// size n is in [largestBelow, n).
+func largestBelow(sizes []int64, n int64) int64 {
+	var out int64
+	for _, s := range sizes {
+		if s < n {
+			out = max(out, s)
+		}
+	}
+	return out
+}
+
 // VerifyExport checks an export offline: a whole log is recomputed and
 // every checkpoint (and held, if given) checked against it; a part of a
 // log is checked entry by entry against its latest checkpoint.
 func VerifyExport(r io.Reader, verifier note.Verifier, held [][]byte) (Report, error) {
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 0, 1<<20), 64<<20)
+	lines := &lineCounter{r: r}
+	dec := json.NewDecoder(lines)
 	var (
 		header  *ExportHeader
 		entries []exportLine
 		notes   [][]byte
 	)
-	for line := 1; sc.Scan(); line++ {
-		if len(bytes.TrimSpace(sc.Bytes())) == 0 {
-			continue
-		}
+	for dec.More() {
+		line := lines.line(dec.InputOffset()) // More skipped the space before the value
 		var l exportLine
-		dec := json.NewDecoder(bytes.NewReader(sc.Bytes()))
 		if err := dec.Decode(&l); err != nil {
 			return Report{}, fmt.Errorf("export line %d is not JSON: %v", line, err)
 		}
@@ -283,7 +298,7 @@ func VerifyExport(r io.Reader, verifier note.Verifier, held [][]byte) (Report, e
 				return Report{}, fmt.Errorf("export line %d: a second header", line)
 			}
 			header = l.Ledger
-		case l.Index != nil && l.Entry != nil:
+		case l.Carried != nil:
 			entries = append(entries, l)
 		case l.Checkpoint != "":
 			notes = append(notes, []byte(l.Checkpoint))
@@ -291,8 +306,9 @@ func VerifyExport(r io.Reader, verifier note.Verifier, held [][]byte) (Report, e
 			return Report{}, fmt.Errorf("export line %d is neither a header, an entry nor a checkpoint", line)
 		}
 	}
-	if err := sc.Err(); err != nil {
-		return Report{}, fmt.Errorf("read export: %w", err)
+	line := lines.line(dec.InputOffset())
+	if err := dec.Decode(new(json.RawMessage)); !errors.Is(err, io.EOF) {
+		return Report{}, fmt.Errorf("export line %d is not JSON: %v", line, err)
 	}
 	if header == nil {
 		return Report{}, errors.New("not a toolgate ledger export: no header line")
@@ -300,20 +316,20 @@ func VerifyExport(r io.Reader, verifier note.Verifier, held [][]byte) (Report, e
 	if header.Origin != verifier.Name() {
 		return Report{}, fmt.Errorf("the export is of log %q, the key is of %q", header.Origin, verifier.Name())
 	}
+	stored := make([]Stored, len(entries))
+	for i, e := range entries {
+		var err error
+		if stored[i], err = e.Carried.Stored(); err != nil {
+			return Report{}, err
+		}
+	}
 	if !header.Partial {
-		v := NewVerification(verifier)
-		for _, e := range entries {
-			v.Entry(*e.Index, e.Entry, nil)
-		}
-		for _, n := range notes {
-			v.Checkpoint(n)
-		}
-		for _, n := range held {
-			v.Held(n)
-		}
-		rep, err := v.Finish()
+		rep, err := verifyWhole(verifier, stored, notes, held)
 		if err == nil && rep.Size != header.Size {
 			err = fmt.Errorf("the export says the log had %d entries, its checkpoints sign %d", header.Size, rep.Size)
+		}
+		if err != nil {
+			err = reformattedExport(verifier, entries, stored, notes, held, err)
 		}
 		return rep, err
 	}
@@ -328,16 +344,90 @@ func VerifyExport(r io.Reader, verifier note.Verifier, held [][]byte) (Report, e
 		return Report{}, err
 	}
 	rep := Report{Origin: verifier.Name(), Entries: int64(len(entries)), Checkpoints: len(notes), Size: latest.Size, Partial: true}
-	for _, e := range entries {
-		if err := checkInclusion(latest, *e.Index, e.Entry, e.Proof); err != nil {
+	for i, e := range entries {
+		if err := checkInclusion(latest, *e.Carried, stored[i].Entry, e.Proof); err != nil {
 			return rep, err
 		}
 	}
 	return rep, nil
 }
 
-// checkInclusion proves that entry is the log's entry index in c.
-func checkInclusion(c Checkpoint, index int64, entry []byte, proof []string) error {
+// verifyWhole recomputes a whole log from its entries and checks its
+// checkpoints, and the held ones, against it.
+func verifyWhole(verifier note.Verifier, entries []Stored, notes, held [][]byte) (Report, error) {
+	v := NewVerification(verifier)
+	for _, e := range entries {
+		v.Entry(e.Index, e.Entry, nil)
+	}
+	for _, n := range notes {
+		v.Checkpoint(n)
+	}
+	for _, n := range held {
+		v.Held(n)
+	}
+	return v.Finish()
+}
+
+// reformattedExport tells a whole export of the older format that was
+// laid out anew from one that was changed: when its entries, made
+// canonical again, verify, it names the first entry that was reformatted;
+// otherwise it returns failure, the reason the export does not verify.
+func reformattedExport(verifier note.Verifier, entries []exportLine, stored []Stored, notes, held [][]byte, failure error) error {
+	first := int64(-1)
+	canon := make([]Stored, len(stored))
+	for i, s := range stored {
+		canon[i] = s
+		if !entries[i].Older() {
+			continue
+		}
+		c, err := CanonicalJSON(s.Entry)
+		if err != nil || bytes.Equal(c, s.Entry) {
+			continue
+		}
+		canon[i].Entry = c
+		if first < 0 {
+			first = s.Index
+		}
+	}
+	if first < 0 {
+		return failure
+	}
+	if _, err := verifyWhole(verifier, canon, notes, held); err != nil {
+		return failure
+	}
+	return fmt.Errorf("the export was reformatted, not changed (entry #%d first): its entries hold the same JSON as the log's, laid out anew, and the leaf hashes cover the bytes as written. %s", first, olderFormat)
+}
+
+// lineCounter counts the lines of what is read through it, to name the
+// line a value of an export starts on.
+type lineCounter struct {
+	r        io.Reader
+	read     int64
+	newlines []int64 // the offset of every newline read
+}
+
+func (l *lineCounter) Read(p []byte) (int, error) {
+	n, err := l.r.Read(p)
+	for i, b := range p[:n] {
+		if b == '\n' {
+			l.newlines = append(l.newlines, l.read+int64(i))
+		}
+	}
+	l.read += int64(n)
+	return n, err
+}
+
+// line is the line number (from 1) of the byte at offset.
+func (l *lineCounter) line(offset int64) int {
+	n, _ := slices.BinarySearch(l.newlines, offset)
+	return n + 1
+}
+
+// checkInclusion proves that data, the bytes c carries, is the log's
+// entry c.Index in checkpoint cp. An entry that is not says whether it was
+// changed or, in the older format, only reformatted.
+func checkInclusion(cp Checkpoint, c Carried, data []byte, proof []string) error {
+	index := c.Index
 	p := make(tlog.RecordProof, len(proof))
 	for i, s := range proof {
 		b, err := base64.StdEncoding.DecodeString(s)
@@ -346,13 +436,21 @@ func checkInclusion(c Checkpoint, index int64, entry []byte, proof []string) err
 		}
 		copy(p[i][:], b)
 	}
-	if index < 0 || index >= c.Size {
-		return fmt.Errorf("entry #%d is not in the checkpoint of size %d", index, c.Size)
+	if index < 0 || index >= cp.Size {
+		return fmt.Errorf("entry #%d is not in the checkpoint of size %d", index, cp.Size)
 	}
-	if err := tlog.CheckRecord(p, c.Size, c.Hash, index, tlog.RecordHash(entry)); err != nil {
-		return fmt.Errorf("entry #%d is not the log's entry #%d in the checkpoint of size %d: it was changed, or the proof is not its own", index, index, c.Size)
+	verifies := func(b []byte) bool { return tlog.CheckRecord(p, cp.Size, cp.Hash, index, tlog.RecordHash(b)) == nil }
+	if verifies(data) {
+		return nil
 	}
-	return nil
+	what := fmt.Sprintf("entry #%d", index)
+	if h, err := ReadHeader(data); err == nil {
+		what += fmt.Sprintf(" (%s %s)", h.Kind, h.Event)
+	}
+	if reformatted(c, data, verifies) {
+		return errReformatted(what, index)
+	}
+	return fmt.Errorf("%s was changed: it is not the log's entry #%d in the checkpoint of size %d (a value in it differs, or the proof is not its own)", what, index, cp.Size)
 }
 
 // VerifyReceipt checks a receipt offline: the checkpoint's signature, and
@@ -366,14 +464,18 @@ func VerifyReceipt(r Receipt, verifier note.Verifier) (Checkpoint, error) {
 		return c, errors.New("the receipt has no entries")
 	}
 	for _, e := range r.Entries {
-		h, err := ReadHeader(e.Entry)
+		s, err := e.Carried.Stored()
+		if err != nil {
+			return c, err
+		}
+		h, err := ReadHeader(s.Entry)
 		if err != nil {
 			return c, fmt.Errorf("entry #%d: %v", e.Index, err)
 		}
 		if h.CallID != r.CallID {
 			return c, fmt.Errorf("entry #%d is of call %q, the receipt of %q", e.Index, h.CallID, r.CallID)
 		}
-		if err := checkInclusion(c, e.Index, e.Entry, e.Proof); err != nil {
+		if err := checkInclusion(c, e.Carried, s.Entry, e.Proof); err != nil {
 			return c, err
 		}
 	}

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -89,8 +90,9 @@ func writeText(w http.ResponseWriter, body []byte) {
 }
 
 // auditEntries answers GET /v1/audit/entries?start=N&end=M: the entries
-// with start <= index < end, as JSON lines {"index":N,"entry":{…}}, each
-// entry as stored (its bytes are what its leaf hash covers). start
+// with start <= index < end, as JSON lines
+// {"index":N,"entry":{…},"entry_bytes":"<base64>"} (ledger.Carried): the
+// bytes as stored, which its leaf hash covers, and the entry to read. start
 // defaults to 0, end to the log's size; an end past the size reads to the
 // end. At most MaxAuditPage entries (and about 4 MiB) come at once: when
 // more are asked, X-Next-Start names the next page's start and Link its
@@ -155,8 +157,8 @@ func (a *api) auditEntries(w http.ResponseWriter, r *http.Request, _ Principal) 
 
 // auditPage reads the entries of one page from start on, before end: at
 // most MaxAuditPage of them, and no more than maxAuditPageBytes of entries
-// past the first (an entry may hold half a MiB of arguments). pageEnd is
-// where the page stops.
+// as sent past the first (an entry may hold half a MiB of arguments).
+// pageEnd is where the page stops.
 func (a *api) auditPage(ctx context.Context, start, end int64) (entries []ledger.Stored, pageEnd int64, err error) {
 	limit, size := min(end, start+MaxAuditPage), 0
 	pageEnd = start
@@ -166,10 +168,13 @@ func (a *api) auditPage(ctx context.Context, start, end int64) (entries []ledger
 			return nil, 0, err
 		}
 		for _, e := range chunk {
-			if len(entries) > 0 && size+len(e.Entry) > maxAuditPageBytes {
+			// Each entry goes out twice: its bytes in base64 and the
+			// object to read (ledger.Carried).
+			n := len(e.Entry) + base64.StdEncoding.EncodedLen(len(e.Entry))
+			if len(entries) > 0 && size+n > maxAuditPageBytes {
 				return entries, e.Index, nil
 			}
-			entries, size = append(entries, e), size+len(e.Entry)
+			entries, size = append(entries, e), size+n
 		}
 		pageEnd = min(limit, pageEnd+auditChunk)
 	}
@@ -219,35 +224,39 @@ func clip(v string) string {
 // agent reads only the calls it submitted: another agent's call is
 // answered as an unknown one.
 func (a *api) auditCall(w http.ResponseWriter, r *http.Request, p Principal) {
-	if a.ledger == nil {
-		writeError(w, errNoLedger)
-		return
-	}
-	ctx, callID := r.Context(), r.PathValue("call_id")
-	entries, err := a.ledger.CallEntries(ctx, callID)
+	receipt, err := a.receipt(r.Context(), p, r.PathValue("call_id"))
 	if err != nil {
-		writeError(w, a.ledgerError(err))
-		return
-	}
-	if len(entries) == 0 || !mayReadEntries(p, entries) {
-		writeError(w, notFound(callID))
-		return
-	}
-	receipt, err := a.ledger.Prove(ctx, callID)
-	switch {
-	case errors.Is(err, ledger.ErrNotFound):
-		writeError(w, notFound(callID))
-		return
-	case errors.Is(err, ledger.ErrNoCheckpointYet):
-		writeError(w, errNoCheckpointYet)
-		return
-	case err != nil:
-		writeError(w, a.ledgerError(err))
+		writeError(w, err)
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(http.StatusOK)
 	_ = ledger.WriteJSON(w, receipt)
+}
+
+// receipt proves a call's entries for p, or says why not as the API
+// answers it: the API's receipt route and the inbox's serve it alike.
+func (a *api) receipt(ctx context.Context, p Principal, callID string) (ledger.Receipt, error) {
+	if a.ledger == nil {
+		return ledger.Receipt{}, errNoLedger
+	}
+	entries, err := a.ledger.CallEntries(ctx, callID)
+	if err != nil {
+		return ledger.Receipt{}, a.ledgerError(err)
+	}
+	if len(entries) == 0 || !mayReadEntries(p, entries) {
+		return ledger.Receipt{}, notFound(callID)
+	}
+	receipt, err := a.ledger.Prove(ctx, callID)
+	switch {
+	case errors.Is(err, ledger.ErrNotFound):
+		return ledger.Receipt{}, notFound(callID)
+	case errors.Is(err, ledger.ErrNoCheckpointYet):
+		return ledger.Receipt{}, errNoCheckpointYet
+	case err != nil:
+		return ledger.Receipt{}, a.ledgerError(err)
+	}
+	return receipt, nil
 }
 
 // mayReadEntries: an agent reads a call's entries only when its

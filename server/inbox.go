@@ -86,6 +86,7 @@ func (i *inbox) table() []inboxRoute {
 		{"POST", "/logout", i.form(i.logout)}, // an auditor signs out too: it changes no call
 		{"GET", "/{$}", i.page(i.listPage)},
 		{"GET", "/calls/{call_id}", i.page(i.callPage)},
+		{"GET", "/calls/{call_id}/receipt", i.page(i.receipt)},
 		{"POST", "/calls/{call_id}/decision", i.change(i.decide)},
 		{"GET", "/sessions/{session}", i.page(i.sessionPage)},
 		{"POST", "/sessions/{session}/revoke", i.change(i.revoke)},
@@ -411,12 +412,20 @@ func (i *inbox) endSession(w http.ResponseWriter, r *http.Request, s *inboxSessi
 	http.Redirect(w, r, sessionURL(session)+"?ended="+strconv.Itoa(denied), http.StatusSeeOther)
 }
 
-// auditLimit caps the audit page; filter by session or tool for more.
+// auditLimit caps the audit page read from Temporal; filter by session or
+// tool for more.
 const auditLimit = 200
 
+// auditPage lists the decided calls: from the decision ledger, of any
+// age, a page below ?before=INDEX at a time; without a ledger the newest
+// auditLimit that Temporal still has.
 func (i *inbox) auditPage(w http.ResponseWriter, r *http.Request, s *inboxSession) {
 	q := r.URL.Query()
 	f := tgclient.ListFilter{Status: "decided", Session: q.Get("session"), Tool: q.Get("tool"), Limit: auditLimit}
+	if i.ledger != nil {
+		i.ledgerAuditPage(w, r, s, f)
+		return
+	}
 	calls, err := i.calls.List(r.Context(), f)
 	if err != nil {
 		e := asAPIError(i.errs.mapError(err))

@@ -1,12 +1,17 @@
 package server
 
 import (
+	"bytes"
 	"context"
 	"database/sql"
 	"encoding/json"
+	"fmt"
+	"html"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -154,7 +159,7 @@ func TestTheCallPageShowsTheCallsLedgerEntriesProved(t *testing.T) {
 	require.NoError(t, err)
 	v.Ledger, _ = i.ledgerView(ctx, "c1")
 	body = renderCallPage(t, i, v)
-	assert.Contains(t, body, `<p class="error" id="ledger-problem">The ledger&#39;s receipt for this call does NOT verify: entry #1 is not the log&#39;s entry #1`)
+	assert.Contains(t, body, `<p class="error" id="ledger-problem">The ledger&#39;s receipt for this call does NOT verify: entry #1 (call.decided c1/decided) was changed: it is not the log&#39;s entry #1 in the checkpoint of size 6`)
 	assert.NotContains(t, body, "signature valid")
 	assert.Contains(t, body, "entry #1, call.decided at 2026-12-03 10:01:00 UTC, not verified")
 
@@ -215,4 +220,164 @@ func TestTheCallPageShowsACallTemporalForgotFromTheLedger(t *testing.T) {
 	req := httptest.NewRequest("GET", "/calls/c1", nil)
 	req.AddCookie(c)
 	assert.Equal(t, http.StatusNotFound, serve(h, req).Code)
+}
+
+// decidedCalls appends n calls to the ledger, each submitted, decided and
+// finished, with the event IDs calls write (<call>/<run>/<kind>): k000
+// first. Even calls are of session s1, odd ones of s2; every tenth runs
+// the tool deploy, k007 a tool named with HTML.
+func decidedCalls(t *testing.T, l *ledger.Ledger, n int) {
+	t.Helper()
+	for i := range n {
+		id, session, tool := fmt.Sprintf("k%03d", i), "s"+strconv.Itoa(1+i%2), "shell"
+		switch {
+		case i%10 == 0:
+			tool = "deploy"
+		case i == 7:
+			tool = "<b>x</b>"
+		}
+		at := auditAt.Add(time.Duration(i) * time.Minute)
+		ev := func(kind string) string { return id + "/run-1/" + kind }
+		appendEntries(t, l,
+			ledger.Entry{Kind: ledger.KindCallSubmitted, Event: ev(ledger.KindCallSubmitted), At: at, CallID: id, Session: session, Requester: "agent-1", Tool: tool},
+			ledger.Entry{Kind: ledger.KindCallDecided, Event: ev(ledger.KindCallDecided), At: at.Add(time.Second), CallID: id, Session: session,
+				Decision: &ledger.Decision{Kind: "approved", DecidedBy: "bob", Channel: "inbox"}},
+			ledger.Entry{Kind: ledger.KindCallFinished, Event: ev(ledger.KindCallFinished), At: at.Add(2 * time.Second), CallID: id, Session: session, Status: "ok"})
+	}
+}
+
+var (
+	auditRowRE   = regexp.MustCompile(`<td><a href="/calls/([^"/]+)">`)
+	auditOlderRE = regexp.MustCompile(`<p id="audit-older"><a href="([^"]+)">`)
+)
+
+// auditPage reads the Audit page at path: the calls it lists, in order,
+// and its link to the older calls ("" on the last page).
+func auditPage(t *testing.T, get func(string) *httptest.ResponseRecorder, path string) (calls []string, older, body string) {
+	t.Helper()
+	rec := get(path)
+	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+	body = rec.Body.String()
+	for _, m := range auditRowRE.FindAllStringSubmatch(body, -1) {
+		calls = append(calls, m[1])
+	}
+	if m := auditOlderRE.FindStringSubmatch(body); m != nil {
+		older = html.UnescapeString(m[1])
+	}
+	return calls, older, body
+}
+
+// The Audit page reads the ledger: calls Temporal never had (nor will
+// have: its retention passed) are listed, newest first, a page of 50 at
+// a time, each linked to its page and to its receipt, which verifies.
+func TestTheAuditPageListsTheLedgersDecidedCallsPaged(t *testing.T) {
+	l, keys, _ := testLedger(t)
+	decidedCalls(t, l, 100)
+	appendEntries(t, l,
+		ledger.Entry{Kind: ledger.KindCallSubmitted, Event: "t1/run-1/call.submitted", At: auditAt.Add(3 * time.Hour), CallID: "t1", Session: "s1", Tool: "shell"},
+		ledger.Entry{Kind: ledger.KindCallFinished, Event: "t1/run-1/call.finished", At: auditAt.Add(4 * time.Hour), CallID: "t1", Session: "s1", Status: "timed_out"},
+		ledger.Entry{Kind: ledger.KindCallSubmitted, Event: "r1/run-1/call.submitted", At: auditAt.Add(5 * time.Hour), CallID: "r1", Session: "s1", Tool: "shell"},
+		ledger.Entry{Kind: ledger.KindCallDecided, Event: "r1/run-1/call.decided", At: auditAt.Add(5 * time.Hour), CallID: "r1", Session: "s1",
+			Decision: &ledger.Decision{Kind: "approved", DecidedBy: "carol", Channel: "slack"}})
+	_, err := l.SignCheckpoint(context.Background())
+	require.NoError(t, err)
+	forgetful := tgclient.New(&oneCallTemporal{call: policy.Call{ID: "elsewhere", Requester: "agent-1"}}, "")
+	i, h := newAuditInbox(t, Config{Calls: forgetful, Ledger: l})
+	i.now = func() time.Time { return auditAt.Add(400 * 24 * time.Hour) } // long past any retention
+
+	for _, token := range []string{"approver-token", "auditor-token"} {
+		c := signIn(t, h, token)
+		get := func(path string) *httptest.ResponseRecorder {
+			req := httptest.NewRequest("GET", path, nil)
+			req.AddCookie(c)
+			return serve(h, req)
+		}
+		var all []string
+		path, pages := "/audit", 0
+		for path != "" {
+			calls, older, body := auditPage(t, get, path)
+			if pages++; pages == 1 {
+				assert.Contains(t, body, "From the decision ledger, newest first: every call decided, of any age")
+				require.GreaterOrEqual(t, len(calls), 3)
+				assert.Equal(t, []string{"r1", "t1", "k099"}, calls[:3], "newest first; a call that timed out undecided is listed by its outcome")
+				assert.Contains(t, body, `<td>approved</td>
+      <td class="status-">no outcome yet</td>
+      <td>carol</td>`)
+				assert.Contains(t, body, `<td class="status-timed_out">timed_out</td>`)
+				assert.Contains(t, body, `<a href="/calls/k099/receipt" download title="entry #`)
+			}
+			assert.LessOrEqual(t, len(calls), 50, path)
+			all = append(all, calls...)
+			path = older
+		}
+		assert.Equal(t, 3, pages, token)
+		require.Len(t, all, 102, "every call once")
+		assert.Equal(t, "k000", all[101])
+		for n := range 100 {
+			assert.Equal(t, fmt.Sprintf("k%03d", 99-n), all[2+n])
+		}
+
+		// Filtered by session (in the query) and by tool (read from the
+		// calls' submissions), with the filter kept on the older page.
+		calls, older, _ := auditPage(t, get, "/audit?session=s2")
+		assert.Len(t, calls, 50)
+		assert.Empty(t, older, "the 50 calls of s2 fill one page")
+		calls, older, _ = auditPage(t, get, "/audit?tool=deploy")
+		assert.Equal(t, []string{"k090", "k080", "k070", "k060", "k050", "k040", "k030", "k020", "k010", "k000"}, calls)
+		assert.Empty(t, older)
+		_, older, _ = auditPage(t, get, "/audit?session=s1")
+		assert.Contains(t, older, "session=s1")
+		calls, _, _ = auditPage(t, get, older)
+		for _, id := range calls {
+			n, err := strconv.Atoi(strings.TrimPrefix(id, "k"))
+			require.NoError(t, err, id)
+			assert.Equal(t, 0, n%2, "%s is of session s1", id)
+		}
+		_, _, body := auditPage(t, get, "/audit?before=30")
+		assert.Contains(t, body, "&lt;b&gt;x&lt;/b&gt;", "what the ledger holds is escaped")
+		assert.NotContains(t, body, "<b>x</b>")
+
+		rec := get("/audit?before=-1")
+		assert.Equal(t, http.StatusBadRequest, rec.Code)
+		assert.Contains(t, rec.Body.String(), "before must be an entry index")
+
+		// The receipt link downloads the call's receipt; it verifies, laid
+		// out anew too.
+		rec = get("/calls/k050/receipt")
+		require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+		assert.Equal(t, "application/json", rec.Header().Get("Content-Type"))
+		assert.Equal(t, `attachment; filename=k050.receipt`, rec.Header().Get("Content-Disposition"))
+		var pretty bytes.Buffer
+		require.NoError(t, json.Indent(&pretty, rec.Body.Bytes(), "", "  "))
+		for _, data := range [][]byte{rec.Body.Bytes(), pretty.Bytes()} {
+			var r ledger.Receipt
+			require.NoError(t, json.Unmarshal(data, &r))
+			require.Len(t, r.Entries, 3)
+			_, err := ledger.VerifyReceipt(r, keys.Verifier)
+			assert.NoError(t, err)
+		}
+		rec = get("/calls/k999/receipt")
+		assert.Equal(t, http.StatusNotFound, rec.Code)
+		assert.Contains(t, rec.Body.String(), "unknown call")
+	}
+
+	// Signed out, the receipt asks to sign in first.
+	rec := serve(h, httptest.NewRequest("GET", "/calls/k050/receipt", nil))
+	assert.Equal(t, http.StatusSeeOther, rec.Code)
+	assert.Equal(t, "/login?next=%2Fcalls%2Fk050%2Freceipt", rec.Header().Get("Location"))
+}
+
+// Without a ledger the Audit page is Temporal's, and says where it ends.
+func TestTheAuditPageWithoutALedgerSaysItEndsAtTemporalsRetention(t *testing.T) {
+	i, _ := newAuditInbox(t, Config{})
+	now := auditAt.Add(time.Hour)
+	v := newAuditView([]tgclient.CallSummary{{CallID: "c1", Session: "s1", Tool: "shell", Status: "ok", DecidedBy: "bob", Channel: "inbox", ClosedAt: auditAt}},
+		tgclient.ListFilter{Status: "decided", Limit: auditLimit}, now)
+	rec := httptest.NewRecorder()
+	i.render(rec, http.StatusOK, "audit", pageData{Title: "Audit", User: "audrey", Auditor: true, Body: v})
+	body := rec.Body.String()
+	assert.Contains(t, body, "From Temporal: a call leaves this list when its namespace's retention ends.")
+	assert.Contains(t, body, `<td><a href="/calls/c1">c1</a></td>`)
+	assert.NotContains(t, body, "receipt")
+	assert.NotContains(t, body, "audit-older")
 }

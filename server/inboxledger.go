@@ -5,9 +5,17 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
+	"mime"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
 
 	"go.uber.org/zap"
 
+	tgclient "github.com/toolgate/toolgate/client"
 	"github.com/toolgate/toolgate/ledger"
 	"github.com/toolgate/toolgate/workflows"
 )
@@ -82,7 +90,7 @@ func (i *inbox) ledgerView(ctx context.Context, callID string) (*ledgerView, []l
 		// The page shows the entries the receipt proved.
 		entries = make([]ledger.Stored, len(receipt.Entries))
 		for n, e := range receipt.Entries {
-			entries[n] = ledger.Stored{Index: e.Index, Entry: e.Entry}
+			entries[n], _ = e.Carried.Stored() // VerifyReceipt read them
 		}
 	}
 	for _, e := range entries {
@@ -149,4 +157,193 @@ func newLedgerCallView(callID string, entries []ledger.Stored, read func(ledger.
 	}
 	v.URL, v.SessionURL = callURL(v.ID), sessionURL(v.Session)
 	return v
+}
+
+// The ledger's Audit page: how many calls a page lists, how many entries
+// one read takes, and how many entries a page reads at most looking for
+// a tool's calls before it offers the older ones.
+const (
+	auditPageSize = 50
+	auditScan     = 2000
+)
+
+// auditKinds are the entries the ledger's Audit page lists: a call's
+// decision, or the outcome of a call that ended undecided (it timed out,
+// or failed before anyone was asked).
+var auditKinds = []string{ledger.KindCallDecided, ledger.KindCallFinished}
+
+// ledgerAuditPage serves the Audit page from the decision ledger, the
+// page below entry index ?before= (the newest without it).
+func (i *inbox) ledgerAuditPage(w http.ResponseWriter, r *http.Request, s *inboxSession, f tgclient.ListFilter) {
+	q, before := r.URL.Query(), int64(math.MaxInt64)
+	if q.Has("before") {
+		var err error
+		if before, err = indexParam(q, "before"); err != nil {
+			i.renderError(w, s, http.StatusBadRequest, asAPIError(err).message)
+			return
+		}
+	}
+	view, err := i.ledgerAuditView(r.Context(), f, before, i.now())
+	if err != nil {
+		e := asAPIError(i.errs.ledgerError(err))
+		i.renderError(w, s, e.status, e.message)
+		return
+	}
+	i.render(w, http.StatusOK, "audit", i.pageData(s, "Audit", view))
+}
+
+// ledgerAuditView is the Audit page read from the decision ledger: the
+// calls decided (or ended undecided) below entry index before, newest
+// first, of any age: the ledger outlives Temporal's retention. A full page
+// links to the older calls, from where it stopped.
+func (i *inbox) ledgerAuditView(ctx context.Context, f tgclient.ListFilter, before int64, now time.Time) (auditView, error) {
+	v := auditView{FromLedger: true, Filter: auditFilter(f), Paged: before != math.MaxInt64}
+	cursor, scanned := before, 0
+	for len(v.Rows) < auditPageSize && scanned < auditScan {
+		page, err := i.ledger.Latest(ctx, auditKinds, f.Session, cursor, auditPageSize)
+		if err != nil {
+			return v, err
+		}
+		if len(page) == 0 {
+			return v, nil // the log's oldest decision is on this page
+		}
+		calls, err := i.callsEntries(ctx, page)
+		if err != nil {
+			return v, err
+		}
+		for _, s := range page {
+			cursor, scanned = s.Index, scanned+1
+			row, ok := ledgerAuditRow(s, calls, now)
+			if !ok || (f.Tool != "" && row.Tool != f.Tool) {
+				continue
+			}
+			if v.Rows = append(v.Rows, row); len(v.Rows) == auditPageSize {
+				break
+			}
+		}
+	}
+	older, err := i.ledger.Latest(ctx, auditKinds, f.Session, cursor, 1)
+	if err != nil {
+		return v, err
+	}
+	if len(older) > 0 {
+		v.OlderURL = auditURL(f, cursor)
+	}
+	return v, nil
+}
+
+// callsEntries reads the entries of the calls of page, decoded (their
+// sealed parts left sealed: the page shows none of them), by call.
+func (i *inbox) callsEntries(ctx context.Context, page []ledger.Stored) (map[string][]ledger.Entry, error) {
+	var ids []string
+	seen := map[string]bool{}
+	for _, s := range page {
+		if h, err := ledger.ReadHeader(s.Entry); err == nil && h.CallID != "" && !seen[h.CallID] {
+			seen[h.CallID] = true
+			ids = append(ids, h.CallID)
+		}
+	}
+	stored, err := i.ledger.CallsEntries(ctx, ids)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string][]ledger.Entry{}
+	for _, s := range stored {
+		if e, err := ledger.Decode(s.Entry, nil); err == nil {
+			out[e.CallID] = append(out[e.CallID], e)
+		}
+	}
+	return out, nil
+}
+
+// ledgerAuditRow is the Audit page's row of a call.decided entry, or of
+// the call.finished entry of a call its run never decided; false for a
+// call.finished whose decision has a row of its own, and for what is not
+// a call's entry.
+func ledgerAuditRow(s ledger.Stored, calls map[string][]ledger.Entry, now time.Time) (auditRow, bool) {
+	e, err := ledger.Decode(s.Entry, nil)
+	if err != nil || e.CallID == "" {
+		return auditRow{}, false
+	}
+	// A call's events are "<call>/<run>/<kind>": the entries of the same
+	// run of the call are named alike. Events named otherwise match any
+	// entry of the call.
+	run, named := strings.CutSuffix(e.Event, "/"+e.Kind)
+	sibling := func(kind string, sameRun bool) *ledger.Entry {
+		var other *ledger.Entry
+		for n, o := range calls[e.CallID] {
+			switch {
+			case o.Kind != kind:
+			case o.Event == run+"/"+kind:
+				return &calls[e.CallID][n]
+			case other == nil && (!sameRun || !named):
+				other = &calls[e.CallID][n]
+			}
+		}
+		return other
+	}
+	row := auditRow{CallID: e.CallID, URL: callURL(e.CallID), Session: e.Session, SessionURL: sessionURL(e.Session),
+		Index: s.Index, ReceiptURL: receiptURL(e.CallID), When: clock(e.At), Ago: ago(now.Sub(e.At))}
+	finished := &e
+	if e.Kind == ledger.KindCallDecided {
+		finished = sibling(ledger.KindCallFinished, true)
+	} else if sibling(ledger.KindCallDecided, true) != nil {
+		return auditRow{}, false // listed with its decision
+	}
+	if d := e.Decision; d != nil {
+		row.Decision, row.DecidedBy, row.Channel = d.Kind, d.DecidedBy, d.Channel
+	}
+	if sub := sibling(ledger.KindCallSubmitted, false); sub != nil {
+		row.Tool = sub.Tool
+	}
+	if finished != nil {
+		row.Status = finished.Status
+	}
+	return row, true
+}
+
+// auditFilter describes the Audit page's session or tool filter.
+func auditFilter(f tgclient.ListFilter) string {
+	var filters []string
+	if f.Session != "" {
+		filters = append(filters, "session "+f.Session)
+	}
+	if f.Tool != "" {
+		filters = append(filters, "tool "+f.Tool)
+	}
+	return strings.Join(filters, ", ")
+}
+
+// auditURL is the Audit page of f's calls below entry index before.
+func auditURL(f tgclient.ListFilter, before int64) string {
+	q := url.Values{"before": {strconv.FormatInt(before, 10)}}
+	if f.Session != "" {
+		q.Set("session", f.Session)
+	}
+	if f.Tool != "" {
+		q.Set("tool", f.Tool)
+	}
+	return "/audit?" + q.Encode()
+}
+
+// receiptURL is where the inbox serves a call's receipt.
+func receiptURL(callID string) string { return callURL(callID) + "/receipt" }
+
+// receipt serves a call's receipt to the signed-in person, to download:
+// the receipt GET /v1/audit/calls/{call_id} answers a token, under the
+// same rules (everyone the inbox signs in reads every call's).
+func (i *inbox) receipt(w http.ResponseWriter, r *http.Request, s *inboxSession) {
+	callID := r.PathValue("call_id")
+	a := &api{ledger: i.ledger, logger: i.logger}
+	receipt, err := a.receipt(r.Context(), s.principal, callID)
+	if err != nil {
+		e := asAPIError(err)
+		i.renderError(w, s, e.status, e.message)
+		return
+	}
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Content-Disposition", mime.FormatMediaType("attachment", map[string]string{"filename": callID + ".receipt"}))
+	w.WriteHeader(http.StatusOK)
+	_ = ledger.WriteJSON(w, receipt)
 }

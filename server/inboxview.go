@@ -362,30 +362,34 @@ func newSessionView(v workflows.SessionView, now time.Time) sessionView {
 	return out
 }
 
-// auditView is the audit page: decided calls, newest first.
+// auditView is the audit page: decided calls, newest first. With a
+// decision ledger they are read from it, of any age, a page at a time;
+// without one from Temporal's visibility, which forgets a call with its
+// namespace's retention.
 type auditView struct {
 	Rows []auditRow
 	// Filter describes the session or tool filter, if any.
 	Filter string
-	// Capped: there may be more than the page shows.
+	// Capped: there may be more than the page shows (from Temporal).
 	Capped bool
 	Limit  int
+	// FromLedger: the rows are the ledger's; OlderURL is the next page
+	// (none on the last), Paged says this is not the first.
+	FromLedger bool
+	OlderURL   string
+	Paged      bool
 }
 
+// auditRow is one decided call. Decision, Index and ReceiptURL are the
+// ledger's: the decision, its entry's index and the call's receipt.
 type auditRow struct {
 	CallID, URL, Session, SessionURL, Tool, Status, DecidedBy, Channel, When, Ago string
+	Decision, ReceiptURL                                                          string
+	Index                                                                         int64
 }
 
 func newAuditView(calls []tgclient.CallSummary, f tgclient.ListFilter, now time.Time) auditView {
-	v := auditView{Capped: len(calls) >= f.Limit, Limit: f.Limit}
-	var filters []string
-	if f.Session != "" {
-		filters = append(filters, "session "+f.Session)
-	}
-	if f.Tool != "" {
-		filters = append(filters, "tool "+f.Tool)
-	}
-	v.Filter = strings.Join(filters, ", ")
+	v := auditView{Capped: len(calls) >= f.Limit, Limit: f.Limit, Filter: auditFilter(f)}
 	for _, c := range calls {
 		v.Rows = append(v.Rows, auditRow{
 			CallID: c.CallID, URL: callURL(c.CallID), Session: c.Session, SessionURL: sessionURL(c.Session), Tool: c.Tool,

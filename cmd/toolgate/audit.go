@@ -202,7 +202,7 @@ checkpoint covers them, within seconds.`,
 	f.add(cmd, true)
 	f.addAPI(cmd)
 	cmd.Flags().StringVar(&f.keys, "keys", os.Getenv("TOOLGATE_KEYS"), "keyring that opens the entries' encrypted arguments and outputs (env TOOLGATE_KEYS; default .toolgate/keys.json when it exists)")
-	cmd.Flags().BoolVar(&asJSON, "json", false, `print each entry as a JSON line, {"index":N,"entry":{…}}, as stored`)
+	cmd.Flags().BoolVar(&asJSON, "json", false, `print each entry as a JSON line, {"index":N,"entry":{…},"entry_bytes":"<base64>"}, its bytes as stored (docs/audit.md)`)
 	return cmd
 }
 
@@ -227,7 +227,9 @@ func (f auditFlags) callEntries(cmd *cobra.Command, callID string) ([]ledger.Sto
 		}
 		entries := make([]ledger.Stored, len(r.Entries))
 		for i, e := range r.Entries {
-			entries[i] = ledger.Stored{Index: e.Index, Entry: e.Entry}
+			if entries[i], err = e.Carried.Stored(); err != nil {
+				return nil, failed("the server's receipt of call %s: %v", callID, err)
+			}
 		}
 		return entries, nil
 	}

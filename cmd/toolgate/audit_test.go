@@ -4,8 +4,11 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
+	"encoding/base64"
+	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -140,14 +143,14 @@ func TestAuditExportAndReceiptAreCheckedOffline(t *testing.T) {
 	require.NoError(t, os.WriteFile(export, bytes.Replace(b, []byte("alice"), []byte("mallo"), 1), 0o644))
 	code, _, errs = audit(t, "verify", "--export", export, key)
 	assert.Equal(t, exitFailure, code)
-	assert.Contains(t, errs, "does not match the entries")
+	assert.Contains(t, errs, `entry #1 was changed: its "entry" is not the JSON its "entry_bytes" hold`)
 
 	r, err := os.ReadFile(receipt)
 	require.NoError(t, err)
 	require.NoError(t, os.WriteFile(receipt, bytes.Replace(r, []byte("alice"), []byte("mallo"), 1), 0o644))
 	code, _, errs = audit(t, "verify", "--receipt", receipt, key)
 	assert.Equal(t, exitFailure, code)
-	assert.Contains(t, errs, "was changed")
+	assert.Contains(t, errs, "entry #7 was changed")
 
 	for name, garbage := range map[string]string{"receipt": "{not json", "export": "garbage\n"} {
 		path := filepath.Join(dir, name+".bad")
@@ -281,4 +284,94 @@ func TestAuditShowOpensSealedEntriesWithTheKeys(t *testing.T) {
 	assert.NotContains(t, out, "sk-live")
 	assert.Contains(t, out, "requester: ci-7", "who asked stays readable")
 	assert.Contains(t, out, "sealed:   arguments and outputs encrypted with key "+ring.Current())
+}
+
+// reformat lays out each JSON value of a file anew: indented as jq .
+// does, or (sorted) with its keys sorted and HTML escaped, as jq -S .
+// does, through map[string]any.
+func reformat(t *testing.T, path string, sorted bool) string {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	require.NoError(t, err)
+	var out bytes.Buffer
+	dec := json.NewDecoder(bytes.NewReader(data))
+	for dec.More() {
+		var raw json.RawMessage
+		require.NoError(t, dec.Decode(&raw))
+		if sorted {
+			var v any
+			require.NoError(t, json.Unmarshal(raw, &v))
+			raw, err = json.MarshalIndent(v, "", "    ")
+			require.NoError(t, err)
+			out.Write(raw)
+		} else {
+			require.NoError(t, json.Indent(&out, raw, "", "  "))
+		}
+		out.WriteString("\n")
+	}
+	dst := path + map[bool]string{false: ".indented", true: ".sorted"}[sorted]
+	require.NoError(t, os.WriteFile(dst, out.Bytes(), 0o644))
+	return dst
+}
+
+// Receipts and exports carry each entry's bytes in a string: laid out
+// anew, by Go or by the real jq when it is installed, they still verify;
+// an entry whose bytes changed fails, named.
+func TestAuditReceiptsAndExportsVerifyAfterReformatting(t *testing.T) {
+	al := newAuditLedger(t)
+	dir := t.TempDir()
+	export, part, receipt := filepath.Join(dir, "export.jsonl"), filepath.Join(dir, "part.jsonl"), filepath.Join(dir, "w3.receipt")
+	for _, args := range [][]string{{"export", "-o", export}, {"export", "--since", "2026-12-03T09:00:00Z", "-o", part}, {"proof", "w3", "-o", receipt}} {
+		code, _, errs := audit(t, append(args, "--ledger", al.db, "--ledger-key", al.key)...)
+		require.Equal(t, 0, code, errs)
+	}
+	verify := func(kind, path string) (int, string) {
+		code, out, errs := audit(t, "verify", "--"+kind, path, "--ledger-key", al.key)
+		return code, out + errs
+	}
+	type file struct{ kind, path string } // kind: --export or --receipt
+	written := map[string]file{"export": {"export", export}, "part": {"export", part}, "receipt": {"receipt", receipt}}
+	files := map[string]file{}
+	for name, f := range written {
+		files[name+" as written"] = f
+		files[name+", indented"] = file{f.kind, reformat(t, f.path, false)}
+		files[name+", sorted"] = file{f.kind, reformat(t, f.path, true)}
+	}
+	if jq, err := exec.LookPath("jq"); err == nil {
+		for name, f := range written {
+			for n, filter := range [][]string{{"."}, {"-S", "."}} {
+				out, err := exec.Command(jq, append(filter, f.path)...).Output()
+				require.NoError(t, err)
+				dst := fmt.Sprintf("%s.jq%d", f.path, n)
+				require.NoError(t, os.WriteFile(dst, out, 0o644))
+				files[name+", jq "+strings.Join(filter, " ")] = file{f.kind, dst}
+			}
+		}
+	} else {
+		t.Log("jq is not installed: reformatted by Go alone")
+	}
+	for name, f := range files {
+		code, out := verify(f.kind, f.path)
+		assert.Equal(t, 0, code, "%s: %s", name, out)
+	}
+
+	// A byte of entry #7's bytes changed, the object beside them alike (as
+	// whoever forges an entry would): the receipt fails and names it.
+	var r map[string]any
+	data, err := os.ReadFile(files["receipt, sorted"].path)
+	require.NoError(t, err)
+	require.NoError(t, json.Unmarshal(data, &r))
+	e := r["entries"].([]any)[1].(map[string]any)
+	require.EqualValues(t, 7, e["index"])
+	b, err := base64.StdEncoding.DecodeString(e["entry_bytes"].(string))
+	require.NoError(t, err)
+	b = bytes.Replace(b, []byte("alice"), []byte("alicf"), 1)
+	e["entry_bytes"], e["entry"] = base64.StdEncoding.EncodeToString(b), json.RawMessage(b)
+	forged, err := json.MarshalIndent(r, "", " ")
+	require.NoError(t, err)
+	path := filepath.Join(dir, "forged.receipt")
+	require.NoError(t, os.WriteFile(path, forged, 0o644))
+	code, out := verify("receipt", path)
+	assert.Equal(t, exitFailure, code)
+	assert.Contains(t, out, "entry #7 (call.decided w3/r/call.decided) was changed: it is not the log's entry #7 in the checkpoint of size 20")
 }

@@ -271,8 +271,10 @@ export type Receipt = {
   entries: Array<{
     /** the entry's index in the log, from 0 */
     index: number;
-    /** the entry as stored: canonical JSON (sorted keys, no insignificant space); its leaf hash is SHA-256(0x00 ‖ these bytes) */
+    /** the same entry as a JSON object, to read; a verifier checks it holds the same JSON as entry_bytes */
     entry: Record<string, unknown>;
+    /** the entry's bytes as stored, base64: its leaf hash is SHA-256(0x00 ‖ these bytes); a string, so the receipt verifies however it is laid out */
+    entry_bytes: string;
     /** the inclusion proof's hashes, base64 */
     proof: Array<string>;
   }>;
