@@ -17,6 +17,7 @@ import (
 	"github.com/toolgate/toolgate/ledger"
 	"github.com/toolgate/toolgate/policy"
 	"github.com/toolgate/toolgate/signin"
+	"github.com/toolgate/toolgate/websession"
 )
 
 // InboxChannel is the channel the web inbox records on its decisions.
@@ -46,19 +47,23 @@ type inbox struct {
 }
 
 func newInbox(cfg Config, people *people) *inbox {
+	sessions := cfg.Sessions
+	if sessions == nil {
+		sessions = websession.NewMemory(nil)
+	}
 	secure := isHTTPS(cfg.Notify.PublicURL)
 	if cfg.SignIn != nil {
 		secure = secure || isHTTPS(cfg.SignIn.PublicURL)
 	}
 	return &inbox{
 		signIn:        cfg.SignIn,
-		flows:         &authFlows{},
+		flows:         &authFlows{store: sessions},
 		people:        people,
 		calls:         cfg.Calls,
 		tokens:        cfg.Tokens,
 		logger:        cfg.Logger,
 		errs:          &api{calls: cfg.Calls, tokens: cfg.Tokens, logger: cfg.Logger},
-		sessions:      newInboxSessions(time.Now),
+		sessions:      &inboxSessions{store: sessions, tokens: cfg.Tokens},
 		now:           time.Now,
 		ledger:        cfg.Ledger,
 		secureCookies: secure,
@@ -157,9 +162,13 @@ type inboxHandler func(http.ResponseWriter, *http.Request, *inboxSession)
 // the sign-in page, and back here after it.
 func (i *inbox) page(h inboxHandler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		s, ok := i.session(r)
-		if !ok {
+		s, err := i.sessionOrError(r)
+		if errors.Is(err, errNoSession) {
 			http.Redirect(w, r, "/login?next="+url.QueryEscape(r.URL.RequestURI()), http.StatusSeeOther)
+			return
+		}
+		if err != nil {
+			renderUnavailable(w)
 			return
 		}
 		if e := checkPathIDs(r); e != nil {
@@ -175,9 +184,13 @@ func (i *inbox) page(h inboxHandler) http.Handler {
 // read from or sent to Temporal.
 func (i *inbox) form(h inboxHandler) http.Handler {
 	return crossOrigin.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		s, ok := i.session(r)
-		if !ok {
+		s, err := i.sessionOrError(r)
+		if errors.Is(err, errNoSession) {
 			http.Redirect(w, r, "/login", http.StatusSeeOther)
+			return
+		}
+		if err != nil {
+			renderUnavailable(w)
 			return
 		}
 		r.Body = http.MaxBytesReader(w, r.Body, MaxBodyBytes)
@@ -216,9 +229,13 @@ func (i *inbox) change(h inboxHandler) http.Handler {
 // get 401, which the page script shows as "signed out".
 func (i *inbox) json(h inboxHandler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		s, ok := i.session(r)
-		if !ok {
+		s, err := i.sessionOrError(r)
+		if errors.Is(err, errNoSession) {
 			writeError(w, &apiError{http.StatusUnauthorized, "unauthorized", "sign in to the inbox first"})
+			return
+		}
+		if err != nil {
+			writeError(w, errSessionsUnavailable)
 			return
 		}
 		h(w, r, s)

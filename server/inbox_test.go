@@ -223,28 +223,6 @@ func TestInboxSignOut(t *testing.T) {
 	assert.Contains(t, rec.Body.String(), "You are signed out.")
 }
 
-func TestInboxSessionsExpire(t *testing.T) {
-	now := time.Date(2026, 1, 1, 9, 0, 0, 0, time.UTC)
-	s := newInboxSessions(func() time.Time { return now })
-	first := s.create(Principal{Name: "alice", Role: RoleApprover})
-	assert.NotEqual(t, first.id, first.csrf)
-	now = now.Add(InboxSessionTTL - time.Second)
-	_, ok := s.get(s.cookie(first))
-	assert.True(t, ok)
-	_, ok = s.get(first.id)
-	assert.False(t, ok, "a cookie without the session's signature is refused")
-	_, ok = s.get(first.id + "." + s.sign("other"))
-	assert.False(t, ok, "a cookie signed for another ID is refused")
-	now = now.Add(time.Second)
-	_, ok = s.get(s.cookie(first))
-	assert.False(t, ok, "12 hours after sign-in the session is gone")
-
-	expired := s.create(Principal{Name: "bob"})
-	now = now.Add(InboxSessionTTL)
-	s.create(Principal{Name: "carol"})
-	assert.NotContains(t, s.byID, expired.id, "a sign-in sweeps expired sessions")
-}
-
 func TestInboxSecurityHeaders(t *testing.T) {
 	h := New(Config{Tokens: mustTokens(t)}) // the inbox is mounted by New
 	for _, path := range []string{"/login", "/", "/static/inbox.css"} {

@@ -1,28 +1,32 @@
 package server
 
 import (
-	"crypto/hmac"
+	"context"
 	"crypto/rand"
-	"crypto/sha256"
 	"crypto/subtle"
-	"encoding/base64"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
 	"strings"
-	"sync"
 	"time"
 
 	"go.uber.org/zap"
+
+	"github.com/toolgate/toolgate/websession"
 )
 
-// Inbox sign-in. A signed-in approver holds a random session ID, signed
-// with a key of this process, in an HttpOnly cookie (SameSite=Strict for a
-// token sign-in, Lax for one through the identity provider, whose redirect
-// back is a cross-site navigation); no token is ever put in a cookie.
-// Sessions live in memory only: restarting the server signs everybody
-// out, which is also how a token removed from the tokens file (read once,
-// at start) stops working in the inbox.
+// Inbox sign-in. A signed-in approver holds a random session ID in an
+// HttpOnly cookie (SameSite=Strict for a token sign-in, Lax for one
+// through the identity provider, whose redirect back is a cross-site
+// navigation); no token is ever put in a cookie. The session itself is
+// kept in Config.Sessions (package websession): in this process's memory,
+// or in a database every replica shares, where it outlives a restart and
+// signing out on one replica ends it on all. A token sign-in keeps the
+// token's hash, not its principal: each request reads the principal from
+// the tokens this process loaded, so a token removed from the tokens file
+// stops working in the inbox when the process restarts with the file.
 const (
 	// InboxSessionCookie names the session cookie.
 	InboxSessionCookie = "toolgate_session"
@@ -33,6 +37,10 @@ const (
 	// there is no session yet to keep it in.
 	inboxLoginCookie = "toolgate_login"
 	inboxLoginTTL    = time.Hour
+	// sessionIDPrefix and flowIDPrefix keep the store's two kinds of
+	// entries apart: a sign-in's state never reads as a session's ID.
+	sessionIDPrefix = "session/"
+	flowIDPrefix    = "signin/"
 )
 
 // inboxSession is one signed-in browser.
@@ -44,108 +52,167 @@ type inboxSession struct {
 	expires time.Time
 	// oidc is set for a sign-in through the identity provider.
 	oidc *oidcSession
+	// tokenSHA256 is set for a token sign-in: HashToken of the token.
+	tokenSHA256 string
+	// version is the stored session's, for a compare-and-swap update.
+	version int64
 }
 
-// inboxSessions is the in-memory session store.
+// sessionRecord is a session as the store keeps it (sealed, in a
+// database).
+type sessionRecord struct {
+	// TokenSHA256 names the token of a token sign-in; its principal is
+	// read from the tokens in force at each request.
+	TokenSHA256 string `json:"token_sha256,omitempty"`
+	// Principal is a provider sign-in's person, as of its last renewal.
+	Principal *Principal   `json:"principal,omitempty"`
+	CSRF      string       `json:"csrf"`
+	OIDC      *oidcSession `json:"oidc,omitempty"`
+}
+
+// errNoSession: the request carries no live session.
+var errNoSession = errors.New("not signed in")
+
+// errTokenWithdrawn ends a token sign-in whose token is no longer one that
+// signs in to the inbox (removed from the tokens file, or its role
+// changed).
+var errTokenWithdrawn = fmt.Errorf("%w: its token is no longer in the tokens file with a role that signs in to the inbox", errNoSession)
+
+// inboxSessions are the inbox's sessions in their store.
 type inboxSessions struct {
-	mu   sync.Mutex
-	byID map[string]*inboxSession
-	now  func() time.Time
-	// key signs the session cookies: a cookie this process did not make
-	// is refused before any lookup.
-	key []byte
+	store websession.Store
+	// tokens are the tokens in force, that token sign-ins are read from.
+	tokens *Tokens
 }
 
-func newInboxSessions(now func() time.Time) *inboxSessions {
-	key := make([]byte, 32)
-	_, _ = rand.Read(key)
-	return &inboxSessions{byID: map[string]*inboxSession{}, now: now, key: key}
+// start stores sess as a new session, giving it its ID and CSRF token.
+func (s *inboxSessions) start(ctx context.Context, sess *inboxSession) error {
+	sess.id, sess.csrf = rand.Text(), rand.Text()
+	data, err := sess.record()
+	if err != nil {
+		return err
+	}
+	if err := s.store.Create(ctx, sessionIDPrefix+sess.id, data, sess.expires); err != nil {
+		return err
+	}
+	sess.version = websession.FirstVersion
+	return nil
 }
 
-// create signs p in with a token, for InboxSessionTTL.
-func (s *inboxSessions) create(p Principal) *inboxSession {
-	return s.createUntil(p, s.now().Add(InboxSessionTTL), nil)
+func (sess *inboxSession) record() ([]byte, error) {
+	rec := sessionRecord{TokenSHA256: sess.tokenSHA256, CSRF: sess.csrf, OIDC: sess.oidc}
+	if sess.tokenSHA256 == "" {
+		p := sess.principal
+		rec.Principal = &p
+	}
+	return json.Marshal(rec)
 }
 
-// createUntil signs p in until expires, forgetting expired sessions on
-// the way so the map only grows with live sign-ins.
-func (s *inboxSessions) createUntil(p Principal, expires time.Time, o *oidcSession) *inboxSession {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	now := s.now()
-	for id, old := range s.byID {
-		if !now.Before(old.expires) {
-			delete(s.byID, id)
+// lookup returns the live session of a cookie's value: errNoSession when
+// there is none (unknown, ended, expired, or its token no longer one that
+// may sign in), another error when the store failed.
+func (s *inboxSessions) lookup(ctx context.Context, id string) (*inboxSession, error) {
+	if id == "" {
+		return nil, errNoSession
+	}
+	stored, err := s.store.Get(ctx, sessionIDPrefix+id)
+	if errors.Is(err, websession.ErrNotFound) {
+		return nil, errNoSession
+	}
+	if err != nil {
+		return nil, err
+	}
+	var rec sessionRecord
+	if err := json.Unmarshal(stored.Data, &rec); err != nil {
+		return nil, fmt.Errorf("read a stored session: %w", err)
+	}
+	sess := &inboxSession{id: id, csrf: rec.CSRF, expires: stored.Expires, oidc: rec.OIDC, tokenSHA256: rec.TokenSHA256, version: stored.Version}
+	switch {
+	case rec.TokenSHA256 != "":
+		var p Principal
+		ok := false
+		if s.tokens != nil {
+			p, ok = s.tokens.byHash[rec.TokenSHA256]
 		}
-	}
-	sess := &inboxSession{id: rand.Text(), principal: p, csrf: rand.Text(), expires: expires, oidc: o}
-	s.byID[sess.id] = sess
-	cp := *sess
-	return &cp
-}
-
-// cookie is the session cookie's value: the ID and its signature.
-func (s *inboxSessions) cookie(sess *inboxSession) string {
-	return sess.id + "." + s.sign(sess.id)
-}
-
-func (s *inboxSessions) sign(id string) string {
-	mac := hmac.New(sha256.New, s.key)
-	mac.Write([]byte(id))
-	return base64.RawURLEncoding.EncodeToString(mac.Sum(nil))
-}
-
-// get returns a copy of the live session of a cookie value.
-func (s *inboxSessions) get(cookie string) (*inboxSession, bool) {
-	id, sig, ok := strings.Cut(cookie, ".")
-	if !ok || !hmac.Equal([]byte(sig), []byte(s.sign(id))) {
-		return nil, false
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	sess, ok := s.byID[id]
-	if !ok {
-		return nil, false
-	}
-	if !s.now().Before(sess.expires) {
-		delete(s.byID, id)
-		return nil, false
-	}
-	cp := *sess
-	return &cp, true
-}
-
-// setPrincipal replaces the principal of a live session (a renewal read
-// the person's groups anew).
-func (s *inboxSessions) setPrincipal(id string, p Principal) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if sess, ok := s.byID[id]; ok {
+		if !ok || !inboxRole(p.Role) {
+			// The sign-in ends here, for every replica.
+			return nil, errors.Join(errTokenWithdrawn, s.end(ctx, id))
+		}
 		sess.principal = p
+	case rec.Principal != nil:
+		sess.principal = *rec.Principal
+	default:
+		return nil, errors.New("read a stored session: it names nobody")
 	}
+	return sess, nil
 }
 
-func (s *inboxSessions) remove(id string) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	delete(s.byID, id)
+// save writes sess back if nobody changed it since it was read
+// (websession.ErrStale otherwise), and takes the new version.
+func (s *inboxSessions) save(ctx context.Context, sess *inboxSession) error {
+	data, err := sess.record()
+	if err != nil {
+		return err
+	}
+	v, err := s.store.Update(ctx, sessionIDPrefix+sess.id, sess.version, data, sess.expires)
+	if err != nil {
+		return err
+	}
+	sess.version = v
+	return nil
+}
+
+// end signs a session out, on every replica that shares the store.
+func (s *inboxSessions) end(ctx context.Context, id string) error {
+	return s.store.Delete(ctx, sessionIDPrefix+id)
+}
+
+// inboxRole reports whether a token of role r may sign in to the inbox.
+func inboxRole(r Role) bool {
+	return r == RoleApprover || r == RoleAdmin || r == RoleAuditor
 }
 
 // session returns the request's live session; one through the identity
-// provider is renewed first when it is due, and ends if it cannot be.
+// provider is renewed first when it is due, and ends if it cannot be. A
+// store that fails is logged and counts as no session (the pages answer
+// it with 503 through sessionOrError).
 func (i *inbox) session(r *http.Request) (*inboxSession, bool) {
+	s, err := i.sessionOrError(r)
+	return s, err == nil
+}
+
+// sessionOrError is session with its error: errNoSession, or the store's.
+func (i *inbox) sessionOrError(r *http.Request) (*inboxSession, error) {
 	c, err := r.Cookie(InboxSessionCookie)
 	if err != nil || c.Value == "" {
-		return nil, false
+		return nil, errNoSession
 	}
-	s, ok := i.sessions.get(c.Value)
-	if !ok || s.oidc == nil {
-		return s, ok
+	s, err := i.sessions.lookup(r.Context(), c.Value)
+	if err == nil && s.oidc != nil {
+		s, err = i.renew(r.Context(), s)
 	}
-	if !i.renew(r.Context(), s) {
-		return nil, false
+	switch {
+	case err == nil, r.Context().Err() != nil:
+	case errors.Is(err, errTokenWithdrawn):
+		i.logger.Info("Inbox sign-in ended", zap.String("reason", err.Error()))
+	case !errors.Is(err, errNoSession):
+		i.logger.Error("Inbox sessions could not be read", zap.Error(err))
 	}
-	return i.sessions.get(c.Value)
+	return s, err
+}
+
+// errSessionsUnavailable answers a request whose session the store could
+// not read (the database is down, or a session does not open).
+var errSessionsUnavailable = &apiError{http.StatusServiceUnavailable, "unavailable",
+	"toolgate could not read its sign-in sessions (see the server log); try again shortly"}
+
+// renderUnavailable is the page of a request whose session could not be
+// read; it shows no session data.
+func renderUnavailable(w http.ResponseWriter) {
+	w.Header().Set("Retry-After", "5")
+	if err := writePage(w, http.StatusServiceUnavailable, "error", pageData{Title: "Unavailable", Error: errSessionsUnavailable.message}); err != nil {
+		http.Error(w, errSessionsUnavailable.message, http.StatusServiceUnavailable)
+	}
 }
 
 // setCookie writes an HttpOnly, SameSite=Strict cookie.
@@ -238,40 +305,55 @@ func (i *inbox) login(w http.ResponseWriter, r *http.Request) {
 		i.renderLogin(w, r, http.StatusForbidden, next, "The sign-in form expired or was not sent from this page. Sign in again.", "")
 		return
 	}
-	p, ok := i.tokens.Lookup(strings.TrimSpace(r.PostFormValue("token")))
+	token := strings.TrimSpace(r.PostFormValue("token"))
+	p, ok := i.tokens.Lookup(token)
 	if !ok {
 		i.logger.Info("Inbox sign-in refused: unknown token")
 		i.renderLogin(w, r, http.StatusUnauthorized, next, "That token is not valid.", "")
 		return
 	}
-	if p.Role != RoleApprover && p.Role != RoleAdmin && p.Role != RoleAuditor {
+	if !inboxRole(p.Role) {
 		i.logger.Info("Inbox sign-in refused: not an approver", zap.String("approver", p.Name), zap.String("role", string(p.Role)))
 		i.renderLogin(w, r, http.StatusForbidden, next,
 			fmt.Sprintf("%s holds a token with role %s: only approver, admin and auditor tokens may sign in to the inbox.", p.Name, p.Role), "")
 		return
 	}
-	if old, ok := i.session(r); ok {
-		i.sessions.remove(old.id)
+	i.endOld(r)
+	sess := &inboxSession{principal: p, tokenSHA256: HashToken(token), expires: i.now().Add(InboxSessionTTL)}
+	if err := i.sessions.start(r.Context(), sess); err != nil {
+		i.logger.Error("Inbox sign-in failed: the session could not be stored", zap.String("approver", p.Name), zap.Error(err))
+		i.renderLogin(w, r, http.StatusServiceUnavailable, next, "Signing in failed: toolgate could not store the session (see the server log). Try again shortly.", "")
+		return
 	}
-	sess := i.sessions.create(p)
-	i.setCookie(w, r, InboxSessionCookie, i.sessions.cookie(sess), InboxSessionTTL)
+	i.setCookie(w, r, InboxSessionCookie, sess.id, InboxSessionTTL)
 	i.setCookie(w, r, inboxLoginCookie, "", 0)
 	i.logger.Info("Inbox sign-in", zap.String("approver", p.Name))
 	http.Redirect(w, r, next, http.StatusSeeOther)
 }
 
+// endOld signs out the session the request carries, if any, before a new
+// sign-in replaces it.
+func (i *inbox) endOld(r *http.Request) {
+	if old, ok := i.session(r); ok {
+		if err := i.sessions.end(r.Context(), old.id); err != nil {
+			i.logger.Warn("The previous inbox session could not be ended", zap.String("approver", old.principal.Name), zap.Error(err))
+		}
+	}
+}
+
 func (i *inbox) logout(w http.ResponseWriter, r *http.Request, s *inboxSession) {
-	i.sessions.remove(s.id)
+	if err := i.sessions.end(r.Context(), s.id); err != nil {
+		i.logger.Error("Inbox sign-out failed: the session could not be ended", zap.String("approver", s.principal.Name), zap.Error(err))
+		renderUnavailable(w)
+		return
+	}
 	i.setCookie(w, r, InboxSessionCookie, "", 0)
 	i.logger.Info("Inbox sign-out", zap.String("approver", s.principal.Name))
 	signedOut := "/login?signed_out=1"
 	if s.oidc != nil {
 		// Sign out at the provider too, so the next "Sign in with …" asks
 		// again; it sends the browser back to the sign-in page.
-		s.oidc.mu.Lock()
-		idToken := s.oidc.idToken
-		s.oidc.mu.Unlock()
-		if u := i.signIn.Provider.EndSessionURL(idToken, strings.TrimSuffix(i.signIn.PublicURL, "/")+signedOut); u != "" {
+		if u := i.signIn.Provider.EndSessionURL(s.oidc.IDToken, strings.TrimSuffix(i.signIn.PublicURL, "/")+signedOut); u != "" {
 			http.Redirect(w, r, u, http.StatusSeeOther)
 			return
 		}

@@ -16,6 +16,7 @@ import (
 	tgclient "github.com/toolgate/toolgate/client"
 	"github.com/toolgate/toolgate/ledger"
 	"github.com/toolgate/toolgate/notify"
+	"github.com/toolgate/toolgate/websession"
 )
 
 // Config configures the HTTP handler.
@@ -59,6 +60,11 @@ type Config struct {
 	// provider: the inbox's "Sign in with …" and the API's acceptance of
 	// the provider's JWT access tokens. Optional: tokens only.
 	SignIn *SignIn
+	// Sessions keeps the inbox's sign-ins and the sign-ins through the
+	// identity provider in progress. Optional: nil keeps them in this
+	// process's memory, where they end with it and no other replica sees
+	// them; a websession.DB shares them between replicas and restarts.
+	Sessions websession.Store
 	// HookStateDir is where the HTTP hooks (POST /hooks/claude-code) keep
 	// their per-session state, one directory per agent token. Default
 	// hook.DefaultStateDir()/http.

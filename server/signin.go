@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/toolgate/toolgate/policy"
 	"github.com/toolgate/toolgate/signin"
+	"github.com/toolgate/toolgate/websession"
 )
 
 // SignIn is sign-in with the company's OpenID provider: the inbox's
@@ -52,7 +54,7 @@ const DefaultRefreshEvery = 5 * time.Minute
 const (
 	authFlowCookie = "toolgate_auth"
 	authFlowTTL    = 10 * time.Minute
-	// maxAuthFlows bounds the sign-ins in progress kept in memory.
+	// maxAuthFlows bounds the sign-ins in progress one process started.
 	maxAuthFlows = 10000
 )
 
@@ -173,14 +175,29 @@ func (a *authenticator) person(ctx context.Context, raw string) (Principal, erro
 	return p, nil
 }
 
-// oidcSession is what an inbox sign-in through the provider keeps, in
-// memory only, to renew itself and to sign out at the provider.
+// oidcSession is what an inbox sign-in through the provider keeps, in the
+// session store (sealed there, in a database), to renew itself and to
+// sign out at the provider.
 type oidcSession struct {
-	mu           sync.Mutex // one renewal at a time: refresh tokens rotate
-	idToken      string
-	refreshToken string
-	refreshAt    time.Time // zero: no refresh token, the session ends at expires
+	IDToken      string `json:"id_token"`
+	RefreshToken string `json:"refresh_token,omitempty"`
+	// RefreshAt is when the sign-in is renewed next; zero: it has no
+	// refresh token and ends at its expiry.
+	RefreshAt time.Time `json:"refresh_at,omitzero"`
+	// RenewingUntil: a request (on any replica) is renewing the sign-in
+	// until then, and no other may spend the refresh token, which the
+	// provider may rotate.
+	RenewingUntil time.Time `json:"renewing_until,omitzero"`
 }
+
+// renewLease bounds a renewal: a replica that took one and stopped
+// (killed, or the provider never answered) leaves it to another after
+// this. The provider's HTTP client gives up well before (10 s).
+const renewLease = 30 * time.Second
+
+// renewPoll is how often a request waiting for another's renewal looks at
+// the session again.
+const renewPoll = 50 * time.Millisecond
 
 // signInStart sends the browser to the provider: a fresh state, nonce
 // and PKCE verifier, kept here until the callback, bound to this browser
@@ -192,8 +209,12 @@ func (i *inbox) signInStart(w http.ResponseWriter, r *http.Request) {
 	}
 	next := localPath(r.URL.Query().Get("next"))
 	f := signin.NewFlow()
-	if !i.flows.add(f, next, i.now()) {
+	if err := i.flows.add(r.Context(), f, next, i.now()); errors.Is(err, errTooManyFlows) {
 		i.renderLogin(w, r, http.StatusTooManyRequests, next, "Too many sign-ins are in progress; try again in a few minutes.", "")
+		return
+	} else if err != nil {
+		i.logger.Error("Inbox sign-in failed: the sign-in in progress could not be stored", zap.Error(err))
+		i.renderLogin(w, r, http.StatusServiceUnavailable, next, "Signing in failed: toolgate could not store the sign-in (see the server log). Try again shortly.", "")
 		return
 	}
 	i.setCookieMode(w, r, authFlowCookie, f.State, authFlowTTL, http.SameSiteLaxMode)
@@ -232,9 +253,13 @@ func (i *inbox) signInCallback(w http.ResponseWriter, r *http.Request) {
 		refuse(http.StatusBadRequest, "this sign-in was not started in this browser (its state does not match); start again from the sign-in page")
 		return
 	}
-	f, next, ok := i.flows.take(state, i.now())
-	if !ok {
+	f, next, err := i.flows.take(r.Context(), state)
+	if errors.Is(err, websession.ErrNotFound) {
 		refuse(http.StatusBadRequest, "this sign-in expired or was already used; start again from the sign-in page")
+		return
+	} else if err != nil {
+		i.logger.Error("Inbox sign-in failed: the sign-in in progress could not be read", zap.Error(err))
+		refuse(http.StatusServiceUnavailable, "toolgate could not read the sign-in in progress (see the server log); start again from the sign-in page")
 		return
 	}
 	tokens, err := i.signIn.Provider.Exchange(r.Context(), f, code)
@@ -259,19 +284,22 @@ func (i *inbox) signInCallback(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	i.people.saw(p.Name, *p.Identity)
-	if old, ok := i.session(r); ok {
-		i.sessions.remove(old.id)
-	}
+	i.endOld(r)
 	now := i.now()
 	expires := now.Add(i.signIn.SessionMax)
-	o := &oidcSession{idToken: tokens.IDToken, refreshToken: tokens.RefreshToken}
-	if o.refreshToken != "" {
-		o.refreshAt = earliest(now.Add(i.signIn.RefreshEvery), tokens.Expiry)
+	o := &oidcSession{IDToken: tokens.IDToken, RefreshToken: tokens.RefreshToken}
+	if o.RefreshToken != "" {
+		o.RefreshAt = earliest(now.Add(i.signIn.RefreshEvery), tokens.Expiry)
 	} else {
 		expires = earliest(expires, tokens.Expiry)
 	}
-	sess := i.sessions.createUntil(p, expires, o)
-	i.setCookieMode(w, r, InboxSessionCookie, i.sessions.cookie(sess), sess.expires.Sub(now), http.SameSiteLaxMode)
+	sess := &inboxSession{principal: p, expires: expires, oidc: o}
+	if err := i.sessions.start(r.Context(), sess); err != nil {
+		i.logger.Error("Inbox sign-in failed: the session could not be stored", zap.String("approver", p.Name), zap.Error(err))
+		refuse(http.StatusServiceUnavailable, "toolgate could not store the session (see the server log); try again shortly")
+		return
+	}
+	i.setCookieMode(w, r, InboxSessionCookie, sess.id, sess.expires.Sub(now), http.SameSiteLaxMode)
 	i.setCookieMode(w, r, authFlowCookie, "", 0, http.SameSiteLaxMode)
 	i.logger.Info("Inbox sign-in", zap.String("approver", p.Name), zap.String("role", string(p.Role)),
 		zap.String("iss", p.Identity.Issuer), zap.String("sub", p.Identity.Subject), zap.Strings("groups", p.Groups))
@@ -280,32 +308,78 @@ func (i *inbox) signInCallback(w http.ResponseWriter, r *http.Request) {
 
 // renew refreshes a provider sign-in once it is due: the person's groups
 // are read anew, and a refusal (the person left, the refresh token was
-// revoked, a required group is gone) ends the session.
-func (i *inbox) renew(ctx context.Context, s *inboxSession) bool {
-	o := s.oidc
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	now := i.now()
-	if o.refreshAt.IsZero() || now.Before(o.refreshAt) {
-		return true
+// revoked, a required group is gone) ends the session, on every replica.
+// One request renews, whichever replica it reached: it marks the session
+// as renewing (a compare-and-swap in the store), and the others wait for
+// its outcome. It returns the session to serve the request with, or
+// errNoSession.
+func (i *inbox) renew(ctx context.Context, s *inboxSession) (*inboxSession, error) {
+	wait := time.NewTimer(0)
+	defer wait.Stop()
+	for {
+		o := s.oidc
+		now := i.now()
+		if o.RefreshAt.IsZero() || now.Before(o.RefreshAt) {
+			return s, nil
+		}
+		if now.Before(o.RenewingUntil) {
+			wait.Reset(renewPoll)
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-wait.C:
+			}
+		} else {
+			claimed := *s
+			c := *o
+			c.RenewingUntil = now.Add(renewLease)
+			claimed.oidc = &c
+			err := i.sessions.save(ctx, &claimed)
+			if err == nil {
+				return i.refresh(ctx, &claimed)
+			}
+			if !errors.Is(err, websession.ErrStale) {
+				return nil, err
+			}
+		}
+		// Renewed, taken or ended by another request: look again.
+		var err error
+		if s, err = i.sessions.lookup(ctx, s.id); err != nil {
+			return nil, err
+		}
 	}
-	tokens, err := i.signIn.Provider.Refresh(ctx, o.refreshToken)
+}
+
+// refresh renews s, which this request claimed, with the provider. It
+// goes on if the browser goes away: the refresh token may be spent.
+func (i *inbox) refresh(ctx context.Context, s *inboxSession) (*inboxSession, error) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), renewLease)
+	defer cancel()
+	tokens, err := i.signIn.Provider.Refresh(ctx, s.oidc.RefreshToken)
 	if err == nil {
 		var p Principal
 		if p, err = i.signIn.principal(tokens.Person, i.tokens); err == nil && p.Identity.Subject != s.principal.Identity.Subject {
 			err = errors.New("the provider renewed the sign-in for another person")
 		}
 		if err == nil {
-			i.sessions.setPrincipal(s.id, p)
-			o.idToken, o.refreshToken = tokens.IDToken, tokens.RefreshToken
-			o.refreshAt = earliest(now.Add(i.signIn.RefreshEvery), tokens.Expiry)
+			renewed := *s
+			renewed.principal = p
+			renewed.oidc = &oidcSession{IDToken: tokens.IDToken, RefreshToken: tokens.RefreshToken,
+				RefreshAt: earliest(i.now().Add(i.signIn.RefreshEvery), tokens.Expiry)}
+			if err := i.sessions.save(ctx, &renewed); errors.Is(err, websession.ErrStale) {
+				// Signed out while the provider answered (never brought
+				// back), or the lease ran out and another request renewed
+				// it: the session is as the store has it.
+				return i.sessions.lookup(ctx, s.id)
+			} else if err != nil {
+				return nil, err
+			}
 			i.people.saw(p.Name, *p.Identity)
-			return true
+			return &renewed, nil
 		}
 	}
 	i.logger.Info("Inbox sign-in ended: the identity provider did not renew it", zap.String("approver", s.principal.Name), zap.String("reason", err.Error()))
-	i.sessions.remove(s.id)
-	return false
+	return nil, errors.Join(errNoSession, i.sessions.end(ctx, s.id))
 }
 
 func earliest(a, b time.Time) time.Time {
@@ -315,46 +389,73 @@ func earliest(a, b time.Time) time.Time {
 	return b
 }
 
-// authFlows are the sign-ins in progress, by state, each usable once.
+// authFlows are the sign-ins in progress, by state, each usable once. They
+// are kept in the session store: the provider may send the browser back
+// to another replica than the one it started on.
 type authFlows struct {
-	mu      sync.Mutex
-	byState map[string]authFlow
+	store websession.Store
+
+	mu sync.Mutex
+	// started are the flows this process started and that have not
+	// expired, by state: at most maxAuthFlows, so that anonymous requests
+	// cannot fill the store.
+	started map[string]time.Time
 }
 
-type authFlow struct {
-	flow    signin.Flow
-	next    string
-	expires time.Time
+// errTooManyFlows refuses a sign-in while maxAuthFlows are in progress.
+var errTooManyFlows = errors.New("too many sign-ins in progress")
+
+// flowRecord is a sign-in in progress as the store keeps it.
+type flowRecord struct {
+	Flow signin.Flow `json:"flow"`
+	Next string      `json:"next"`
 }
 
-// add keeps f until the callback, dropping expired flows; false when too
-// many are in progress.
-func (a *authFlows) add(f signin.Flow, next string, now time.Time) bool {
+// add keeps f until the callback (authFlowTTL from now).
+func (a *authFlows) add(ctx context.Context, f signin.Flow, next string, now time.Time) error {
+	if !a.count(f.State, now) {
+		return errTooManyFlows
+	}
+	data, err := json.Marshal(flowRecord{Flow: f, Next: next})
+	if err != nil {
+		return err
+	}
+	return a.store.Create(ctx, flowIDPrefix+f.State, data, now.Add(authFlowTTL))
+}
+
+// count counts a flow this process starts, dropping those that expired;
+// false when too many are in progress.
+func (a *authFlows) count(state string, now time.Time) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.byState == nil {
-		a.byState = map[string]authFlow{}
+	if a.started == nil {
+		a.started = map[string]time.Time{}
 	}
-	for s, old := range a.byState {
-		if !now.Before(old.expires) {
-			delete(a.byState, s)
+	for s, expires := range a.started {
+		if !now.Before(expires) {
+			delete(a.started, s)
 		}
 	}
-	if len(a.byState) >= maxAuthFlows {
+	if len(a.started) >= maxAuthFlows {
 		return false
 	}
-	a.byState[f.State] = authFlow{flow: f, next: next, expires: now.Add(authFlowTTL)}
+	a.started[state] = now.Add(authFlowTTL)
 	return true
 }
 
-// take returns and forgets the flow of state.
-func (a *authFlows) take(state string, now time.Time) (signin.Flow, string, bool) {
+// take returns and ends the flow of state (websession.ErrNotFound when it
+// expired, was used, or never was).
+func (a *authFlows) take(ctx context.Context, state string) (signin.Flow, string, error) {
 	a.mu.Lock()
-	defer a.mu.Unlock()
-	f, ok := a.byState[state]
-	delete(a.byState, state)
-	if !ok || !now.Before(f.expires) {
-		return signin.Flow{}, "", false
+	delete(a.started, state)
+	a.mu.Unlock()
+	stored, err := a.store.Take(ctx, flowIDPrefix+state)
+	if err != nil {
+		return signin.Flow{}, "", err
 	}
-	return f.flow, f.next, true
+	var rec flowRecord
+	if err := json.Unmarshal(stored.Data, &rec); err != nil {
+		return signin.Flow{}, "", fmt.Errorf("read a stored sign-in: %w", err)
+	}
+	return rec.Flow, rec.Next, nil
 }

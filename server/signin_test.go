@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"github.com/toolgate/toolgate/notify"
 	"github.com/toolgate/toolgate/policy"
 	"github.com/toolgate/toolgate/signin"
+	"github.com/toolgate/toolgate/websession"
 )
 
 func TestSignInMapsThePersonOntoARole(t *testing.T) {
@@ -53,21 +55,24 @@ func TestSignInMapsThePersonOntoARole(t *testing.T) {
 }
 
 func TestSignInFlowsAreUsableOnce(t *testing.T) {
+	ctx := context.Background()
 	now := time.Date(2026, 1, 1, 9, 0, 0, 0, time.UTC)
-	var flows authFlows
+	flows := authFlows{store: websession.NewMemory(func() time.Time { return now })}
 	f := signin.NewFlow()
-	require.True(t, flows.add(f, "/calls/x", now))
-	got, next, ok := flows.take(f.State, now.Add(time.Minute))
-	require.True(t, ok)
+	require.NoError(t, flows.add(ctx, f, "/calls/x", now))
+	now = now.Add(time.Minute)
+	got, next, err := flows.take(ctx, f.State)
+	require.NoError(t, err)
 	assert.Equal(t, f, got)
 	assert.Equal(t, "/calls/x", next)
-	_, _, ok = flows.take(f.State, now.Add(time.Minute))
-	assert.False(t, ok, "a state is used once")
+	_, _, err = flows.take(ctx, f.State)
+	assert.ErrorIs(t, err, websession.ErrNotFound, "a state is used once")
 
 	late := signin.NewFlow()
-	require.True(t, flows.add(late, "/", now))
-	_, _, ok = flows.take(late.State, now.Add(authFlowTTL))
-	assert.False(t, ok, "a sign-in left unfinished for ten minutes is gone")
+	require.NoError(t, flows.add(ctx, late, "/", now))
+	now = now.Add(authFlowTTL)
+	_, _, err = flows.take(ctx, late.State)
+	assert.ErrorIs(t, err, websession.ErrNotFound, "a sign-in left unfinished for ten minutes is gone")
 }
 
 func TestSlackAndEmailApproversRecordTheIdentityOfTheSamePerson(t *testing.T) {

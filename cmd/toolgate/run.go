@@ -30,6 +30,7 @@ import (
 	"github.com/toolgate/toolgate/policy/rules"
 	"github.com/toolgate/toolgate/server"
 	"github.com/toolgate/toolgate/tool"
+	"github.com/toolgate/toolgate/websession"
 	"github.com/toolgate/toolgate/worker"
 	"github.com/toolgate/toolgate/workflows"
 )
@@ -41,6 +42,7 @@ func (a *app) devCommand() *cobra.Command {
 		wf                            workerFlags
 		lf                            ledgerFlags
 		sf                            signInFlags
+		sess                          sessionFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "dev",
@@ -99,7 +101,7 @@ in the environment (SLACK_*, SMTP_*, TOOLGATE_*; see docs/channels.md).`,
 			if lf.dsn != ledgerOff {
 				ledgerNote = fmt.Sprintf("  ledger     %s  (toolgate audit show CALL_ID, toolgate audit verify)\n", lf.dsn)
 			}
-			return a.runProcesses(ctx, processes{worker: &wf, ledger: &lf, signIn: &sf, dev: true, madeTokens: madeTokens, hookStateDir: filepath.Join(dataDir, "http-hooks"),
+			return a.runProcesses(ctx, processes{worker: &wf, ledger: &lf, signIn: &sf, sessions: &sess, dev: true, madeTokens: madeTokens, hookStateDir: filepath.Join(dataDir, "http-hooks"),
 				httpAddr: httpAddr, httpListener: httpListener, dataDir: dataDir, started: func(tools []string, ws, httpURL string) {
 					fmt.Fprintf(a.stdout, `toolgate dev is running
   Temporal   %s  namespace %s  data %s
@@ -120,6 +122,7 @@ Stop with Ctrl-C.
 	wf.add(cmd, "")
 	lf.add(cmd, true)
 	sf.add(cmd)
+	sess.add(cmd)
 	a.conn.keys.add(cmd, true)
 	a.addCodecFlags(cmd)
 	f.StringVar(&tokensFile, "tokens", os.Getenv("TOOLGATE_TOKENS_FILE"), "API tokens file (default: generate an agent and an approver token in <data-dir>/tokens.json)")
@@ -184,6 +187,7 @@ func (a *app) serveCommand() *cobra.Command {
 		httpAddr, tokensFile, hookStateDir string
 		lf                                 ledgerFlags
 		sf                                 signInFlags
+		sess                               sessionFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -198,7 +202,7 @@ func (a *app) serveCommand() *cobra.Command {
 				return err
 			}
 			a.tokens = t
-			return a.runProcesses(cmd.Context(), processes{httpAddr: httpAddr, ledger: &lf, signIn: &sf, hookStateDir: hookStateDir, started: func(_ []string, _, httpURL string) {
+			return a.runProcesses(cmd.Context(), processes{httpAddr: httpAddr, ledger: &lf, signIn: &sf, sessions: &sess, hookStateDir: hookStateDir, started: func(_ []string, _, httpURL string) {
 				a.logger.Info("HTTP listener running", zap.String("url", httpURL), zap.String("temporal", a.conn.address))
 			}})
 		},
@@ -209,6 +213,7 @@ func (a *app) serveCommand() *cobra.Command {
 	cmd.Flags().StringVar(&hookStateDir, "hook-state-dir", os.Getenv("TOOLGATE_HOOK_STATE_DIR"), "where Claude Code's HTTP hooks (POST /hooks/claude-code) keep their per-session state (env TOOLGATE_HOOK_STATE_DIR; default $XDG_STATE_HOME/toolgate/hooks/http)")
 	lf.add(cmd, false)
 	sf.add(cmd)
+	sess.add(cmd)
 	a.addCodecFlags(cmd)
 	return cmd
 }
@@ -231,6 +236,9 @@ type processes struct {
 	ledger *ledgerFlags
 	// signIn configures sign-in through the company's identity provider.
 	signIn *signInFlags
+	// sessions says where the inbox keeps its sign-ins (with httpAddr);
+	// nil: in memory.
+	sessions *sessionFlags
 	// hookStateDir keeps the HTTP hooks' per-session state; empty: the
 	// server's default.
 	hookStateDir string
@@ -319,7 +327,20 @@ func (a *app) runProcesses(ctx context.Context, p processes) error {
 			calls = calls.WithEagerStart()
 		}
 		gateway := mcpgate.NewGateway(calls, mcpgate.Options{Logger: a.logger.Named("mcp")})
-		cfg := server.Config{Calls: calls, Tokens: a.tokens,
+		var sessions websession.Store
+		if p.sessions != nil {
+			ledgerDSN := ledgerOff
+			if p.ledger != nil {
+				ledgerDSN = p.ledger.dsn
+			}
+			if sessions, err = a.openSessions(ctx, *p.sessions, ledgerDSN); err != nil {
+				return err
+			}
+			if sessions != nil {
+				defer sessions.Close()
+			}
+		}
+		cfg := server.Config{Calls: calls, Tokens: a.tokens, Sessions: sessions,
 			Logger: a.logger.Named("http"), Notify: notifications, MCP: gateway.HTTPHandler(a.tokens.Agent),
 			Ready:  func(ctx context.Context) error { return worker.SearchAttributesUsable(ctx, tc, a.conn.namespace) },
 			Ledger: lg, Namespace: a.conn.namespace, CodecCORSOrigins: a.codecOrigins, SignIn: signIn, HookStateDir: p.hookStateDir}
