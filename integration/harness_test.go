@@ -102,10 +102,18 @@ const devReady = "Stop with Ctrl-C."
 // ready.
 func start(t *testing.T, ready string, args ...string) *proc {
 	t.Helper()
+	return startIn(t, "", nil, ready, args...)
+}
+
+// startIn is start in the directory dir ("": the test's) with env added
+// to the environment.
+func startIn(t *testing.T, dir string, env []string, ready string, args ...string) *proc {
+	t.Helper()
 	p := &proc{t: t, cmd: exec.Command(binary, args...), out: &syncBuffer{}, exited: make(chan struct{})}
 	pr, pw := io.Pipe()
 	p.cmd.Stdout, p.cmd.Stderr = pw, pw
-	p.cmd.Env = append(os.Environ(), "TEMPORAL_ADDRESS=", "TEMPORAL_NAMESPACE=")
+	p.cmd.Dir = dir
+	p.cmd.Env = append(append(os.Environ(), "TEMPORAL_ADDRESS=", "TEMPORAL_NAMESPACE="), env...)
 	require.NoError(t, p.cmd.Start())
 	seen := make(chan struct{})
 	go func() {
