@@ -169,6 +169,10 @@ export type WaitingCall = {
     code: string;
     message: string;
   };
+  /** why the call waits for the decision ledger, while it is down */
+  ledger_wait?: string;
+  /** why the call has not begun: its arguments are encrypted with a key its workers lack; it begins once they have it (status stays evaluating) */
+  keys_wait?: string;
 };
 
 export type CallPage = {
