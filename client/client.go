@@ -25,8 +25,8 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/toolgate/toolgate/activities"
+	"github.com/toolgate/toolgate/canonjson"
 	"github.com/toolgate/toolgate/keyring"
-	"github.com/toolgate/toolgate/ledger"
 	"github.com/toolgate/toolgate/policy"
 	"github.com/toolgate/toolgate/tool"
 	"github.com/toolgate/toolgate/workflows"
@@ -337,11 +337,11 @@ func sameJSON(a, b []byte) bool {
 // CanonicalJSON re-encodes a JSON value in one form: object keys sorted,
 // no spaces, numbers as written, no HTML escaping. Two encodings of the
 // same value give the same bytes, so it can key a request by what it
-// asks. It is the project's one canonical JSON, ledger.CanonicalJSON, and
+// asks. It is the project's one canonical JSON (canonjson), and
 // its output never changes: hook attempts and tool-definition pins
 // recorded in histories were hashed with it.
 func CanonicalJSON(raw []byte) (json.RawMessage, error) {
-	return ledger.CanonicalJSON(raw)
+	return canonjson.Canonical(raw)
 }
 
 func decodeJSON(b []byte) (any, error) {

@@ -1,10 +1,11 @@
 package ledger
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"time"
+
+	"github.com/toolgate/toolgate/canonjson"
 )
 
 // Kinds of entries.
@@ -279,30 +280,9 @@ func (e Entry) Canonical() ([]byte, error) {
 	return canon, nil
 }
 
-// CanonicalJSON rewrites a JSON document with its object keys sorted and
-// no insignificant space, numbers kept as written, HTML characters
-// unescaped. It is the project's one canonical JSON: entries are stored
-// in it (Canonical), and client.CanonicalJSON, which keys requests and
-// hashes tool definitions recorded in histories, is this function. Its
-// output must never change: stored entries are checked against it, and
-// recorded hashes and IDs were made with it. It is not RFC 8785 (numbers
-// are not re-serialised, keys sort by UTF-8 bytes); receipts and exports
-// do not depend on it, they carry each entry's bytes (Carried).
-func CanonicalJSON(raw []byte) ([]byte, error) {
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	var v any
-	if err := dec.Decode(&v); err != nil {
-		return nil, err
-	}
-	var b bytes.Buffer
-	enc := json.NewEncoder(&b)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil { // maps are written with sorted keys
-		return nil, err
-	}
-	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
-}
+// CanonicalJSON is canonjson.Canonical, the project's one canonical JSON,
+// which entries are stored in (Canonical).
+func CanonicalJSON(raw []byte) ([]byte, error) { return canonjson.Canonical(raw) }
 
 // Stored is an entry as the log holds it: its index and its bytes. In
 // JSON it is carried as receipts and exports carry entries (Carried).
