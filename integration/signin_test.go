@@ -127,6 +127,57 @@ func TestSignInWithHydra(t *testing.T) {
 		assert.Equal(t, http.StatusUnauthorized, resp.StatusCode, "the old cookie no longer signs anyone in")
 	})
 
+	t.Run("an OpenID sign-in through one replica decides through another, outlives its restart, and one sign-out ends both", func(t *testing.T) {
+		// dev is replica A (its sign-ins in its ledger's database); B is a
+		// serve on the same Temporal, provider and sessions database.
+		addrB := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+		baseB := "http://" + addrB
+		replicaB := func() *proc {
+			return start(t, "HTTP listener running", "serve", "--temporal-address", d.address(), "--keys", d.keysFile(),
+				"--tokens", writeTokensFile(t, t.TempDir()), "--http", addrB, "--sessions-db", filepath.Join(d.dataDir, "ledger.db"),
+				"--oidc-issuer", h.issuer, "--oidc-client-id", hydraClientID, "--oidc-client-secret-file", secretFile,
+				"--public-url", base, "--oidc-admin-group", "toolgate-admins", "--oidc-required-group", "toolgate-users",
+				"--oidc-refresh-every", "2s")
+		}
+		b := replicaB()
+		submitWaiting(t, agent, "idp", "idp-rep")
+		browser, res, body := signInHTTP(t, h, base, "carol", "")
+		require.Equal(t, http.StatusOK, res.StatusCode, body)
+		cookie := sessionCookieOf(t, browser, base)
+
+		callPage := getBody(t, browser, baseB+"/calls/idp-rep")
+		require.Contains(t, callPage, `id="decide"`, "B shows carol the call with its buttons")
+		r, err := browser.PostForm(baseB+"/calls/idp-rep/decision", url.Values{"csrf": {csrfOf(t, callPage)}, "decision": {"approve"}})
+		require.NoError(t, err)
+		r.Body.Close()
+		require.Equal(t, http.StatusOK, r.StatusCode)
+		out := agent.do("GET", "/v1/calls/idp-rep?wait=30s", nil)
+		assert.Equal(t, "ok", out.body["status"], out.raw)
+		assert.Equal(t, "carol@example.com", out.body["decided_by"])
+		assert.Equal(t, map[string]any{"iss": h.issuer, "sub": "carol"}, out.body["identity"], "B records who the provider says decided")
+
+		// B restarts: the sign-in holds there and on A, past a renewal
+		// (every 2s) made by either.
+		b.stop()
+		b = replicaB()
+		submitWaiting(t, agent, "idp", "idp-rep-2")
+		require.Eventually(t, func() bool {
+			return strings.Contains(pendingAs(t, baseB, cookie), "idp-rep-2") && strings.Contains(pendingAs(t, base, cookie), "idp-rep-2")
+		}, 20*time.Second, 500*time.Millisecond, "signed in on both replicas after B's restart")
+
+		// Signing out through B ends the sign-in on A.
+		noRedirect := &http.Client{Jar: browser.Jar, Timeout: 30 * time.Second,
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+		r, err = noRedirect.PostForm(baseB+"/logout", url.Values{"csrf": {csrfOf(t, getBody(t, browser, baseB+"/"))}})
+		require.NoError(t, err)
+		r.Body.Close()
+		require.Equal(t, http.StatusSeeOther, r.StatusCode, "on to the provider's end-session page")
+		for _, at := range []string{base, baseB} {
+			assert.Equal(t, http.StatusUnauthorized, pendingStatus(t, at, cookie), "%s after the sign-out", at)
+		}
+		assert.Equal(t, "pending", agent.do("GET", "/v1/calls/idp-rep-2", nil).body["status"], "nothing decided idp-rep-2")
+	})
+
 	t.Run("a person without the required group cannot sign in", func(t *testing.T) {
 		_, resp, body := signInHTTP(t, h, base, "eve", "")
 		assert.Equal(t, http.StatusForbidden, resp.StatusCode)

@@ -94,26 +94,30 @@ func Encrypted(p *commonpb.Payload) bool {
 // for keys (see WaitingForKeys).
 func DataConverter(k *Keyring) converter.DataConverter {
 	if k == nil {
-		return converter.GetDefaultDataConverter()
+		return dataConverter{DataConverter: converter.GetDefaultDataConverter(), keyless: true}
 	}
-	return dataConverter{converter.NewCodecDataConverter(converter.GetDefaultDataConverter(), k.Codec())}
+	return dataConverter{DataConverter: converter.NewCodecDataConverter(converter.GetDefaultDataConverter(), k.Codec())}
 }
 
 // WaitingForKeys begins the message of a workflow task that could not
 // decrypt a payload: its key is in no keyring this worker holds (a client
-// made a new keyring, or got a rotated one before the workers did). Such
-// a task fails and Temporal retries it, with a growing pause, until the
-// workers hold the key (their keyring file is read again when they meet a
-// key they lack, or they are restarted with it). The workflow itself
-// never fails: a failed workflow would end the call for good, with the
-// agent's arguments unread.
+// made a new keyring, or got a rotated one before the workers did, or
+// encrypts while the workers do not yet). Such a task fails and Temporal
+// retries it, with a growing pause, until the workers hold the key (their
+// keyring file is read again when they meet a key they lack, or they are
+// restarted with it). The workflow itself never fails: a failed workflow
+// would end the call for good, with the agent's arguments unread.
 const WaitingForKeys = "waiting for keys: "
 
-// dataConverter is the codec converter; in workflow code it turns a
-// payload under an unknown key into a panic, which the SDK turns into a
+// dataConverter is the converter; in workflow code it turns a payload
+// under a key the worker lacks into a panic, which the SDK turns into a
 // failed, retried workflow task (its default WorkflowPanicPolicy) rather
 // than an error the workflow would fail on.
-type dataConverter struct{ converter.DataConverter }
+type dataConverter struct {
+	converter.DataConverter
+	// keyless: this worker has no keyring (plaintext payloads).
+	keyless bool
+}
 
 var _ converter.ContextAware = dataConverter{}
 
@@ -126,14 +130,26 @@ func (d dataConverter) WithWorkflowContext(converter.WorkflowContext) converter.
 // payload under an unknown key is an ordinary error.
 func (d dataConverter) WithContext(context.Context) converter.DataConverter { return d }
 
-type waitingConverter struct{ converter.DataConverter }
+type waitingConverter dataConverter
 
 func (w waitingConverter) FromPayload(p *commonpb.Payload, valuePtr any) error {
+	w.refuseKeyless(p)
 	return waitForKeys(w.DataConverter.FromPayload(p, valuePtr))
 }
 
 func (w waitingConverter) FromPayloads(ps *commonpb.Payloads, valuePtrs ...any) error {
+	for _, p := range ps.GetPayloads() {
+		w.refuseKeyless(p)
+	}
 	return waitForKeys(w.DataConverter.FromPayloads(ps, valuePtrs...))
+}
+
+// refuseKeyless waits for keys when a worker without a keyring meets an
+// encrypted payload.
+func (w waitingConverter) refuseKeyless(p *commonpb.Payload) {
+	if w.keyless && Encrypted(p) {
+		panic(WaitingForKeys + "a payload is encrypted with key " + string(p.GetMetadata()[MetadataKeyID]) + ", and this worker has no keyring; the call runs once the workers have it (docs/production.md, \"Payload keys\")")
+	}
 }
 
 // waitForKeys panics on a missing key; the message names the key (an ID,

@@ -176,6 +176,51 @@ func TestFailuresCarryTheirMessageEncrypted(t *testing.T) {
 	assert.Contains(t, err.Error(), secret)
 }
 
+// In workflow code a payload under a key the worker lacks (or any
+// encrypted payload, on a worker without a keyring) is a panic, which the
+// SDK turns into a retried workflow task; everywhere else it is an error.
+func TestWorkflowCodeWaitsForAKeyItLacks(t *testing.T) {
+	client, _ := newRing(t)
+	worker, _ := newRing(t)
+	p, err := keyring.DataConverter(client).ToPayload(map[string]string{"args": secret})
+	require.NoError(t, err)
+
+	var v map[string]string
+	err = keyring.DataConverter(worker).FromPayload(p, &v)
+	require.ErrorIs(t, err, keyring.ErrUnknownKey, "outside workflow code: an error")
+	inWorkflow := keyring.DataConverter(worker).(converter.ContextAware).WithWorkflowContext(nil)
+	assert.PanicsWithValue(t, keyring.WaitingForKeys+"a payload is encrypted with key "+client.Current()+
+		", which this worker's keyring does not hold; the call runs once the workers have it (docs/production.md, \"Payload keys\")",
+		func() { _ = inWorkflow.FromPayload(p, &v) })
+	ps, err := keyring.DataConverter(client).ToPayloads("a", "b")
+	require.NoError(t, err)
+	assert.Panics(t, func() { _ = inWorkflow.FromPayloads(ps, new(string), new(string)) })
+
+	keyless := keyring.DataConverter(nil).(converter.ContextAware).WithWorkflowContext(nil)
+	assert.PanicsWithValue(t, keyring.WaitingForKeys+"a payload is encrypted with key "+client.Current()+
+		", and this worker has no keyring; the call runs once the workers have it (docs/production.md, \"Payload keys\")",
+		func() { _ = keyless.FromPayload(p, &v) })
+
+	// What the worker can read, it reads, in workflow code too.
+	own, err := keyring.DataConverter(worker).ToPayload("fine")
+	require.NoError(t, err)
+	var got string
+	require.NoError(t, keyring.DataConverter(worker).(converter.ContextAware).WithWorkflowContext(nil).FromPayload(own, &got))
+	assert.Equal(t, "fine", got)
+}
+
+// The wait for keys is written unencrypted, so a client holding only the
+// new key reads why its call waits; every other failure stays encrypted.
+func TestTheWaitForKeysIsTheOneFailureInTheClear(t *testing.T) {
+	k, _ := newRing(t)
+	fc := keyring.FailureConverter(k)
+	f := fc.ErrorToFailure(errors.New(keyring.WaitingForKeys + "a payload is encrypted with key k1"))
+	assert.Equal(t, keyring.WaitingForKeys+"a payload is encrypted with key k1", f.GetMessage())
+	assert.Nil(t, f.GetEncodedAttributes())
+	f = fc.ErrorToFailure(errors.New("tool failed: " + keyring.WaitingForKeys))
+	assert.NotContains(t, f.GetMessage(), "tool failed")
+}
+
 func TestSealedValuesAreBoundToTheirPurpose(t *testing.T) {
 	k, _ := newRing(t)
 	id, sealed, err := k.Seal("ledger", []byte(secret))
