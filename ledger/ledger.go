@@ -114,7 +114,7 @@ func (l *Ledger) Verifier() note.Verifier { return l.verifier }
 func (l *Ledger) VerifierKey() string { return l.opts.Keys.VerifierKey }
 
 // Where names the database, for messages.
-func (l *Ledger) Where() string { return l.st.where }
+func (l *Ledger) Where() string { return l.st.db.Where() }
 
 // Append adds entries to the log, once each: an entry whose event is
 // already in the log is not added again. It returns each entry's index
@@ -193,7 +193,7 @@ func (l *Ledger) commit(batch []*appendReq) {
 	defer cancel()
 	indexes, err := l.st.append(ctx, all)
 	if err != nil {
-		err = fmt.Errorf("ledger %s: append: %w", l.st.where, err)
+		err = fmt.Errorf("ledger %s: append: %w", l.st.db.Where(), err)
 		l.log.Warn("Ledger append failed", zap.Int("entries", len(all)), zap.Error(err))
 	}
 	for _, r := range batch {

@@ -128,7 +128,7 @@ func TestVerifyNamesWhatWasTamperedWith(t *testing.T) {
 		require.NoError(t, err)
 		_, err = l.VerifyStore(ctx, [][]byte{held.Note})
 		require.NoError(t, err, "intact")
-		return l, l.st.db, held.Note
+		return l, l.st.db.DB, held.Note
 	}
 	cases := map[string]struct {
 		sql  string

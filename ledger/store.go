@@ -5,16 +5,12 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"net/url"
-	"os"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
-	_ "github.com/jackc/pgx/v5/stdlib" // driver "pgx"
 	"golang.org/x/mod/sumdb/tlog"
-	_ "modernc.org/sqlite" // driver "sqlite", pure Go
+
+	"github.com/toolgate/toolgate/sqldb"
 )
 
 // store keeps the log in SQL: the entries by index, the tree's stored
@@ -22,10 +18,7 @@ import (
 // size, and the log's size in a single head row that every append locks,
 // so that appends from any number of processes form one linear log.
 type store struct {
-	db       *sql.DB
-	postgres bool
-	// where is the database, for messages (no password).
-	where string
+	db *sqldb.DB
 }
 
 const schema = `
@@ -48,72 +41,20 @@ CREATE TABLE IF NOT EXISTS ledger_checkpoints (size BIGINT PRIMARY KEY, note TEX
 // openStore opens (and creates, if need be) the log's tables. dsn is a
 // postgres:// URL or a SQLite file path (optionally "sqlite:PATH").
 func openStore(ctx context.Context, dsn string) (*store, error) {
-	s := &store{}
-	var err error
+	// synchronous(FULL): a commit is on disk before the call goes on,
+	// power loss included (group commit keeps it cheap:
+	// BenchmarkAppendOne/-Concurrent).
+	db, err := sqldb.Open(ctx, dsn, sqldb.Options{Synchronous: "FULL", Schema: schema})
+	var dbErr *sqldb.Error
 	switch {
-	case strings.HasPrefix(dsn, "postgres://") || strings.HasPrefix(dsn, "postgresql://"):
-		s.postgres = true
-		s.where = redactURL(dsn)
-		s.db, err = sql.Open("pgx", dsn)
-	default:
-		path := strings.TrimPrefix(dsn, "sqlite:")
-		if path == "" {
-			return nil, errors.New("ledger: no database given")
-		}
-		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-			return nil, fmt.Errorf("ledger: %w", err)
-		}
-		s.where = path
-		// One writer at a time (immediate transactions), readers alongside
-		// it (WAL); a second process waits for the lock instead of failing.
-		// synchronous(FULL): a commit is on disk before the call goes on,
-		// power loss included (group commit keeps it cheap:
-		// BenchmarkAppendOne/-Concurrent).
-		s.db, err = sql.Open("sqlite", "file:"+path+"?_txlock=immediate&_pragma=journal_mode(WAL)&_pragma=busy_timeout(30000)&_pragma=synchronous(FULL)")
+	case errors.As(err, &dbErr) && dbErr.Schema:
+		return nil, fmt.Errorf("ledger %s: create tables: %w", dbErr.Where, dbErr.Err)
+	case errors.As(err, &dbErr):
+		return nil, fmt.Errorf("ledger %s: %w", dbErr.Where, dbErr.Err)
+	case err != nil:
+		return nil, fmt.Errorf("ledger: %w", err)
 	}
-	if err != nil {
-		return nil, fmt.Errorf("ledger %s: %w", s.where, err)
-	}
-	ddl := schema
-	if s.postgres {
-		ddl = strings.ReplaceAll(ddl, "BLOB", "BYTEA")
-	}
-	for _, stmt := range strings.Split(ddl, ";") {
-		if strings.TrimSpace(stmt) == "" {
-			continue
-		}
-		if _, err := s.db.ExecContext(ctx, stmt); err != nil {
-			_ = s.db.Close()
-			return nil, fmt.Errorf("ledger %s: create tables: %w", s.where, err)
-		}
-	}
-	return s, nil
-}
-
-func redactURL(dsn string) string {
-	u, err := url.Parse(dsn)
-	if err != nil {
-		return "postgres"
-	}
-	return u.Redacted()
-}
-
-// q rewrites ? placeholders as PostgreSQL's $n.
-func (s *store) q(query string) string {
-	if !s.postgres {
-		return query
-	}
-	var b strings.Builder
-	n := 0
-	for _, r := range query {
-		if r == '?' {
-			n++
-			b.WriteString("$" + strconv.Itoa(n))
-			continue
-		}
-		b.WriteRune(r)
-	}
-	return b.String()
+	return &store{db: db}, nil
 }
 
 func placeholders(n int) string {
@@ -136,7 +77,7 @@ func (s *store) append(ctx context.Context, entries []pending) ([]int64, error) 
 	}
 	defer func() { _ = tx.Rollback() }()
 	lock := "SELECT size FROM ledger_head WHERE id = 1"
-	if s.postgres {
+	if s.db.Postgres() {
 		lock += " FOR UPDATE"
 	}
 	var size int64
@@ -161,13 +102,13 @@ func (s *store) append(ctx context.Context, entries []pending) ([]int64, error) 
 		if err != nil {
 			return nil, fmt.Errorf("hash entry %d: %w", size, err)
 		}
-		if _, err := tx.ExecContext(ctx, s.q("INSERT INTO ledger_entries (idx, event, kind, call_id, session, at, entry) VALUES (?, ?, ?, ?, ?, ?, ?)"),
+		if _, err := tx.ExecContext(ctx, s.db.Q("INSERT INTO ledger_entries (idx, event, kind, call_id, session, at, entry) VALUES (?, ?, ?, ?, ?, ?, ?)"),
 			size, e.header.Event, e.header.Kind, e.header.CallID, e.header.Session, sortableTime(e.header.At), e.data); err != nil {
 			return nil, fmt.Errorf("write entry %d: %w", size, err)
 		}
 		first := tlog.StoredHashIndex(0, size)
 		for j, h := range hashes {
-			if _, err := tx.ExecContext(ctx, s.q("INSERT INTO ledger_hashes (idx, hash) VALUES (?, ?)"), first+int64(j), h[:]); err != nil {
+			if _, err := tx.ExecContext(ctx, s.db.Q("INSERT INTO ledger_hashes (idx, hash) VALUES (?, ?)"), first+int64(j), h[:]); err != nil {
 				return nil, fmt.Errorf("write the hashes of entry %d: %w", size, err)
 			}
 			added[first+int64(j)] = h
@@ -176,7 +117,7 @@ func (s *store) append(ctx context.Context, entries []pending) ([]int64, error) 
 		indexes[i] = size
 		size++
 	}
-	if _, err := tx.ExecContext(ctx, s.q("UPDATE ledger_head SET size = ? WHERE id = 1"), size); err != nil {
+	if _, err := tx.ExecContext(ctx, s.db.Q("UPDATE ledger_head SET size = ? WHERE id = 1"), size); err != nil {
 		return nil, fmt.Errorf("write the log's size: %w", err)
 	}
 	return indexes, tx.Commit()
@@ -188,7 +129,7 @@ func (s *store) knownEvents(ctx context.Context, tx *sql.Tx, entries []pending) 
 	for i, e := range entries {
 		args[i] = e.header.Event
 	}
-	rows, err := tx.QueryContext(ctx, s.q("SELECT event, idx FROM ledger_entries WHERE event IN ("+placeholders(len(args))+")"), args...)
+	rows, err := tx.QueryContext(ctx, s.db.Q("SELECT event, idx FROM ledger_entries WHERE event IN ("+placeholders(len(args))+")"), args...)
 	if err != nil {
 		return nil, fmt.Errorf("look up events: %w", err)
 	}
@@ -227,7 +168,7 @@ func (s *store) readHashes(ctx context.Context, q querier, indexes []int64, adde
 	for len(missing) > 0 {
 		chunk := missing[:min(len(missing), 500)]
 		missing = missing[len(chunk):]
-		rows, err := q.QueryContext(ctx, s.q("SELECT idx, hash FROM ledger_hashes WHERE idx IN ("+placeholders(len(chunk))+")"), chunk...)
+		rows, err := q.QueryContext(ctx, s.db.Q("SELECT idx, hash FROM ledger_hashes WHERE idx IN ("+placeholders(len(chunk))+")"), chunk...)
 		if err != nil {
 			return nil, fmt.Errorf("read hashes: %w", err)
 		}
@@ -300,7 +241,7 @@ func (s *store) leafHashesPresent(ctx context.Context, entries []Stored) ([]*tlo
 		want[i], at[idx] = idx, i
 	}
 	out := make([]*tlog.Hash, len(entries))
-	rows, err := s.db.QueryContext(ctx, s.q("SELECT idx, hash FROM ledger_hashes WHERE idx IN ("+placeholders(len(want))+")"), want...)
+	rows, err := s.db.QueryContext(ctx, s.db.Q("SELECT idx, hash FROM ledger_hashes WHERE idx IN ("+placeholders(len(want))+")"), want...)
 	if err != nil {
 		return nil, err
 	}
@@ -357,7 +298,7 @@ func (s *store) callsEntries(ctx context.Context, callIDs []string) ([]Stored, e
 }
 
 func (s *store) queryEntries(ctx context.Context, query string, args ...any) ([]Stored, error) {
-	rows, err := s.db.QueryContext(ctx, s.q(query), args...)
+	rows, err := s.db.QueryContext(ctx, s.db.Q(query), args...)
 	if err != nil {
 		return nil, err
 	}
@@ -377,7 +318,7 @@ func (s *store) queryEntries(ctx context.Context, query string, args ...any) ([]
 
 // putCheckpoint stores a signed checkpoint; it reports whether it was new.
 func (s *store) putCheckpoint(ctx context.Context, size int64, note []byte, at time.Time) (bool, error) {
-	res, err := s.db.ExecContext(ctx, s.q("INSERT INTO ledger_checkpoints (size, note, created_at) VALUES (?, ?, ?) ON CONFLICT DO NOTHING"),
+	res, err := s.db.ExecContext(ctx, s.db.Q("INSERT INTO ledger_checkpoints (size, note, created_at) VALUES (?, ?, ?) ON CONFLICT DO NOTHING"),
 		size, string(note), at.UTC().Format(time.RFC3339Nano))
 	if err != nil {
 		return false, err

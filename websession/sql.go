@@ -6,15 +6,9 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"net/url"
-	"os"
-	"path/filepath"
-	"strconv"
-	"strings"
 	"time"
 
-	_ "github.com/jackc/pgx/v5/stdlib" // driver "pgx"
-	_ "modernc.org/sqlite"             // driver "sqlite", pure Go
+	"github.com/toolgate/toolgate/sqldb"
 )
 
 // Sealer encrypts and decrypts the sessions a database store keeps (a
@@ -44,11 +38,9 @@ type Options struct {
 // DB is a Store in a SQL database, table inbox_sessions: every process
 // that opens the same database shares its sessions.
 type DB struct {
-	db       *sql.DB
-	postgres bool
-	sealer   Sealer
-	now      func() time.Time
-	where    string
+	db     *sqldb.DB
+	sealer Sealer
+	now    func() time.Time
 }
 
 var _ Store = (*DB)(nil)
@@ -73,49 +65,23 @@ func Open(ctx context.Context, o Options) (*DB, error) {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	s := &DB{sealer: o.Sealer, now: o.Now}
-	var err error
+	// A session lost to a power cut is a sign-in to make again, so commits
+	// need not wait for the disk (the ledger's do).
+	db, err := sqldb.Open(ctx, o.DSN, sqldb.Options{Synchronous: "NORMAL", Schema: schema})
+	var dbErr *sqldb.Error
 	switch {
-	case strings.HasPrefix(o.DSN, "postgres://") || strings.HasPrefix(o.DSN, "postgresql://"):
-		s.postgres = true
-		s.where = redactURL(o.DSN)
-		s.db, err = sql.Open("pgx", o.DSN)
-	default:
-		path := strings.TrimPrefix(o.DSN, "sqlite:")
-		if path == "" {
-			return nil, errors.New("websession: no database given")
-		}
-		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-			return nil, fmt.Errorf("websession: %w", err)
-		}
-		s.where = path
-		// As the ledger opens the same file: one writer at a time, readers
-		// alongside it (WAL), a second process waits for the lock. A
-		// session lost to a power cut is a sign-in to make again, so
-		// commits need not wait for the disk (synchronous NORMAL).
-		s.db, err = sql.Open("sqlite", "file:"+path+"?_txlock=immediate&_pragma=journal_mode(WAL)&_pragma=busy_timeout(30000)&_pragma=synchronous(NORMAL)")
+	case errors.As(err, &dbErr) && dbErr.Schema:
+		return nil, fmt.Errorf("sessions database %s: create the table: %w", dbErr.Where, dbErr.Err)
+	case errors.As(err, &dbErr):
+		return nil, fmt.Errorf("sessions database %s: %w", dbErr.Where, dbErr.Err)
+	case err != nil:
+		return nil, fmt.Errorf("websession: %w", err)
 	}
-	if err != nil {
-		return nil, fmt.Errorf("sessions database %s: %w", s.where, err)
-	}
-	ddl := schema
-	if s.postgres {
-		ddl = strings.ReplaceAll(ddl, "BLOB", "BYTEA")
-	}
-	for _, stmt := range strings.Split(ddl, ";") {
-		if strings.TrimSpace(stmt) == "" {
-			continue
-		}
-		if _, err := s.db.ExecContext(ctx, stmt); err != nil {
-			_ = s.db.Close()
-			return nil, fmt.Errorf("sessions database %s: create the table: %w", s.where, err)
-		}
-	}
-	return s, nil
+	return &DB{db: db, sealer: o.Sealer, now: o.Now}, nil
 }
 
 // Where names the database, for messages (no password).
-func (s *DB) Where() string { return s.where }
+func (s *DB) Where() string { return s.db.Where() }
 
 // Close implements Store.
 func (s *DB) Close() error { return s.db.Close() }
@@ -123,17 +89,17 @@ func (s *DB) Close() error { return s.db.Close() }
 // Create implements Store; it deletes the expired sessions first.
 func (s *DB) Create(ctx context.Context, id string, data []byte, expires time.Time) error {
 	now := s.now()
-	if _, err := s.db.ExecContext(ctx, s.q("DELETE FROM inbox_sessions WHERE expires_ms <= ?"), now.UnixMilli()); err != nil {
-		return fmt.Errorf("sessions database %s: delete expired sessions: %w", s.where, err)
+	if _, err := s.db.ExecContext(ctx, s.db.Q("DELETE FROM inbox_sessions WHERE expires_ms <= ?"), now.UnixMilli()); err != nil {
+		return fmt.Errorf("sessions database %s: delete expired sessions: %w", s.db.Where(), err)
 	}
 	k := key(id)
 	keyID, sealed, err := s.sealer.Seal(purpose(k[:]), data)
 	if err != nil {
 		return fmt.Errorf("seal a session: %w", err)
 	}
-	if _, err := s.db.ExecContext(ctx, s.q("INSERT INTO inbox_sessions (id_sha256, key_id, sealed, expires_ms, version) VALUES (?, ?, ?, ?, ?)"),
+	if _, err := s.db.ExecContext(ctx, s.db.Q("INSERT INTO inbox_sessions (id_sha256, key_id, sealed, expires_ms, version) VALUES (?, ?, ?, ?, ?)"),
 		k[:], keyID, sealed, expires.UnixMilli(), FirstVersion); err != nil {
-		return fmt.Errorf("sessions database %s: store a session: %w", s.where, err)
+		return fmt.Errorf("sessions database %s: store a session: %w", s.db.Where(), err)
 	}
 	return nil
 }
@@ -146,17 +112,17 @@ func (s *DB) Get(ctx context.Context, id string) (Session, error) {
 	var keyID string
 	var sealed []byte
 	var expiresMS, version int64
-	err := s.db.QueryRowContext(ctx, s.q("SELECT key_id, sealed, expires_ms, version FROM inbox_sessions WHERE id_sha256 = ?"), k[:]).
+	err := s.db.QueryRowContext(ctx, s.db.Q("SELECT key_id, sealed, expires_ms, version FROM inbox_sessions WHERE id_sha256 = ?"), k[:]).
 		Scan(&keyID, &sealed, &expiresMS, &version)
 	if errors.Is(err, sql.ErrNoRows) {
 		return Session{}, ErrNotFound
 	}
 	if err != nil {
-		return Session{}, fmt.Errorf("sessions database %s: read a session: %w", s.where, err)
+		return Session{}, fmt.Errorf("sessions database %s: read a session: %w", s.db.Where(), err)
 	}
 	if expiresMS <= s.now().UnixMilli() {
-		if _, err := s.db.ExecContext(ctx, s.q("DELETE FROM inbox_sessions WHERE id_sha256 = ? AND version = ?"), k[:], version); err != nil {
-			return Session{}, fmt.Errorf("sessions database %s: delete an expired session: %w", s.where, err)
+		if _, err := s.db.ExecContext(ctx, s.db.Q("DELETE FROM inbox_sessions WHERE id_sha256 = ? AND version = ?"), k[:], version); err != nil {
+			return Session{}, fmt.Errorf("sessions database %s: delete an expired session: %w", s.db.Where(), err)
 		}
 		return Session{}, ErrNotFound
 	}
@@ -178,10 +144,10 @@ func (s *DB) Update(ctx context.Context, id string, version int64, data []byte, 
 	if err != nil {
 		return 0, fmt.Errorf("seal a session: %w", err)
 	}
-	res, err := s.db.ExecContext(ctx, s.q("UPDATE inbox_sessions SET key_id = ?, sealed = ?, expires_ms = ?, version = version + 1 WHERE id_sha256 = ? AND version = ? AND expires_ms > ?"),
+	res, err := s.db.ExecContext(ctx, s.db.Q("UPDATE inbox_sessions SET key_id = ?, sealed = ?, expires_ms = ?, version = version + 1 WHERE id_sha256 = ? AND version = ? AND expires_ms > ?"),
 		keyID, sealed, expires.UnixMilli(), k[:], version, s.now().UnixMilli())
 	if err != nil {
-		return 0, fmt.Errorf("sessions database %s: update a session: %w", s.where, err)
+		return 0, fmt.Errorf("sessions database %s: update a session: %w", s.db.Where(), err)
 	}
 	if n, err := res.RowsAffected(); err != nil || n != 1 {
 		return 0, ErrStale
@@ -192,8 +158,8 @@ func (s *DB) Update(ctx context.Context, id string, version int64, data []byte, 
 // Delete implements Store.
 func (s *DB) Delete(ctx context.Context, id string) error {
 	k := key(id)
-	if _, err := s.db.ExecContext(ctx, s.q("DELETE FROM inbox_sessions WHERE id_sha256 = ?"), k[:]); err != nil {
-		return fmt.Errorf("sessions database %s: delete a session: %w", s.where, err)
+	if _, err := s.db.ExecContext(ctx, s.db.Q("DELETE FROM inbox_sessions WHERE id_sha256 = ?"), k[:]); err != nil {
+		return fmt.Errorf("sessions database %s: delete a session: %w", s.db.Where(), err)
 	}
 	return nil
 }
@@ -205,13 +171,13 @@ func (s *DB) Take(ctx context.Context, id string) (Session, error) {
 	var keyID string
 	var sealed []byte
 	var expiresMS, version int64
-	err := s.db.QueryRowContext(ctx, s.q("DELETE FROM inbox_sessions WHERE id_sha256 = ? RETURNING key_id, sealed, expires_ms, version"), k[:]).
+	err := s.db.QueryRowContext(ctx, s.db.Q("DELETE FROM inbox_sessions WHERE id_sha256 = ? RETURNING key_id, sealed, expires_ms, version"), k[:]).
 		Scan(&keyID, &sealed, &expiresMS, &version)
 	if errors.Is(err, sql.ErrNoRows) {
 		return Session{}, ErrNotFound
 	}
 	if err != nil {
-		return Session{}, fmt.Errorf("sessions database %s: take a session: %w", s.where, err)
+		return Session{}, fmt.Errorf("sessions database %s: take a session: %w", s.db.Where(), err)
 	}
 	if expiresMS <= s.now().UnixMilli() {
 		return Session{}, ErrNotFound
@@ -222,29 +188,3 @@ func (s *DB) Take(ctx context.Context, id string) (Session, error) {
 // purpose binds a sealed session to its key: a row copied under another
 // key does not open.
 func purpose(k []byte) string { return SealPurpose + "/" + hex.EncodeToString(k) }
-
-// q rewrites ? placeholders as PostgreSQL's $n.
-func (s *DB) q(query string) string {
-	if !s.postgres {
-		return query
-	}
-	var b strings.Builder
-	n := 0
-	for _, r := range query {
-		if r == '?' {
-			n++
-			b.WriteString("$" + strconv.Itoa(n))
-			continue
-		}
-		b.WriteRune(r)
-	}
-	return b.String()
-}
-
-func redactURL(dsn string) string {
-	u, err := url.Parse(dsn)
-	if err != nil {
-		return "postgres"
-	}
-	return u.Redacted()
-}
