@@ -217,6 +217,9 @@ func (a *app) printTemporalHookSettings(agent string) error {
 	if err != nil || strings.ContainsAny(abs, "'\"` \\$") {
 		return usageError("--keys: give the keyring's path without spaces or quotes; it goes into a shell command line")
 	}
+	if strings.ContainsAny(a.conn.address+a.conn.namespace, "'\"` \\$;&|<>") {
+		return usageError("--temporal-address and --namespace go into a shell command line: give them without spaces, quotes or shell characters")
+	}
 	command := "toolgate hook " + agent + " --keys " + abs
 	if a.conn.address != "127.0.0.1:7233" {
 		command += " --temporal-address " + a.conn.address
