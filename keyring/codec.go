@@ -2,7 +2,6 @@ package keyring
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 
@@ -155,9 +154,8 @@ func (w waitingConverter) refuseKeyless(p *commonpb.Payload) {
 // waitForKeys panics on a missing key; the message names the key (an ID,
 // no secret) and no path.
 func waitForKeys(err error) error {
-	var missing *unknownKeyError
-	if errors.As(err, &missing) {
-		panic(WaitingForKeys + "a payload is encrypted with key " + missing.id + ", which this worker's keyring does not hold; the call runs once the workers have it (docs/production.md, \"Payload keys\")")
+	if id, ok := UnknownKeyID(err); ok {
+		panic(WaitingForKeys + "a payload is encrypted with key " + id + ", which this worker's keyring does not hold; the call runs once the workers have it (docs/production.md, \"Payload keys\")")
 	}
 	return err
 }

@@ -176,7 +176,8 @@ func (k *Keyring) aead(keyID string) (cipher.AEAD, error) {
 	return nil, &unknownKeyError{id: keyID, path: k.path}
 }
 
-// unknownKeyError is ErrUnknownKey with the key's ID.
+// unknownKeyError is ErrUnknownKey with the key's ID, and the keyring's
+// path for the operator who holds the file.
 type unknownKeyError struct{ id, path string }
 
 func (e *unknownKeyError) Error() string {
@@ -184,6 +185,17 @@ func (e *unknownKeyError) Error() string {
 }
 
 func (e *unknownKeyError) Unwrap() error { return ErrUnknownKey }
+
+// UnknownKeyID returns the ID of the key an ErrUnknownKey names, for a
+// message to someone who must not learn where the keyring lives (its
+// Error names the file). ok is false for any other error.
+func UnknownKeyID(err error) (id string, ok bool) {
+	var missing *unknownKeyError
+	if !errors.As(err, &missing) {
+		return "", false
+	}
+	return missing.id, true
+}
 
 func (k *Keyring) reload() bool {
 	k.mu.Lock()

@@ -124,7 +124,7 @@ func TestRotationKeepsOldPayloadsReadable(t *testing.T) {
 
 func TestAPayloadThatCannotBeDecryptedIsAClearError(t *testing.T) {
 	k, _ := newRing(t)
-	other, _ := newRing(t)
+	other, otherPath := newRing(t)
 	p, err := keyring.DataConverter(k).ToPayload(secret)
 	require.NoError(t, err)
 	var s string
@@ -133,12 +133,18 @@ func TestAPayloadThatCannotBeDecryptedIsAClearError(t *testing.T) {
 	require.Error(t, err)
 	assert.True(t, errors.Is(err, keyring.ErrUnknownKey), "%v", err)
 	assert.Contains(t, err.Error(), k.Current())
+	assert.Contains(t, err.Error(), otherPath, "the operator's own message names the file")
+	id, ok := keyring.UnknownKeyID(err)
+	assert.True(t, ok)
+	assert.Equal(t, k.Current(), id, "the ID alone, for a message that must not name the file")
 
 	corrupted := clone(p)
 	corrupted.Data[len(corrupted.Data)-1] ^= 0x01
 	err = keyring.DataConverter(k).FromPayload(corrupted, &s)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "does not decrypt")
+	_, ok = keyring.UnknownKeyID(err)
+	assert.False(t, ok, "a payload altered under a held key is not an unknown key")
 
 	truncated := clone(p)
 	truncated.Data = truncated.Data[:10]

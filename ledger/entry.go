@@ -23,6 +23,10 @@ const (
 	// KindCodecDecoded: someone read payloads through the codec endpoint
 	// (who, how many; never what).
 	KindCodecDecoded = "codec.decoded"
+	// KindCodecEncoded: an admin had payloads encrypted through the codec
+	// endpoint (who, how many; never what): ciphertext the workers would
+	// accept, made outside toolgate's own clients.
+	KindCodecEncoded = "codec.encoded"
 )
 
 // Entry is one event in the log. Its bytes in the log are its canonical

@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/protobuf/encoding/protojson"
 
+	"github.com/toolgate/toolgate/keyring"
 	"github.com/toolgate/toolgate/ledger"
 )
 
@@ -23,15 +24,20 @@ import (
 // largest payload (2 MiB), and far below what would tie the server up.
 const MaxCodecRequestBytes = 4 << 20
 
-// codecRoles may use the codec endpoint: whoever may read calls in full.
+// codecRoles may decode: whoever may read calls in full.
 var codecRoles = []Role{RoleApprover, RoleAdmin, RoleAuditor}
+
+// codecEncodeRoles may encode. Ciphertext under the current key is what
+// the workers accept, so encoding is writing, not reading.
+var codecEncodeRoles = []Role{RoleAdmin}
 
 // codecEndpoint serves Temporal's codec-server protocol (POST
 // /codec/{namespace}/encode and /decode) for the stock temporal CLI
 // (--codec-endpoint) and the Temporal Web UI: it decrypts what toolgate
-// encrypted, for people allowed to read it. Every request is logged with
-// who made it and how many payloads it carried, and, with a ledger, goes
-// into the ledger before it is answered.
+// encrypted, for people allowed to read it, and encrypts for admins.
+// Every request is logged with who made it and how many payloads it
+// carried; one that carries payloads goes, with a ledger, into the ledger
+// before it is answered. Its errors name keys by ID, never a file.
 type codecEndpoint struct {
 	codec     http.Handler
 	namespace string
@@ -51,7 +57,7 @@ func newCodecEndpoint(cfg Config, in *inbox, authn *authenticator) *codecEndpoin
 		ns = "default"
 	}
 	return &codecEndpoint{
-		codec:     converter.NewPayloadCodecHTTPHandler(cfg.Codec),
+		codec:     converter.NewPayloadCodecHTTPHandler(pathlessCodec{cfg.Codec}),
 		namespace: ns,
 		origins:   cfg.CodecCORSOrigins,
 		authn:     authn,
@@ -108,7 +114,7 @@ func (c *codecEndpoint) serve(w http.ResponseWriter, r *http.Request) {
 		writeError(w, &apiError{http.StatusNotFound, "unknown_namespace", fmt.Sprintf("this server's codec is for namespace %q, not %q (X-Namespace)", c.namespace, ns)})
 		return
 	}
-	p, via, refused := c.principal(r, origin, corsOK)
+	p, via, refused := c.principal(r, op, origin, corsOK)
 	if refused != nil {
 		writeError(w, refused)
 		return
@@ -128,12 +134,10 @@ func (c *codecEndpoint) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	n := len(payloads.GetPayloads())
-	if op == "decode" {
-		if err := c.record(r.Context(), p, via, n); err != nil {
-			c.logger.Error("Codec decode refused: the ledger did not take it", zap.String("by", p.Name), zap.Error(err))
-			writeError(w, errLedgerUnavailable)
-			return
-		}
+	if err := c.record(r.Context(), op, p, via, n); err != nil {
+		c.logger.Error("Codec request refused: the ledger did not take it", zap.String("op", op), zap.String("by", p.Name), zap.Error(err))
+		writeError(w, errLedgerUnavailable)
+		return
 	}
 	c.logger.Info("Codec", zap.String("op", op), zap.String("by", p.Name), zap.String("role", string(p.Role)),
 		zap.String("via", via), zap.Int("payloads", n))
@@ -143,8 +147,9 @@ func (c *codecEndpoint) serve(w http.ResponseWriter, r *http.Request) {
 
 // principal is who asks: a bearer token, or a person signed in to the
 // inbox (the Web UI's requests carry its cookie), from a configured
-// origin or none, so that no other page can make a signed-in browser ask.
-func (c *codecEndpoint) principal(r *http.Request, origin string, corsOK bool) (Principal, string, *apiError) {
+// origin or none, so that no other page can make a signed-in browser ask;
+// refused unless their role may do op.
+func (c *codecEndpoint) principal(r *http.Request, op, origin string, corsOK bool) (Principal, string, *apiError) {
 	var p Principal
 	via := "token"
 	if r.Header.Get("Authorization") != "" {
@@ -160,18 +165,28 @@ func (c *codecEndpoint) principal(r *http.Request, origin string, corsOK bool) (
 	if !roleIn(p.Role, codecRoles) {
 		return p, via, &apiError{http.StatusForbidden, "forbidden", fmt.Sprintf("%s holds a token with role %s; the codec endpoint needs role %s", p.Name, p.Role, joinRoles(codecRoles))}
 	}
+	if op == "encode" && !roleIn(p.Role, codecEncodeRoles) {
+		return p, via, &apiError{http.StatusForbidden, "forbidden", fmt.Sprintf("encoding payloads is for admins: it makes ciphertext the workers would accept (%s has role %s, which may decode)", p.Name, p.Role)}
+	}
 	return p, via, nil
 }
 
-// record puts a decode into the ledger: who read how many payloads.
-func (c *codecEndpoint) record(ctx context.Context, p Principal, via string, n int) error {
-	if c.ledger == nil {
+// record puts a request that carries payloads into the ledger: who read
+// (decode) or had encrypted (encode) how many. One without payloads (the
+// token check of docs/production.md) reads and makes nothing, and stays
+// out.
+func (c *codecEndpoint) record(ctx context.Context, op string, p Principal, via string, n int) error {
+	if c.ledger == nil || n == 0 {
 		return nil
+	}
+	kind := ledger.KindCodecDecoded
+	if op == "encode" {
+		kind = ledger.KindCodecEncoded
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	_, err := c.ledger.Append(ctx, ledger.Entry{
-		Kind: ledger.KindCodecDecoded, Event: "codec/" + rand.Text(), At: time.Now().UTC(),
+		Kind: kind, Event: "codec/" + rand.Text(), At: time.Now().UTC(),
 		By: p.Name, Role: string(p.Role), Counts: map[string]int{"payloads": n},
 		Details: map[string]any{"namespace": c.namespace, "via": via},
 	})
@@ -180,6 +195,31 @@ func (c *codecEndpoint) record(ctx context.Context, p Principal, via string, n i
 
 func tooLarge() *apiError {
 	return &apiError{http.StatusRequestEntityTooLarge, "too_large", fmt.Sprintf("a codec request carries at most %d bytes of payloads", MaxCodecRequestBytes)}
+}
+
+// pathlessCodec is the served codec with errors fit for whoever asks: a
+// payload under a key the server lacks is named by the key's ID, not by
+// the keyring file the key is missing from. The keyring's other errors
+// name a key ID and what failed, no file.
+type pathlessCodec struct{ converter.PayloadCodec }
+
+var _ converter.PayloadCodec = pathlessCodec{}
+
+func (c pathlessCodec) Encode(payloads []*commonpb.Payload) ([]*commonpb.Payload, error) {
+	out, err := c.PayloadCodec.Encode(payloads)
+	return out, pathless(err)
+}
+
+func (c pathlessCodec) Decode(payloads []*commonpb.Payload) ([]*commonpb.Payload, error) {
+	out, err := c.PayloadCodec.Decode(payloads)
+	return out, pathless(err)
+}
+
+func pathless(err error) error {
+	if id, ok := keyring.UnknownKeyID(err); ok {
+		return fmt.Errorf("payload encrypted with key %s, which this server's keyring does not hold", id)
+	}
+	return err
 }
 
 // codecErrors turns the SDK handler's plain-text errors (a payload that

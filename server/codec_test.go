@@ -75,18 +75,20 @@ func TestTheCodecDecodesForApproversAdminsAndAuditors(t *testing.T) {
 
 func TestTheCodecRefusesAgentsAndStrangers(t *testing.T) {
 	h, _, _, body := codecServer(t)
-	rec := apiCall(h, "agent-1-token", "POST", "/codec/prod/decode", body)
-	assert.Equal(t, http.StatusForbidden, rec.Code)
-	assert.NotContains(t, rec.Body.String(), "sk-live")
-
-	for _, token := range []string{"", "not-a-token"} {
-		req := httptest.NewRequest("POST", "/codec/prod/decode", strings.NewReader(body))
-		if token != "" {
-			req.Header.Set("Authorization", "Bearer "+token)
-		}
-		rec := serve(h, req)
-		assert.Equal(t, http.StatusUnauthorized, rec.Code)
+	for _, op := range []string{"decode", "encode"} {
+		rec := apiCall(h, "agent-1-token", "POST", "/codec/prod/"+op, body)
+		assert.Equal(t, http.StatusForbidden, rec.Code, op)
 		assert.NotContains(t, rec.Body.String(), "sk-live")
+
+		for _, token := range []string{"", "not-a-token"} {
+			req := httptest.NewRequest("POST", "/codec/prod/"+op, strings.NewReader(body))
+			if token != "" {
+				req.Header.Set("Authorization", "Bearer "+token)
+			}
+			rec := serve(h, req)
+			assert.Equal(t, http.StatusUnauthorized, rec.Code, op)
+			assert.NotContains(t, rec.Body.String(), "sk-live")
+		}
 	}
 }
 
@@ -103,18 +105,55 @@ func TestTheCodecServesItsNamespaceAlone(t *testing.T) {
 	assert.Equal(t, http.StatusNotFound, serve(h, req).Code)
 }
 
-func TestTheCodecEncodesForTheWebUI(t *testing.T) {
-	h, ring, _, _ := codecServer(t)
+func TestTheCodecEncodesForAdminsAlone(t *testing.T) {
+	h, ring, l, _ := codecServer(t)
 	plain := &commonpb.Payload{Metadata: map[string][]byte{"encoding": []byte("json/plain")}, Data: []byte(`"` + codecSecret + `"`)}
-	ps := decoded(t, apiCall(h, "admin-token", "POST", "/codec/prod/encode", payloadsJSON(t, plain)))
-	require.Len(t, ps, 1)
+	body := payloadsJSON(t, plain, plain)
+	ps := decoded(t, apiCall(h, "admin-token", "POST", "/codec/prod/encode", body))
+	require.Len(t, ps, 2)
 	assert.True(t, keyring.Encrypted(ps[0]))
 	assert.Equal(t, ring.Current(), string(ps[0].Metadata[keyring.MetadataKeyID]))
 	assert.NotContains(t, string(ps[0].Data), "sk-live")
+
+	// The encode is in the ledger: who, through what, how many payloads.
+	entries, err := l.Entries(context.Background(), 0, 10)
+	require.NoError(t, err)
+	require.Len(t, entries, 1)
+	var e ledger.Entry
+	require.NoError(t, json.Unmarshal(entries[0].Entry, &e))
+	assert.Equal(t, ledger.KindCodecEncoded, e.Kind)
+	assert.Equal(t, "root", e.By)
+	assert.Equal(t, "admin", e.Role)
+	assert.Equal(t, map[string]int{"payloads": 2}, e.Counts)
+	assert.Equal(t, map[string]any{"namespace": "prod", "via": "token"}, e.Details)
+	assert.NotContains(t, string(entries[0].Entry), "sk-live", "the ledger says who encoded, never what")
+
+	// Ciphertext under the current key is what the workers accept: those
+	// who may only read get none, by token or signed in to the inbox.
+	refused := func(rec *httptest.ResponseRecorder) {
+		t.Helper()
+		assert.Equal(t, http.StatusForbidden, rec.Code, rec.Body.String())
+		code, message := apiErrorOf(t, rec)
+		assert.Equal(t, "forbidden", code)
+		assert.Contains(t, message, "encoding payloads is for admins: it makes ciphertext the workers would accept")
+		assert.NotContains(t, rec.Body.String(), keyring.EncodingEncrypted)
+	}
+	for _, token := range []string{"approver-token", "auditor-token"} {
+		refused(apiCall(h, token, "POST", "/codec/prod/encode", body))
+	}
+	for _, token := range []string{"approver-token", "auditor-token"} {
+		req := httptest.NewRequest("POST", "/codec/prod/encode", strings.NewReader(body))
+		req.Header.Set("Origin", webUI)
+		req.AddCookie(signIn(t, h, token))
+		refused(serve(h, req))
+	}
+	entries, err = l.Entries(context.Background(), 0, 10)
+	require.NoError(t, err)
+	assert.Len(t, entries, 1, "a refused encode adds nothing to the ledger")
 }
 
 func TestBadCodecRequestsGetClearErrors(t *testing.T) {
-	h, _, _, body := codecServer(t)
+	h, ring, _, body := codecServer(t)
 	other, _, err := keyring.LoadOrCreate(filepath.Join(t.TempDir(), "keys.json"))
 	require.NoError(t, err)
 	foreign, err := keyring.DataConverter(other).ToPayload("x")
@@ -131,7 +170,7 @@ func TestBadCodecRequestsGetClearErrors(t *testing.T) {
 	}{
 		"malformed body":   {body: `{"payloads": [`, status: 400, code: "invalid_request", says: "payloads JSON"},
 		"not payloads":     {body: `[1, 2]`, status: 400, code: "invalid_request", says: "payloads JSON"},
-		"key not held":     {body: payloadsJSON(t, foreign), status: 400, code: "codec_failed", says: other.Current()},
+		"key not held":     {body: payloadsJSON(t, foreign), status: 400, code: "codec_failed", says: "payload encrypted with key " + other.Current() + ", which this server's keyring does not hold"},
 		"altered":          {body: payloadsJSON(t, altered), status: 400, code: "codec_failed", says: "does not decrypt"},
 		"10 MB of payload": {body: `{"payloads": [{"data": "` + strings.Repeat("A", 10<<20) + `"}]}`, status: 413, code: "too_large", says: "at most"},
 	} {
@@ -141,6 +180,7 @@ func TestBadCodecRequestsGetClearErrors(t *testing.T) {
 			code, message := apiErrorOf(t, rec)
 			assert.Equal(t, tc.code, code)
 			assert.Contains(t, message, tc.says)
+			assert.NotContains(t, rec.Body.String(), filepath.Dir(ring.Path()), "a codec error names no file")
 		})
 	}
 }
@@ -186,17 +226,24 @@ func TestWithoutKeysThereIsNoCodec(t *testing.T) {
 }
 
 // TestTheCodecTokenCheckOfTheDocsAnswers: docs/production.md has people
-// check a token with an empty encode request before they hand it to the
-// temporal CLI, which shows a refused token only as a timeout.
+// check a token with an empty decode request (an admin's Web UI token
+// with an empty encode) before they hand it to the temporal CLI, which
+// shows a refused token only as a timeout.
 func TestTheCodecTokenCheckOfTheDocsAnswers(t *testing.T) {
 	h, _, l, _ := codecServer(t)
-	rec := apiCall(h, "auditor-token", "POST", "/codec/prod/encode", `{"payloads":[]}`)
+	for _, token := range []string{"approver-token", "auditor-token", "admin-token"} {
+		rec := apiCall(h, token, "POST", "/codec/prod/decode", `{"payloads":[]}`)
+		assert.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+	}
+	rec := apiCall(h, "admin-token", "POST", "/codec/prod/encode", `{"payloads":[]}`)
 	assert.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
-	rec = apiCall(h, "not-a-token", "POST", "/codec/prod/encode", `{"payloads":[]}`)
+	rec = apiCall(h, "auditor-token", "POST", "/codec/prod/encode", `{"payloads":[]}`)
+	assert.Equal(t, http.StatusForbidden, rec.Code, rec.Body.String())
+	rec = apiCall(h, "not-a-token", "POST", "/codec/prod/decode", `{"payloads":[]}`)
 	assert.Equal(t, http.StatusUnauthorized, rec.Code, rec.Body.String())
-	rec = apiCall(h, "agent-1-token", "POST", "/codec/prod/encode", `{"payloads":[]}`)
+	rec = apiCall(h, "agent-1-token", "POST", "/codec/prod/decode", `{"payloads":[]}`)
 	assert.Equal(t, http.StatusForbidden, rec.Code, rec.Body.String())
 	entries, err := l.Entries(context.Background(), 0, 10)
 	require.NoError(t, err)
-	assert.Empty(t, entries, "the check decodes nothing, so the ledger records nothing")
+	assert.Empty(t, entries, "the check reads and makes nothing, so the ledger records nothing")
 }

@@ -47,7 +47,8 @@ type Config struct {
 	Ledger *ledger.Ledger
 	// Codec, when set, is served at /codec/{Namespace}/encode and /decode
 	// (Temporal's codec-server protocol) for the temporal CLI and the Web
-	// UI, to approvers, admins and auditors. Optional.
+	// UI: decode for approvers, admins and auditors, encode for admins.
+	// Optional.
 	Codec converter.PayloadCodec
 	// Namespace is the Temporal namespace Calls talks to; the codec serves
 	// it alone. Default "default".
