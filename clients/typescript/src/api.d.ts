@@ -767,14 +767,14 @@ export interface Operations {
       }>;
     };
     responses: {
-      /** the payloads, decoded or encoded */
+      /** the payloads, decrypted */
       200: {
         payloads: Array<{
           metadata?: Record<string, string>;
           data?: string;
         }>;
       };
-      /** a malformed body, or a payload that does not decrypt (codec_failed, naming its key) */
+      /** a malformed body, or a payload that does not decrypt (codec_failed, naming its key by ID, never a file) */
       400: null;
       /** no token or sign-in */
       401: null;
@@ -800,24 +800,24 @@ export interface Operations {
       }>;
     };
     responses: {
-      /** the payloads, decoded or encoded */
+      /** the payloads, encrypted */
       200: {
         payloads: Array<{
           metadata?: Record<string, string>;
           data?: string;
         }>;
       };
-      /** a malformed body, or a payload that does not decrypt (codec_failed, naming its key) */
+      /** a malformed body, or a payload that does not encrypt (codec_failed) */
       400: null;
       /** no token or sign-in */
       401: null;
-      /** an agent's token */
+      /** a token or sign-in of any role but admin */
       403: null;
       /** another namespace, or no payload keys */
       404: null;
       /** more than 4 MiB */
       413: null;
-      /** the ledger did not take the decode's entry */
+      /** the ledger did not take the encode's entry */
       503: null;
     };
   };
