@@ -3,6 +3,9 @@ package websession
 import (
 	"bytes"
 	"context"
+	"database/sql"
+	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"sync"
@@ -13,13 +16,69 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/toolgate/toolgate/integration/cluster"
 	"github.com/toolgate/toolgate/keyring"
 )
 
-// postgresEnv names a PostgreSQL database the tests may use (and empty
-// of inbox_sessions rows they did not make); without it they run on
-// memory and SQLite only.
+// postgresEnv names a PostgreSQL server the tests may create databases
+// in; without it they start a throwaway one (Debian's PostgreSQL, which
+// scripts/test installs).
 const postgresEnv = "TOOLGATE_TEST_POSTGRES"
+
+// postgres is the server of the PostgreSQL store's tests, started once
+// for the package; each test gets a database of its own.
+var postgres struct {
+	once  sync.Once
+	dsn   string
+	err   error
+	stop  func()
+	count atomic.Int64
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if postgres.stop != nil {
+		postgres.stop()
+	}
+	os.Exit(code)
+}
+
+// postgresDSN returns the DSN of a new, empty database on the tests'
+// PostgreSQL server.
+func postgresDSN(t *testing.T) string {
+	t.Helper()
+	postgres.once.Do(func() {
+		if postgres.dsn = os.Getenv(postgresEnv); postgres.dsn != "" {
+			return
+		}
+		dir, err := os.MkdirTemp("", "websession-postgres-")
+		if err != nil {
+			postgres.err = err
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		var stop func()
+		postgres.dsn, stop, postgres.err = cluster.StartPostgres(ctx, dir)
+		postgres.stop = func() {
+			if stop != nil {
+				stop()
+			}
+			_ = os.RemoveAll(dir)
+		}
+	})
+	require.NoError(t, postgres.err, "the PostgreSQL store's tests need a PostgreSQL server: install Debian's postgresql (scripts/test does), or set %s", postgresEnv)
+	u, err := url.Parse(postgres.dsn)
+	require.NoError(t, err)
+	name := fmt.Sprintf("websession_%d_%d", os.Getpid(), postgres.count.Add(1))
+	db, err := sql.Open("pgx", postgres.dsn)
+	require.NoError(t, err)
+	defer db.Close()
+	_, err = db.Exec("CREATE DATABASE " + name)
+	require.NoError(t, err)
+	u.Path = "/" + name
+	return u.String()
+}
 
 // clock is a settable time for the stores to expire sessions by.
 type clock struct {
@@ -55,11 +114,7 @@ func stores(t *testing.T, test func(t *testing.T, s Store, c *clock)) {
 			return s
 		},
 		"postgres": func(t *testing.T, c *clock) Store {
-			dsn := os.Getenv(postgresEnv)
-			if dsn == "" {
-				t.Skipf("set %s to a postgres:// URL to run the PostgreSQL store's tests", postgresEnv)
-			}
-			s, err := Open(context.Background(), Options{DSN: dsn, Sealer: newRing(t), Now: c.now})
+			s, err := Open(context.Background(), Options{DSN: postgresDSN(t), Sealer: newRing(t), Now: c.now})
 			require.NoError(t, err)
 			return s
 		},

@@ -110,3 +110,22 @@ func (c *Cluster) Dump(ctx context.Context, database string) ([]byte, error) {
 	}
 	return out, nil
 }
+
+// StartPostgres starts a throwaway PostgreSQL (Debian's server binaries,
+// initdb under dir, a free port on loopback) for the tests of a store that
+// keeps its data in PostgreSQL, and returns the DSN of its postgres
+// database and how to stop it.
+func StartPostgres(ctx context.Context, dir string) (dsn string, stop func(), err error) {
+	ports, err := freePorts(1)
+	if err != nil {
+		return "", nil, err
+	}
+	p, err := newPostgres(dir, ports[0])
+	if err != nil {
+		return "", nil, err
+	}
+	if err := p.Start(ctx); err != nil {
+		return "", nil, err
+	}
+	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/postgres?sslmode=disable", ports[0]), func() { _ = p.Stop() }, nil
+}
