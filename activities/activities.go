@@ -19,6 +19,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/toolgate/toolgate/policy"
+	"github.com/toolgate/toolgate/statement"
 	"github.com/toolgate/toolgate/tool"
 )
 
@@ -63,10 +64,24 @@ type Activities struct {
 	// DataConverter is the one Client was dialled with: it decodes the
 	// memos the activities read. Nil: the SDK's default.
 	DataConverter converter.DataConverter
+	// Doors are the doors whose statements the worker trusts: a call's
+	// submission is checked against them (Evaluate). Nil trusts none.
+	Doors *statement.Doors
 	// MaxOutputBytes caps tool outputs; zero means DefaultMaxOutputBytes.
 	MaxOutputBytes int
 	// Ledger receives the workflows' ledger entries; nil: none kept.
 	Ledger Ledger
+}
+
+// MetricStatementsRefused counts the messages refused for their statement
+// (workflows.MetricStatementsRefused), tagged message.
+const MetricStatementsRefused = "toolgate_statements_refused"
+
+func (a *Activities) doors() *statement.Doors {
+	if a.Doors == nil {
+		return statement.NewDoors()
+	}
+	return a.Doors
 }
 
 func (a *Activities) dataConverter() converter.DataConverter {
@@ -85,6 +100,10 @@ type Evaluation struct {
 	// InvalidRequest: the problem is the call's (unknown tool, bad
 	// arguments), not the policy's.
 	InvalidRequest bool `json:"invalid_request,omitempty"`
+	// Unsubmitted says why the call's submission is refused: it carries no
+	// valid statement of a trusted door that its requester asked for it.
+	// Nothing else is evaluated.
+	Unsubmitted string `json:"unsubmitted,omitempty"`
 	// Denied is set when the policy refused; Reason says why.
 	Denied bool   `json:"denied,omitempty"`
 	Reason string `json:"reason,omitempty"`
@@ -127,6 +146,11 @@ type EvaluateInput struct {
 	Preview bool `json:"preview,omitempty"`
 	// AgentPreview is the agent's preview of an agent-executed call.
 	AgentPreview *policy.Preview `json:"agent_preview,omitempty"`
+	// CheckSubmission asks for the call's Submission to be checked
+	// against the doors first, as of StartedAt (its workflow's start).
+	CheckSubmission bool              `json:"check_submission,omitempty"`
+	Submission      *statement.Signed `json:"submission,omitempty"`
+	StartedAt       time.Time         `json:"started_at,omitzero"`
 }
 
 // Evaluate checks the tool and its arguments, then asks the policy. Given
@@ -139,6 +163,18 @@ func (a *Activities) Evaluate(ctx context.Context, in EvaluateInput) (Evaluation
 		PolicyVersion: policy.VersionOf(a.Policy),
 		HasHandler:    a.Handler != nil,
 		Channels:      a.channelNames(),
+	}
+	if in.CheckSubmission {
+		at := in.StartedAt
+		if at.IsZero() { // never zero from a server; the clock is checked all the same
+			at = time.Now()
+		}
+		if _, err := a.doors().Check(in.Submission, policy.SubmissionStatement(call), at); err != nil {
+			activity.GetLogger(ctx).Warn("Refused a call without a valid statement from a toolgate door", "callID", call.ID, "requester", call.Requester, "error", err)
+			activity.GetMetricsHandler(ctx).WithTags(map[string]string{"message": "submit"}).Counter(MetricStatementsRefused).Inc(1)
+			ev.Unsubmitted = "refused: " + err.Error()
+			return ev, nil
+		}
 	}
 	if problem := a.checkTool(&call, &ev); problem != "" {
 		ev.Problem, ev.InvalidRequest = problem, true

@@ -249,13 +249,13 @@ func Run(ctx context.Context, o Options, out io.Writer) (Report, error) {
 		encrypted = encrypted.WithEagerStart()
 	}
 
-	calls := tgclient.New(tc, benchQueue)
+	calls := tgclient.New(tc, benchQueue).WithDoor(benchDoor)
 	if o.EagerStart {
 		calls = calls.WithEagerStart()
 	}
 	// Names of this run, so runs against one cluster never meet (a sticky
 	// decision of an earlier run would decide this run's calls).
-	ledgered := tgclient.New(tc, ledgerQueue)
+	ledgered := tgclient.New(tc, ledgerQueue).WithDoor(benchDoor)
 	if o.EagerStart {
 		ledgered = ledgered.WithEagerStart()
 	}
@@ -326,7 +326,7 @@ func benchTools() *tool.Registry {
 func startWorkers(tc client.Client) (func(), error) {
 	tools := benchTools()
 	var opts sdkworker.Options // the same defaults for both
-	tg, err := worker.New(tc, worker.Options{TaskQueue: benchQueue, Policy: benchPolicy{}, Tools: tools, Worker: opts})
+	tg, err := worker.New(tc, worker.Options{TaskQueue: benchQueue, Policy: benchPolicy{}, Tools: tools, Worker: opts, Doors: benchDoors})
 	if err != nil {
 		return nil, err
 	}

@@ -32,7 +32,7 @@ func startEncryptedWorker(opts client.Options, tools *tool.Registry, dir string)
 	if err != nil {
 		return nil, nil, err
 	}
-	w, err := worker.New(tc, worker.Options{TaskQueue: encryptedQueue, Policy: benchPolicy{}, Tools: tools, DataConverter: keyring.DataConverter(ring)})
+	w, err := worker.New(tc, worker.Options{TaskQueue: encryptedQueue, Policy: benchPolicy{}, Tools: tools, DataConverter: keyring.DataConverter(ring), Doors: benchDoors})
 	if err != nil {
 		tc.Close()
 		return nil, nil, err
@@ -41,7 +41,7 @@ func startEncryptedWorker(opts client.Options, tools *tool.Registry, dir string)
 		tc.Close()
 		return nil, nil, err
 	}
-	calls := tgclient.New(tc, encryptedQueue).WithDataConverter(keyring.DataConverter(ring))
+	calls := tgclient.New(tc, encryptedQueue).WithDataConverter(keyring.DataConverter(ring)).WithDoor(benchDoor)
 	return calls, func() { w.Stop(); tc.Close() }, nil
 }
 

@@ -34,7 +34,7 @@ func startLedgerWorker(ctx context.Context, tc client.Client, tools *tool.Regist
 	if err != nil {
 		return nil, err
 	}
-	w, err := worker.New(tc, worker.Options{TaskQueue: ledgerQueue, Policy: benchPolicy{}, Tools: tools, Ledger: l})
+	w, err := worker.New(tc, worker.Options{TaskQueue: ledgerQueue, Policy: benchPolicy{}, Tools: tools, Ledger: l, Doors: benchDoors})
 	if err != nil {
 		_ = l.Close()
 		return nil, err

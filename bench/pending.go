@@ -89,7 +89,7 @@ func (b *runner) pendingList(ctx context.Context, r *Report) error {
 
 	everyGroup := &policy.Approver{Name: "bench", Groups: []string{"*"}}
 	ops := &policy.Approver{Name: "bench", Groups: []string{"ops"}}
-	warm := tgclient.New(b.tc, benchQueue)
+	warm := tgclient.New(b.tc, benchQueue).WithDoor(benchDoor)
 	// Each page is checked: full, counting them all, starting with the
 	// oldest call.
 	firstPage := func(c *tgclient.Client, decider *policy.Approver, total int64) func(context.Context) error {
@@ -111,7 +111,7 @@ func (b *runner) pendingList(ctx context.Context, r *Report) error {
 	n := int64(b.o.Waiting)
 	cases := []func(context.Context) error{
 		firstPage(warm, everyGroup, n),
-		func(ctx context.Context) error { return firstPage(tgclient.New(b.tc, benchQueue), everyGroup, n)(ctx) },
+		func(ctx context.Context) error { return firstPage(tgclient.New(b.tc, benchQueue).WithDoor(benchDoor), everyGroup, n)(ctx) },
 		firstPage(warm, ops, (n+1)/2),
 		func(ctx context.Context) error {
 			_, err := b.tc.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: pendingQuery, PageSize: int32(p.PageSize)})

@@ -77,7 +77,7 @@ func danasRun() workflows.RanAfterEnd {
 
 func TestARunAfterTheEndIsRecordedOnceByTheRequester(t *testing.T) {
 	f := &recordTemporal{call: deniedUserCall()}
-	c := New(f, "")
+	c := New(f, "").WithDoor(testDoor)
 
 	rec, err := c.RecordRanAfterEnd(context.Background(), "c1", "agent-1", danasRun())
 
@@ -120,7 +120,7 @@ func TestARecordTheCallDoesNotBearOutIsRefusedBeforeAnythingStarts(t *testing.T)
 			rec := danasRun()
 			rec.User = tc.user
 
-			_, err := New(f, "").RecordRanAfterEnd(context.Background(), "c1", tc.requester, rec)
+			_, err := New(f, "").WithDoor(testDoor).RecordRanAfterEnd(context.Background(), "c1", tc.requester, rec)
 
 			var refused *RefusedError
 			require.ErrorAs(t, err, &refused)
@@ -131,11 +131,11 @@ func TestARecordTheCallDoesNotBearOutIsRefusedBeforeAnythingStarts(t *testing.T)
 	}
 
 	f := &recordTemporal{call: deniedUserCall()}
-	_, err := New(f, "").RecordRanAfterEnd(context.Background(), "c2", "agent-1", danasRun())
+	_, err := New(f, "").WithDoor(testDoor).RecordRanAfterEnd(context.Background(), "c2", "agent-1", danasRun())
 	assert.ErrorIs(t, err, ErrUnknownCall)
 	bad := danasRun()
 	bad.Error = "failed"
-	_, err = New(f, "").RecordRanAfterEnd(context.Background(), "c1", "agent-1", bad)
+	_, err = New(f, "").WithDoor(testDoor).RecordRanAfterEnd(context.Background(), "c1", "agent-1", bad)
 	var input *InputError
 	require.ErrorAs(t, err, &input, "an output and an error")
 	assert.Equal(t, "output", input.Field)

@@ -19,6 +19,7 @@ import (
 
 	"github.com/toolgate/toolgate/keyring"
 	"github.com/toolgate/toolgate/policy"
+	"github.com/toolgate/toolgate/statement"
 	"github.com/toolgate/toolgate/workflows"
 )
 
@@ -247,6 +248,26 @@ func (c *Client) Decide(ctx context.Context, callID string, d policy.Decision) (
 	if err := d.ValidateIncoming(); err != nil {
 		return policy.Decision{}, &RefusedError{Type: workflows.ErrTypeInvalidDecision, Message: "invalid decision: " + err.Error()}
 	}
+	return c.decide(ctx, callID, d)
+}
+
+// decide signs d, naming the call it decides (and, for a sticky decision,
+// the key it is kept under), and sends it.
+func (c *Client) decide(ctx context.Context, callID string, d policy.Decision) (policy.Decision, error) {
+	sd, err := c.signCall(ctx, callID, func(call policy.Call) (statement.Statement, error) {
+		key := ""
+		if d.Kind.Sticky() {
+			var err error
+			if key, err = c.stickyKey(ctx, call); err != nil {
+				return statement.Statement{}, err
+			}
+		}
+		return policy.DecisionStatement(call, d, key), nil
+	})
+	if err != nil {
+		return policy.Decision{}, err
+	}
+	d.Statement = sd
 	return c.updateCall(ctx, callID, workflows.UpdateDecide, workflows.DecideRequest{CallID: callID, Decision: d})
 }
 
@@ -295,7 +316,7 @@ func (c *Client) DecideAsUser(ctx context.Context, callID, user string, d policy
 	if err := d.ValidateIncoming(); err != nil {
 		return policy.Decision{}, &RefusedError{Type: workflows.ErrTypeInvalidDecision, Message: "invalid decision: " + err.Error()}
 	}
-	return c.updateCall(ctx, callID, workflows.UpdateDecide, workflows.DecideRequest{CallID: callID, Decision: d})
+	return c.decide(ctx, callID, d)
 }
 
 // Cancel cancels a call that waits for a person, as an approver: it ends
@@ -306,7 +327,7 @@ func (c *Client) Cancel(ctx context.Context, callID string, by policy.Approver) 
 	if err := ValidateID("call_id", callID); err != nil {
 		return policy.Decision{}, err
 	}
-	return c.updateCall(ctx, callID, workflows.UpdateCancel, workflows.CancelRequest{CallID: callID, By: by.Name, Groups: by.Groups, Identity: by.Identity})
+	return c.cancel(ctx, callID, workflows.CancelRequest{CallID: callID, By: by.Name, Groups: by.Groups, Identity: by.Identity})
 }
 
 // CancelOwn withdraws a call that waits for a person, as the agent that
@@ -317,7 +338,20 @@ func (c *Client) CancelOwn(ctx context.Context, callID, requester string) (polic
 	if err := ValidateID("call_id", callID); err != nil {
 		return policy.Decision{}, err
 	}
-	return c.updateCall(ctx, callID, workflows.UpdateCancel, workflows.CancelRequest{CallID: callID, By: requester, AsRequester: true})
+	return c.cancel(ctx, callID, workflows.CancelRequest{CallID: callID, By: requester, AsRequester: true})
+}
+
+// cancel signs a cancel and sends it.
+func (c *Client) cancel(ctx context.Context, callID string, req workflows.CancelRequest) (policy.Decision, error) {
+	by := policy.Approver{Name: req.By, Groups: req.Groups, Identity: req.Identity}
+	sd, err := c.signCall(ctx, callID, func(call policy.Call) (statement.Statement, error) {
+		return policy.CancelStatement(call, by, req.AsRequester), nil
+	})
+	if err != nil {
+		return policy.Decision{}, err
+	}
+	req.Statement = sd
+	return c.updateCall(ctx, callID, workflows.UpdateCancel, req)
 }
 
 // updateCall sends a validated update that decides a call and returns the
@@ -404,7 +438,11 @@ func (c *Client) session(ctx context.Context, session string, viewer *policy.App
 // call asks again. by must be allowed to act on the call the decision was
 // taken on (its groups, or "*").
 func (c *Client) Revoke(ctx context.Context, session, key string, by policy.Approver) error {
-	req := workflows.RevokeRequest{Key: key, By: by.Name, Groups: by.Groups, Identity: by.Identity}
+	sd, err := c.sign(policy.RevokeStatement(session, key, by))
+	if err != nil {
+		return err
+	}
+	req := workflows.RevokeRequest{Key: key, By: by.Name, Groups: by.Groups, Identity: by.Identity, Statement: sd}
 	return c.updateSession(ctx, session, workflows.UpdateRevoke, req, nil)
 }
 
@@ -412,12 +450,16 @@ func (c *Client) Revoke(ctx context.Context, session, key string, by policy.Appr
 // decisions forgotten. It returns how many calls were denied. by must be
 // allowed to act on every waiting call and sticky decision (or hold "*").
 func (c *Client) EndSession(ctx context.Context, session string, by policy.Approver) (int, error) {
+	sd, err := c.sign(policy.EndStatement(session, by))
+	if err != nil {
+		return 0, err
+	}
 	var denied int
-	req := workflows.EndRequest{By: by.Name, Groups: by.Groups, Identity: by.Identity}
+	req := workflows.EndRequest{By: by.Name, Groups: by.Groups, Identity: by.Identity, Statement: sd}
 	// Calls wait without a session workflow until one is needed: ending a
 	// session that never started starts it, so its waiting calls are
 	// denied all the same.
-	err := c.updateWithStart(ctx, workflows.SessionWorkflowID(session), workflows.SessionWorkflowType,
+	err = c.updateWithStart(ctx, workflows.SessionWorkflowID(session), workflows.SessionWorkflowType,
 		workflows.SessionInput{Session: session}, workflows.UpdateEnd, req, &denied)
 	if err != nil {
 		return 0, refusal(err)
@@ -471,21 +513,6 @@ func (c *Client) updateSession(ctx context.Context, session, update string, arg,
 // Request returns the call as the agent submitted it, from the first event
 // of its workflow history (before any edit by an approver).
 func (c *Client) Request(ctx context.Context, callID string) (policy.Call, error) {
-	it := c.tc.GetWorkflowHistory(ctx, workflows.CallWorkflowID(callID), "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
-	if !it.HasNext() {
-		return policy.Call{}, fmt.Errorf("%w %q", ErrUnknownCall, callID)
-	}
-	ev, err := it.Next()
-	if err != nil {
-		return policy.Call{}, c.mapNotFound(ctx, callID, fmt.Errorf("read history of call %s: %w", callID, err))
-	}
-	attrs := ev.GetWorkflowExecutionStartedEventAttributes()
-	if attrs == nil {
-		return policy.Call{}, fmt.Errorf("call %s: history does not start with its request", callID)
-	}
-	var in workflows.CallInput
-	if err := c.dc.FromPayloads(attrs.GetInput(), &in); err != nil {
-		return policy.Call{}, fmt.Errorf("decode request of call %s: %w", callID, err)
-	}
-	return in.Call, nil
+	call, _, err := c.callFacts(ctx, callID)
+	return call, err
 }

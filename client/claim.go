@@ -11,6 +11,7 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/toolgate/toolgate/policy"
+	"github.com/toolgate/toolgate/statement"
 	"github.com/toolgate/toolgate/workflows"
 )
 
@@ -58,10 +59,19 @@ func (c *Client) Claim(ctx context.Context, callID, requester string, cl Claim) 
 	if err := cl.Validate(); err != nil {
 		return err
 	}
+	sd, err := c.signCall(ctx, callID, func(call policy.Call) (statement.Statement, error) {
+		if call.Requester != requester {
+			return statement.Statement{}, &RefusedError{Type: workflows.ErrTypeNotAuthorized, Message: "only the agent that requested call " + callID + " may take its approval"}
+		}
+		return policy.ClaimStatement(call, cl.Run), nil
+	})
+	if err != nil {
+		return err
+	}
 	h, err := c.tc.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
 		WorkflowID:   workflows.CallWorkflowID(callID),
 		UpdateName:   workflows.UpdateClaim,
-		Args:         []any{workflows.ClaimRequest{CallID: callID, By: requester, Run: cl.Run, NoReport: cl.NoReport}},
+		Args:         []any{workflows.ClaimRequest{CallID: callID, By: requester, Run: cl.Run, NoReport: cl.NoReport, Statement: sd}},
 		WaitForStage: client.WorkflowUpdateStageCompleted,
 	})
 	if err == nil {
@@ -135,12 +145,18 @@ func (c *Client) SubmitAndClaim(ctx context.Context, req CallRequest, cl Claim) 
 	if err != nil {
 		return nil, err
 	}
+	// Its run is not known before it starts: the claim's statement names
+	// the call, its arguments and the run of the agent's tool.
+	claimed, err := c.sign(policy.ClaimStatement(in.Call, cl.Run))
+	if err != nil {
+		return nil, err
+	}
 	start := c.tc.NewWithStartWorkflowOperation(c.startOptions(req), workflows.ToolCallWorkflow, in)
 	h, err := c.tc.UpdateWithStartWorkflow(ctx, client.UpdateWithStartWorkflowOptions{
 		StartWorkflowOperation: start,
 		UpdateOptions: client.UpdateWorkflowOptions{
 			UpdateName:   workflows.UpdateFirstAnswer,
-			Args:         []any{workflows.ClaimRequest{CallID: req.CallID, By: req.Requester, Run: cl.Run, NoReport: cl.NoReport}},
+			Args:         []any{workflows.ClaimRequest{CallID: req.CallID, By: req.Requester, Run: cl.Run, NoReport: cl.NoReport, Statement: claimed}},
 			WaitForStage: client.WorkflowUpdateStageCompleted,
 		},
 	})

@@ -52,7 +52,7 @@ func TestSubmitAndClaimOfACallNotSettledInTimeSaysItWasSubmitted(t *testing.T) {
 	req := CallRequest{CallID: "c1", Session: "s1", Tool: "Bash", Args: json.RawMessage(`{"command":"ls"}`), Requester: "agent-1", Execution: policy.ExecutionAgent}
 	for _, started := range []bool{true, false} {
 		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-		c := New(&slowUpdates{fakeTemporal: &fakeTemporal{}, started: started}, "toolgate")
+		c := New(&slowUpdates{fakeTemporal: &fakeTemporal{}, started: started}, "toolgate").WithDoor(testDoor)
 		first, err := c.SubmitAndClaim(ctx, req, Claim{Run: "toolu_1"})
 		cancel()
 		assert.Nil(t, first)

@@ -28,6 +28,7 @@ import (
 	"github.com/toolgate/toolgate/canonjson"
 	"github.com/toolgate/toolgate/keyring"
 	"github.com/toolgate/toolgate/policy"
+	"github.com/toolgate/toolgate/statement"
 	"github.com/toolgate/toolgate/tool"
 	"github.com/toolgate/toolgate/workflows"
 )
@@ -48,6 +49,9 @@ type Client struct {
 	// claims remembers the sessions found to belong to their caller
 	// (session.go).
 	claims *claims
+	// door signs what the client sends (door.go); nil: it sends nothing
+	// that needs a statement.
+	door *statement.Signer
 	// dc decodes what the client reads raw (memos, heartbeats, inputs): the
 	// converter tc was dialled with.
 	dc converter.DataConverter
@@ -277,18 +281,22 @@ func (c *Client) prepare(ctx context.Context, req *CallRequest) (workflows.CallI
 	if err := req.Validate(); err != nil {
 		return workflows.CallInput{}, err
 	}
+	if c.door == nil {
+		return workflows.CallInput{}, ErrNoDoorKey
+	}
 	if req.CallID == "" {
 		req.CallID = NewCallID()
 	}
 	if err := c.claimSession(ctx, req.Session, req.Requester); err != nil {
 		return workflows.CallInput{}, err
 	}
-	return workflows.CallInput{
-		Call: policy.Call{ID: req.CallID, Session: req.Session, Tool: req.Tool, Args: req.Args, Requester: req.Requester,
-			ActingUser: req.ActingUser, Execution: req.Execution},
-		NoReport: req.NoReport,
-		Preview:  req.Preview,
-	}, nil
+	call := policy.Call{ID: req.CallID, Session: req.Session, Tool: req.Tool, Args: req.Args, Requester: req.Requester,
+		ActingUser: req.ActingUser, Execution: req.Execution}
+	submission, err := c.sign(policy.SubmissionStatement(call))
+	if err != nil {
+		return workflows.CallInput{}, err
+	}
+	return workflows.CallInput{Call: call, NoReport: req.NoReport, Preview: req.Preview, Submission: submission}, nil
 }
 
 // startOptions start a call's workflow once: a call ID that exists, or

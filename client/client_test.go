@@ -37,9 +37,16 @@ type fakeTemporal struct {
 	calls  int
 	// ended are sessions whose memo shows an end.
 	ended map[string]bool
+	// inputs are the calls started.
+	inputs []workflows.CallInput
 }
 
-func (f *fakeTemporal) ExecuteWorkflow(_ context.Context, o client.StartWorkflowOptions, _ any, _ ...any) (client.WorkflowRun, error) {
+func (f *fakeTemporal) ExecuteWorkflow(_ context.Context, o client.StartWorkflowOptions, _ any, args ...any) (client.WorkflowRun, error) {
+	for _, a := range args {
+		if in, ok := a.(workflows.CallInput); ok {
+			f.inputs = append(f.inputs, in)
+		}
+	}
 	if strings.HasPrefix(o.ID, workflows.SessionWorkflowID("")) {
 		if f.owners == nil {
 			f.owners = map[string]string{}
@@ -169,7 +176,7 @@ func TestCallRequestValidate(t *testing.T) {
 
 func TestSubmitNewCallReadsNoHistory(t *testing.T) {
 	fake := &fakeTemporal{}
-	id, err := New(fake, "").Submit(context.Background(), CallRequest{CallID: "c1", Session: "s1", Tool: "shell", Args: json.RawMessage(`{}`), Requester: "agent-1"})
+	id, err := New(fake, "").WithDoor(testDoor).Submit(context.Background(), CallRequest{CallID: "c1", Session: "s1", Tool: "shell", Args: json.RawMessage(`{}`), Requester: "agent-1"})
 	require.NoError(t, err)
 	assert.Equal(t, "c1", id)
 	assert.Zero(t, fake.historyReads, "a new call costs the start only")
@@ -177,7 +184,7 @@ func TestSubmitNewCallReadsNoHistory(t *testing.T) {
 
 func TestASessionBelongsToTheAgentThatOpenedIt(t *testing.T) {
 	fake := &fakeTemporal{}
-	c := New(fake, "")
+	c := New(fake, "").WithDoor(testDoor)
 	_, err := c.Submit(context.Background(), CallRequest{Session: "x1", Tool: "shell", Requester: "agent-a"})
 	require.NoError(t, err)
 	assert.Equal(t, "agent-a", fake.owners[workflows.SessionWorkflowID("x1")], "the first call opens the session for its agent")
@@ -193,12 +200,12 @@ func TestASessionBelongsToTheAgentThatOpenedIt(t *testing.T) {
 func TestACallIntoASessionEndedBeforeAnyoneOpenedItGoesOnToBeDenied(t *testing.T) {
 	id := workflows.SessionWorkflowID("x2")
 	fake := &fakeTemporal{owners: map[string]string{id: ""}, ended: map[string]bool{id: true}}
-	_, err := New(fake, "").Submit(context.Background(), CallRequest{Session: "x2", Tool: "shell", Requester: "agent-a"})
+	_, err := New(fake, "").WithDoor(testDoor).Submit(context.Background(), CallRequest{Session: "x2", Tool: "shell", Requester: "agent-a"})
 	require.NoError(t, err, "an approver ended the session before any call: its workflow denies the call, as ended")
 	assert.Equal(t, 1, fake.calls)
 
 	fake.ended[id] = false
-	_, err = New(fake, "").Submit(context.Background(), CallRequest{Session: "x2", Tool: "shell", Requester: "agent-a"})
+	_, err = New(fake, "").WithDoor(testDoor).Submit(context.Background(), CallRequest{Session: "x2", Tool: "shell", Requester: "agent-a"})
 	require.ErrorIs(t, err, ErrNotYourSession, "a running session without an owner is nobody's to join")
 }
 
@@ -211,7 +218,7 @@ func TestSubmitSameCallIDAgain(t *testing.T) {
 
 	t.Run("the same call is the same call, whatever the JSON layout", func(t *testing.T) {
 		fake := &fakeTemporal{existing: &first}
-		id, err := New(fake, "").Submit(context.Background(), same)
+		id, err := New(fake, "").WithDoor(testDoor).Submit(context.Background(), same)
 		require.NoError(t, err)
 		assert.Equal(t, "c1", id)
 		assert.Equal(t, 1, fake.historyReads, "the first call's arguments are read once, only because it exists")
@@ -232,7 +239,7 @@ func TestSubmitSameCallIDAgain(t *testing.T) {
 		t.Run(name+" is refused", func(t *testing.T) {
 			req := same
 			edit(&req)
-			_, err := New(&fakeTemporal{existing: &first}, "").Submit(context.Background(), req)
+			_, err := New(&fakeTemporal{existing: &first}, "").WithDoor(testDoor).Submit(context.Background(), req)
 			require.ErrorIs(t, err, ErrCallIDTaken)
 			var input *InputError
 			require.ErrorAs(t, err, &input, "the CLI and the API treat it as bad input")
@@ -256,14 +263,14 @@ func TestListRefusesFilterValuesThatAreNotIdentifiers(t *testing.T) {
 	}
 	for _, f := range breakouts {
 		fake := &fakeTemporal{}
-		_, err := New(fake, "").List(context.Background(), f)
+		_, err := New(fake, "").WithDoor(testDoor).List(context.Background(), f)
 		var input *InputError
 		require.ErrorAs(t, err, &input, "%+v", f)
 		assert.Zero(t, fake.lists, "nothing is sent to Temporal for %+v", f)
 	}
 
 	fake := &fakeTemporal{}
-	_, err := New(fake, "").List(context.Background(), ListFilter{Session: "s1", Tool: "shell", Requester: "agent-1", Status: "decided"})
+	_, err := New(fake, "").WithDoor(testDoor).List(context.Background(), ListFilter{Session: "s1", Tool: "shell", Requester: "agent-1", Status: "decided"})
 	require.NoError(t, err)
 	assert.Equal(t, 1, fake.lists)
 }
@@ -271,10 +278,10 @@ func TestListRefusesFilterValuesThatAreNotIdentifiers(t *testing.T) {
 func TestListTakesEveryStatusACallCanHave(t *testing.T) {
 	for _, status := range []workflows.Status{workflows.StatusApproved, workflows.StatusUnknown, workflows.StatusRunning} {
 		fake := &fakeTemporal{}
-		_, err := New(fake, "").List(context.Background(), ListFilter{Status: string(status)})
+		_, err := New(fake, "").WithDoor(testDoor).List(context.Background(), ListFilter{Status: string(status)})
 		require.NoError(t, err, status)
 	}
-	_, err := New(&fakeTemporal{}, "").List(context.Background(), ListFilter{Status: "bogus"})
+	_, err := New(&fakeTemporal{}, "").WithDoor(testDoor).List(context.Background(), ListFilter{Status: "bogus"})
 	require.ErrorContains(t, err, "approved", "the refusal names the statuses there are")
 }
 

@@ -270,7 +270,7 @@ func TestPendingPagesEveryCallOnceOldestFirst(t *testing.T) {
 			}
 			t.Run(fmt.Sprintf("%s, pages of %d", name, size), func(t *testing.T) {
 				fake := newFakeVisibility(t, calls...)
-				got, totals := pageAll(t, New(fake, ""), ListFilter{}, size, nil)
+				got, totals := pageAll(t, New(fake, "").WithDoor(testDoor), ListFilter{}, size, nil)
 				assert.Equal(t, oldestFirst(calls), ids(got), "every call once, oldest first")
 				for _, total := range totals {
 					assert.Equal(t, int64(len(calls)), total)
@@ -284,7 +284,7 @@ func TestPendingPagesReadAboutAPage(t *testing.T) {
 	now := time.Now()
 	calls := spread(10000, func(i int) time.Time { return now.Add(-30*time.Minute + time.Duration(i)*180*time.Millisecond) })
 	fake := newFakeVisibility(t, calls...)
-	c := New(fake, "")
+	c := New(fake, "").WithDoor(testDoor)
 
 	page, err := c.Pending(context.Background(), ListFilter{}, PageRequest{})
 	require.NoError(t, err)
@@ -319,7 +319,7 @@ func TestPendingPagesHoldWhileCallsComeAndGo(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	decided := map[string]bool{}
 	var arrived []string
-	got, _ := pageAll(t, New(fake, ""), ListFilter{}, 50, func(page int) {
+	got, _ := pageAll(t, New(fake, "").WithDoor(testDoor), ListFilter{}, 50, func(page int) {
 		// Between pages: 20 calls are decided (listed or not yet), 10 new
 		// ones arrive.
 		for range 20 {
@@ -418,7 +418,7 @@ func TestPendingFiltersSessionToolAndAge(t *testing.T) {
 			want = append(want, c)
 		}
 	}
-	got, totals := pageAll(t, New(fake, ""), ListFilter{Session: "s3", Tool: "shell", Before: now.Add(-10 * time.Minute)}, 10, nil)
+	got, totals := pageAll(t, New(fake, "").WithDoor(testDoor), ListFilter{Session: "s3", Tool: "shell", Before: now.Add(-10 * time.Minute)}, 10, nil)
 	assert.Equal(t, oldestFirst(want), ids(got))
 	assert.Equal(t, int64(len(want)), totals[0])
 }
@@ -426,7 +426,7 @@ func TestPendingFiltersSessionToolAndAge(t *testing.T) {
 func TestPendingRefusesBadPagesBeforeAskingTemporal(t *testing.T) {
 	now := time.Now()
 	fake := newFakeVisibility(t, spread(30, func(i int) time.Time { return now.Add(-time.Duration(i) * time.Second) })...)
-	c := New(fake, "")
+	c := New(fake, "").WithDoor(testDoor)
 	page, err := c.Pending(context.Background(), ListFilter{Session: "s1"}, PageRequest{Size: 2})
 	require.NoError(t, err)
 	require.NotEmpty(t, page.NextPageToken)
@@ -479,7 +479,7 @@ func TestListPagePagesNewestFirst(t *testing.T) {
 	now := time.Now()
 	calls := spread(45, func(i int) time.Time { return now.Add(-time.Duration(i) * time.Minute) })
 	fake := newFakeVisibility(t, calls...)
-	c := New(fake, "")
+	c := New(fake, "").WithDoor(testDoor)
 	var got []string
 	req := PageRequest{Size: 10}
 	for {

@@ -1,6 +1,8 @@
 package ledger
 
 import (
+	"github.com/toolgate/toolgate/statement"
+
 	"encoding/json"
 	"fmt"
 	"time"
@@ -54,6 +56,11 @@ type Entry struct {
 
 	// call.decided, session.sticky, session.revoked, pins.*
 	Decision *Decision `json:"decision,omitempty"`
+	// Statement is the door's signed statement of the message this entry
+	// records (a submission, a revoke, a session's end): who asked, as
+	// the door that authenticated them says (package statement). A
+	// decision's is in Decision.
+	Statement *statement.Signed `json:"statement,omitempty"`
 
 	// call.finished
 	Status string          `json:"status,omitempty"`
@@ -240,6 +247,10 @@ type Decision struct {
 	// Identity is who the person's identity provider says decided, for a
 	// person signed in through OpenID Connect.
 	Identity *Identity `json:"identity,omitempty"`
+	// Statement is the signed statement of the door that authenticated
+	// the person: what makes the decision theirs. A policy's, a timeout's
+	// or a handler's decision has none.
+	Statement *statement.Signed `json:"statement,omitempty"`
 }
 
 // Identity is a person as their OpenID provider names them.

@@ -11,6 +11,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/toolgate/toolgate/statement"
 )
 
 // DecisionKind is what an approver decided about a call.
@@ -124,6 +126,12 @@ type Decision struct {
 	// for a person signed in through OpenID Connect; nil for a token, a
 	// handler or toolgate itself.
 	Identity *Identity `json:"identity,omitempty"`
+	// Statement is the door's signed statement of a person's decision:
+	// what makes it theirs (package statement). The workflow refuses a
+	// person's decision without one that matches it; the policy's,
+	// a timeout's and a handler's need none. It travels with a sticky
+	// decision and a session's end to every call they decide.
+	Statement *statement.Signed `json:"statement,omitempty"`
 }
 
 // Identity is a person as their OpenID provider names them: the issuer

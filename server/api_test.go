@@ -147,7 +147,7 @@ func TestIdentifiersAreCheckedAtTheEdge(t *testing.T) {
 	}
 	for _, c := range cases {
 		temporal := &refusingTemporal{}
-		h := New(Config{Calls: tgclient.New(temporal, ""), Tokens: mustTokens(t)})
+		h := New(Config{Calls: tgclient.New(temporal, "").WithDoor(testDoor), Tokens: mustTokens(t)})
 		rec := apiCall(h, c.token, c.method, c.path, c.body)
 		what := c.method + " " + c.path[:min(len(c.path), 60)]
 		if !assert.Equal(t, http.StatusBadRequest, rec.Code, "%s: %s", what, rec.Body.String()) {
@@ -162,7 +162,7 @@ func TestIdentifiersAreCheckedAtTheEdge(t *testing.T) {
 
 	// A bulk decision refuses the malformed ID by name and applies nothing.
 	temporal := &refusingTemporal{}
-	h := New(Config{Calls: tgclient.New(temporal, ""), Tokens: mustTokens(t)})
+	h := New(Config{Calls: tgclient.New(temporal, "").WithDoor(testDoor), Tokens: mustTokens(t)})
 	rec := apiCall(h, "approver-token", "POST", "/v1/decisions", `{"decisions":[{"call_id":"a\u0000b","decision":"approve"}]}`)
 	require.Equal(t, http.StatusConflict, rec.Code, rec.Body.String())
 	var bulk struct {
@@ -199,7 +199,7 @@ func TestBodiesAreOneJSONObject(t *testing.T) {
 	}
 	for _, c := range cases {
 		temporal := &refusingTemporal{}
-		h := New(Config{Calls: tgclient.New(temporal, ""), Tokens: mustTokens(t)})
+		h := New(Config{Calls: tgclient.New(temporal, "").WithDoor(testDoor), Tokens: mustTokens(t)})
 		token := "agent-token"
 		if c.path != "/v1/calls" {
 			token = "approver-token"
@@ -225,7 +225,7 @@ func TestResubmittedCallIDForAnotherCallIsAConflict(t *testing.T) {
 		"another session": `{"call_id":"c1","session":"s-other","tool":"write_file","args":{"path":"a.txt","content":"XXX"}}`,
 		"another tool":    `{"call_id":"c1","session":"s-first","tool":"shell","args":{"path":"a.txt","content":"XXX"}}`,
 	} {
-		h := New(Config{Calls: tgclient.New(&refusingTemporal{existing: &first}, ""), Tokens: mustTokens(t)})
+		h := New(Config{Calls: tgclient.New(&refusingTemporal{existing: &first}, "").WithDoor(testDoor), Tokens: mustTokens(t)})
 		rec := apiCall(h, "agent-token", "POST", "/v1/calls", body)
 		if !assert.Equal(t, http.StatusConflict, rec.Code, "%s: %s", name, rec.Body.String()) {
 			continue

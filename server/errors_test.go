@@ -78,7 +78,7 @@ func (unavailableTemporal) DescribeWorkflowExecution(context.Context, string, st
 }
 
 func TestAPIAnswers503WhenTemporalIsDown(t *testing.T) {
-	h := New(Config{Calls: tgclient.New(unavailableTemporal{}, ""), Tokens: mustTokens(t)})
+	h := New(Config{Calls: tgclient.New(unavailableTemporal{}, "").WithDoor(testDoor), Tokens: mustTokens(t)})
 	rec := apiCall(h, "agent-token", "GET", "/v1/calls/c1", "")
 	require.Equal(t, http.StatusServiceUnavailable, rec.Code, rec.Body.String())
 	assert.Equal(t, "5", rec.Header().Get("Retry-After"))

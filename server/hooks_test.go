@@ -40,7 +40,7 @@ func permissionOf(t *testing.T, rec *httptest.ResponseRecorder) (decision, reaso
 }
 
 func TestHTTPHookDeniesWhatItCannotServe(t *testing.T) {
-	h := New(Config{Calls: tgclient.New(unavailableTemporal{}, ""), Tokens: mustTokens(t), HookStateDir: t.TempDir()})
+	h := New(Config{Calls: tgclient.New(unavailableTemporal{}, "").WithDoor(testDoor), Tokens: mustTokens(t), HookStateDir: t.TempDir()})
 
 	t.Run("no token", func(t *testing.T) {
 		decision, reason := permissionOf(t, postHook(h, "", preToolUse))

@@ -179,7 +179,7 @@ func TestTheCallPageShowsACallTemporalForgotFromTheLedger(t *testing.T) {
 	appendEntries(t, l, callEntries("c1", "agent-1")...)
 	appendEntries(t, l, ledger.Entry{Kind: ledger.KindCallSubmitted, Event: "c3/submitted", At: auditAt, CallID: "c3", Session: "s2",
 		Requester: "agent-2", Tool: "deploy", Args: json.RawMessage(`{}`)})
-	forgetful := tgclient.New(&oneCallTemporal{call: policy.Call{ID: "elsewhere", Requester: "agent-1"}}, "")
+	forgetful := tgclient.New(&oneCallTemporal{call: policy.Call{ID: "elsewhere", Requester: "agent-1"}}, "").WithDoor(testDoor)
 	_, h := newAuditInbox(t, Config{Calls: forgetful, Ledger: l})
 
 	for _, token := range []string{"approver-token", "auditor-token", "admin-token"} {
@@ -281,7 +281,7 @@ func TestTheAuditPageListsTheLedgersDecidedCallsPaged(t *testing.T) {
 			Decision: &ledger.Decision{Kind: "approved", DecidedBy: "carol", Channel: "slack"}})
 	_, err := l.SignCheckpoint(context.Background())
 	require.NoError(t, err)
-	forgetful := tgclient.New(&oneCallTemporal{call: policy.Call{ID: "elsewhere", Requester: "agent-1"}}, "")
+	forgetful := tgclient.New(&oneCallTemporal{call: policy.Call{ID: "elsewhere", Requester: "agent-1"}}, "").WithDoor(testDoor)
 	i, h := newAuditInbox(t, Config{Calls: forgetful, Ledger: l})
 	i.now = func() time.Time { return auditAt.Add(400 * 24 * time.Hour) } // long past any retention
 

@@ -416,7 +416,7 @@ func TestInboxCookiesAreSecureWhenThePublicURLIsHTTPS(t *testing.T) {
 
 func TestInboxChecksIdentifiersInPaths(t *testing.T) {
 	temporal := &refusingTemporal{}
-	i, h := newTestInboxWith(t, Config{Calls: tgclient.New(temporal, "")})
+	i, h := newTestInboxWith(t, Config{Calls: tgclient.New(temporal, "").WithDoor(testDoor)})
 	c := signIn(t, h, "approver-token")
 	sess, _ := i.sessions.get(c.Value)
 	for path, field := range map[string]string{

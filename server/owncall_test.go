@@ -69,8 +69,8 @@ func TestAnotherAgentsCallIsAnsweredAsAnUnknownOne(t *testing.T) {
 	})
 	require.NoError(t, err)
 	call := policy.Call{ID: "c1", Session: "s1", Tool: "deploy", Requester: "agent-1", Execution: policy.ExecutionAgent, Args: json.RawMessage(`{}`)}
-	withCall := New(Config{Calls: tgclient.New(&oneCallTemporal{call: call}, ""), Tokens: tokens})
-	nothing := New(Config{Calls: tgclient.New(&oneCallTemporal{call: policy.Call{ID: "elsewhere", Requester: "agent-1"}}, ""), Tokens: tokens})
+	withCall := New(Config{Calls: tgclient.New(&oneCallTemporal{call: call}, "").WithDoor(testDoor), Tokens: tokens})
+	nothing := New(Config{Calls: tgclient.New(&oneCallTemporal{call: policy.Call{ID: "elsewhere", Requester: "agent-1"}}, "").WithDoor(testDoor), Tokens: tokens})
 
 	for _, req := range []struct{ path, body string }{
 		{"/v1/calls/c1/claim", `{"run":"toolu_1"}`},

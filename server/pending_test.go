@@ -119,7 +119,7 @@ func TestPagingParametersAreCheckedAtTheEdge(t *testing.T) {
 			{"page_token=eyJ2IjoxLCJrIjoicGVuZGluZyJ9", "page_token"}, // {"v":1,"k":"pending"}
 		} {
 			temporal := &refusingTemporal{}
-			h := New(Config{Calls: tgclient.New(temporal, ""), Tokens: mustTokens(t)})
+			h := New(Config{Calls: tgclient.New(temporal, "").WithDoor(testDoor), Tokens: mustTokens(t)})
 			rec := apiCall(h, "approver-token", "GET", path+"?"+c.query, "")
 			what := path + "?" + c.query
 			require.Equal(t, http.StatusBadRequest, rec.Code, "%s: %s", what, rec.Body.String())
@@ -142,7 +142,7 @@ type pageBody struct {
 
 func TestPendingAnswersPagesOldestFirst(t *testing.T) {
 	temporal := &pagedTemporal{n: 5, base: time.Now()}
-	h := New(Config{Calls: tgclient.New(temporal, ""), Tokens: mustTokens(t)})
+	h := New(Config{Calls: tgclient.New(temporal, "").WithDoor(testDoor), Tokens: mustTokens(t)})
 	var got []string
 	path := "/v1/pending?page_size=2"
 	for pages := 0; ; pages++ {
@@ -168,14 +168,14 @@ func TestPendingAnswersPagesOldestFirst(t *testing.T) {
 
 	t.Run("min_age keeps calls older than it", func(t *testing.T) {
 		temporal := &pagedTemporal{n: 1, base: time.Now()}
-		h := New(Config{Calls: tgclient.New(temporal, ""), Tokens: mustTokens(t)})
+		h := New(Config{Calls: tgclient.New(temporal, "").WithDoor(testDoor), Tokens: mustTokens(t)})
 		rec := apiCall(h, "approver-token", "GET", "/v1/pending?min_age=1h", "")
 		require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
 		assert.Contains(t, temporal.sent(), "ToolgateRequestedAt < '")
 	})
 
 	t.Run("an empty list is an empty array", func(t *testing.T) {
-		h := New(Config{Calls: tgclient.New(&pagedTemporal{}, ""), Tokens: mustTokens(t)})
+		h := New(Config{Calls: tgclient.New(&pagedTemporal{}, "").WithDoor(testDoor), Tokens: mustTokens(t)})
 		for _, path := range []string{"/v1/pending", "/v1/calls"} {
 			rec := apiCall(h, "approver-token", "GET", path, "")
 			require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
@@ -186,7 +186,7 @@ func TestPendingAnswersPagesOldestFirst(t *testing.T) {
 
 func TestListCallsPagesNewestFirst(t *testing.T) {
 	temporal := &pagedTemporal{n: 3, base: time.Now()}
-	h := New(Config{Calls: tgclient.New(temporal, ""), Tokens: mustTokens(t)})
+	h := New(Config{Calls: tgclient.New(temporal, "").WithDoor(testDoor), Tokens: mustTokens(t)})
 	rec := apiCall(h, "agent-token", "GET", "/v1/calls?page_size=2", "")
 	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
 	var page pageBody
@@ -212,7 +212,7 @@ func TestListCallsPagesNewestFirst(t *testing.T) {
 
 func TestInboxListPagesOldestFirstWithTheTotal(t *testing.T) {
 	temporal := &pagedTemporal{n: 150, base: time.Now()}
-	_, h := newTestInboxWith(t, Config{Calls: tgclient.New(temporal, "")})
+	_, h := newTestInboxWith(t, Config{Calls: tgclient.New(temporal, "").WithDoor(testDoor)})
 	cookie := signIn(t, h, "approver-token")
 	get := func(path string) *httptest.ResponseRecorder {
 		req := httptest.NewRequest("GET", path, nil)

@@ -159,7 +159,7 @@ func TestInboxSessionsSpanReplicasAndRestarts(t *testing.T) {
 	c := newTestClock()
 	store := sharedSessions(t, c)
 	temporal := &decidingTemporal{}
-	cfg := Config{Sessions: store, Calls: tgclient.New(temporal, "")}
+	cfg := Config{Sessions: store, Calls: tgclient.New(temporal, "").WithDoor(testDoor)}
 	a, hA := replica(t, cfg, c, nil)
 	_, hB := replica(t, cfg, c, nil)
 

@@ -75,7 +75,7 @@ func TestListToolsInEachFormat(t *testing.T) {
 	cases[1].want = cases[0].want
 	for _, c := range cases {
 		temporal := &catalogTemporal{tools: catalog}
-		h := New(Config{Calls: tgclient.New(temporal, ""), Tokens: mustTokens(t)})
+		h := New(Config{Calls: tgclient.New(temporal, "").WithDoor(testDoor), Tokens: mustTokens(t)})
 		rec := apiCall(h, "agent-token", "GET", "/v1/tools"+c.query, "")
 		require.Equal(t, http.StatusOK, rec.Code, "%s: %s", c.query, rec.Body.String())
 		assert.JSONEq(t, c.want, rec.Body.String(), c.query)
@@ -87,7 +87,7 @@ func TestListToolsInEachFormat(t *testing.T) {
 
 func TestListToolsStartsACatalogRunPerRequest(t *testing.T) {
 	temporal := &catalogTemporal{tools: catalog}
-	h := New(Config{Calls: tgclient.New(temporal, ""), Tokens: mustTokens(t)})
+	h := New(Config{Calls: tgclient.New(temporal, "").WithDoor(testDoor), Tokens: mustTokens(t)})
 	for range 2 {
 		require.Equal(t, http.StatusOK, apiCall(h, "agent-token", "GET", "/v1/tools", "").Code)
 	}
@@ -97,7 +97,7 @@ func TestListToolsStartsACatalogRunPerRequest(t *testing.T) {
 
 func TestListToolsRefusesAnUnknownFormatBeforeTemporal(t *testing.T) {
 	temporal := &catalogTemporal{tools: catalog}
-	h := New(Config{Calls: tgclient.New(temporal, ""), Tokens: mustTokens(t)})
+	h := New(Config{Calls: tgclient.New(temporal, "").WithDoor(testDoor), Tokens: mustTokens(t)})
 	rec := apiCall(h, "agent-token", "GET", "/v1/tools?format=gemini", "")
 	require.Equal(t, http.StatusBadRequest, rec.Code, rec.Body.String())
 	code, msg := apiErrorOf(t, rec)
@@ -108,7 +108,7 @@ func TestListToolsRefusesAnUnknownFormatBeforeTemporal(t *testing.T) {
 
 func TestListToolsNeedsAnAgentOrAdminToken(t *testing.T) {
 	temporal := &catalogTemporal{tools: catalog}
-	h := New(Config{Calls: tgclient.New(temporal, ""), Tokens: mustTokens(t)})
+	h := New(Config{Calls: tgclient.New(temporal, "").WithDoor(testDoor), Tokens: mustTokens(t)})
 	rec := apiCall(h, "approver-token", "GET", "/v1/tools", "")
 	assert.Equal(t, http.StatusForbidden, rec.Code, rec.Body.String())
 	assert.Empty(t, temporal.started)
@@ -116,7 +116,7 @@ func TestListToolsNeedsAnAgentOrAdminToken(t *testing.T) {
 
 func TestListToolsWhenTemporalIsDown(t *testing.T) {
 	temporal := &catalogTemporal{err: serviceerror.NewUnavailable("connection refused")}
-	h := New(Config{Calls: tgclient.New(temporal, ""), Tokens: mustTokens(t)})
+	h := New(Config{Calls: tgclient.New(temporal, "").WithDoor(testDoor), Tokens: mustTokens(t)})
 	rec := apiCall(h, "agent-token", "GET", "/v1/tools", "")
 	assert.Equal(t, http.StatusServiceUnavailable, rec.Code, rec.Body.String())
 	assert.Equal(t, "5", rec.Header().Get("Retry-After"))

@@ -4,6 +4,7 @@ package worker
 
 import (
 	"errors"
+	"slices"
 
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
@@ -12,6 +13,7 @@ import (
 
 	"github.com/toolgate/toolgate/activities"
 	"github.com/toolgate/toolgate/policy"
+	"github.com/toolgate/toolgate/statement"
 	"github.com/toolgate/toolgate/tool"
 	"github.com/toolgate/toolgate/workflows"
 )
@@ -44,6 +46,12 @@ type Options struct {
 	// when payloads are encrypted): the activities decode the memos they
 	// read with it. Nil: the SDK's default.
 	DataConverter converter.DataConverter
+	// Doors are the public keys of the doors (serve, dev, a CLI with a
+	// door key) whose statements make a message a person's: the workflows
+	// refuse every decision, submission, cancel, claim, revoke and end
+	// without a valid one. Nil trusts none. A worker holds no door key:
+	// tools run on workers.
+	Doors *statement.Doors
 	// Worker passes options through to the Temporal worker (pollers,
 	// concurrency, cache). Zero values are the SDK's defaults.
 	Worker sdkworker.Options
@@ -58,7 +66,9 @@ func New(c client.Client, o Options) (sdkworker.Worker, error) {
 	if o.TaskQueue == "" {
 		o.TaskQueue = workflows.TaskQueue
 	}
-	w := sdkworker.New(c, o.TaskQueue, o.Worker)
+	wo := o.Worker
+	wo.Interceptors = append(slices.Clone(wo.Interceptors), workflows.DoorsInterceptor(o.Doors))
+	w := sdkworker.New(c, o.TaskQueue, wo)
 	w.RegisterWorkflowWithOptions(workflows.ToolCallWorkflow, workflow.RegisterOptions{Name: workflows.ToolCallWorkflowType})
 	w.RegisterWorkflowWithOptions(workflows.ToolgateSession, workflow.RegisterOptions{Name: workflows.SessionWorkflowType})
 	w.RegisterWorkflowWithOptions(workflows.WaitingRoom, workflow.RegisterOptions{Name: workflows.RoomWorkflowType})
@@ -77,6 +87,7 @@ func New(c client.Client, o Options) (sdkworker.Worker, error) {
 		MaxOutputBytes: o.MaxOutputBytes,
 		Ledger:         o.Ledger,
 		DataConverter:  o.DataConverter,
+		Doors:          o.Doors,
 	})
 	return w, nil
 }

@@ -39,8 +39,9 @@ func (s *CallSuite) endedCall(userRule bool, d *policy.Decision) CallState {
 // read of the call, and returns its result or its error.
 func (s *CallSuite) recordAgainst(st *CallState, rec RanAfterEnd, workflowID string) (RanAfterEnd, error) {
 	env := s.NewTestWorkflowEnvironment()
+	useDoors(env, true)
 	env.RegisterWorkflowWithOptions(RanAfterEndWorkflow, workflow.RegisterOptions{Name: RanAfterEndWorkflowType})
-	env.RegisterActivity(&activities.Activities{Policy: &testPolicy{}, Middleware: []policy.OutputMiddleware{redactor{}}})
+	env.RegisterActivity(&activities.Activities{Policy: &testPolicy{}, Middleware: []policy.OutputMiddleware{redactor{}}, Doors: testDoors})
 	reads := 0
 	env.OnActivity(a.QueryWorkflow, mock.Anything, activities.QueryInput{WorkflowID: CallWorkflowID(rec.CallID), Query: QueryCall}).Return(
 		func(_ context.Context, _ activities.QueryInput) (json.RawMessage, error) {

@@ -185,6 +185,7 @@ func (agentToolPolicy) ReportTimeout(policy.Call) time.Duration { return 2 * tim
 
 func (s *CallSuite) TestPolicyDeclaredSchemaAndReportTimeoutApplyToAgentTools() {
 	s.env = s.NewTestWorkflowEnvironment()
+	useDoors(s.env, true)
 	s.env.RegisterActivity(newActivities(agentToolPolicy{s.policy}, s.runs, s.hooks))
 	s.env.RegisterWorkflow(ToolCallWorkflow)
 
@@ -195,6 +196,7 @@ func (s *CallSuite) TestPolicyDeclaredSchemaAndReportTimeoutApplyToAgentTools() 
 	s.Equal(`deploy was not run: invalid arguments for tool "deploy": /env: want "prod".`, r.ModelMessage)
 
 	s.env = s.NewTestWorkflowEnvironment()
+	useDoors(s.env, true)
 	s.env.RegisterActivity(newActivities(agentToolPolicy{s.policy}, s.runs, s.hooks))
 	s.env.RegisterWorkflow(ToolCallWorkflow)
 	s.noReport()
@@ -213,6 +215,7 @@ func (s *CallSuite) TestAgentCannotClaimAnnotationsOrAnUnknownExecution() {
 	s.Nil(seen.Annotations, "hints come from toolgate's registry, never from the agent")
 
 	s.env = s.NewTestWorkflowEnvironment()
+	useDoors(s.env, true)
 	s.env.RegisterActivity(newActivities(s.policy, s.runs, s.hooks))
 	s.env.RegisterWorkflow(ToolCallWorkflow)
 	in = call("c2", "echo", `{}`)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/toolgate/toolgate/activities"
 	"github.com/toolgate/toolgate/policy"
+	"github.com/toolgate/toolgate/statement"
 )
 
 // a is only used to name activity methods; workflow code never calls it.
@@ -120,6 +121,10 @@ type callRun struct {
 	voided   string
 	// logged is what the call has written to the ledger.
 	logged callLog
+	// submission is the door's statement that the requester asked for it.
+	submission *statement.Signed
+	// doors are the doors whose statements it trusts.
+	doors *statement.Doors
 }
 
 // showIdentity sets the call's identifying search attributes when whoever
@@ -143,6 +148,8 @@ func newCallRun(ctx workflow.Context, in CallInput) *callRun {
 		requestedAt:  workflow.GetInfo(ctx).WorkflowStartTime,
 		noReport:     in.NoReport && in.Call.Execution == policy.ExecutionAgent,
 		agentPreview: in.Preview,
+		submission:   in.Submission,
+		doors:        doorsOf(ctx),
 	}
 }
 
@@ -156,6 +163,12 @@ func (c *callRun) run(ctx workflow.Context) (Result, error) {
 		return Result{}, err
 	}
 	switch {
+	case c.eval.Unsubmitted != "":
+		// Nobody a door authenticated asked for it: nothing is judged,
+		// asked or run.
+		r := c.finish(ctx, StatusError, c.eval.Unsubmitted, nil)
+		r.InvalidRequest = true
+		return r, nil
 	case c.eval.Problem != "":
 		r := c.finish(ctx, StatusError, c.eval.Problem, nil)
 		r.InvalidRequest = c.eval.InvalidRequest
@@ -209,6 +222,9 @@ func (c *callRun) evaluate(ctx workflow.Context, call policy.Call, lookupSession
 	if lookupSession { // the call as the agent asked: its preview holds
 		in.Session = SessionWorkflowID(call.Session)
 		in.AgentPreview = c.agentPreview
+		// Its submission is checked, unless toolgate started it itself.
+		in.CheckSubmission = !startedByPins(ctx, call)
+		in.Submission, in.StartedAt = c.submission, c.requestedAt
 	}
 	lctx := workflow.WithLocalActivityOptions(ctx, localOptions)
 	if err := workflow.ExecuteLocalActivity(lctx, a.Evaluate, in).Get(ctx, &c.eval); err != nil {

@@ -22,7 +22,8 @@ func (c *callRun) registerHandlers(ctx workflow.Context) error {
 		return err
 	}
 	if err := workflow.SetQueryHandler(ctx, QueryCheckDecision, func(req DecideRequest) (DecisionCheck, error) {
-		return checkOf(c.validateDecision(ctx, req)), nil
+		// Changes nothing, so it needs no statement: the update checks it.
+		return checkOf(c.checkDecisionRequest(ctx, req)), nil
 	}); err != nil {
 		return err
 	}
@@ -52,9 +53,15 @@ func (c *callRun) registerHandlers(ctx workflow.Context) error {
 			// A decision sent before the call waits for a person waits
 			// with it.
 			_ = workflow.Await(ctx, func() bool { return c.state.Status != StatusEvaluating })
-			if err := c.validateDecision(ctx, req); err != nil {
+			if err := c.checkDecisionRequest(ctx, req); err != nil {
 				workflow.GetLogger(ctx).Warn("Ignored invalid decision signal", "callID", c.state.Call.ID, "error", err)
 				continue
+			}
+			if workflow.GetVersion(ctx, versionStatements, workflow.DefaultVersion, 1) >= 1 {
+				want := callWant(ctx, req.Decision.Statement, policy.DecisionStatement(c.state.Call, req.Decision, c.stickyKey), false)
+				if err := checkRecorded(ctx, c.doors, "decide signal", c.state.Call.ID, req.Decision.Statement, want, workflow.Now(ctx)); err != nil {
+					continue // logged and counted
+				}
 			}
 			if _, err := c.decide(ctx, req); err != nil {
 				workflow.GetLogger(ctx).Warn("Ignored refused decision signal", "callID", c.state.Call.ID, "error", err)
@@ -75,11 +82,21 @@ func (c *callRun) registerHandlers(ctx workflow.Context) error {
 }
 
 // validateDecision refuses, before anything reaches history, a decision
-// that cannot apply to this call: another call's, a late one, a malformed
-// one, one that claims a reserved channel, or one its author may not take
-// (their groups do not cover the call's groups at this moment, escalation
-// included, or they requested the call).
+// that cannot apply to this call (checkDecisionRequest) or that no
+// statement of a trusted door makes its author's.
 func (c *callRun) validateDecision(ctx workflow.Context, req DecideRequest) error {
+	if err := c.checkDecisionRequest(ctx, req); err != nil {
+		return err
+	}
+	return c.checkCallStatement(ctx, "decide", req.Decision.Statement, policy.DecisionStatement(c.state.Call, req.Decision, c.stickyKey))
+}
+
+// checkDecisionRequest refuses a decision that cannot apply to this call:
+// another call's, a late one, a malformed one, one that claims a reserved
+// channel, or one its author may not take (their groups do not cover the
+// call's groups at this moment, escalation included, or they requested
+// the call).
+func (c *callRun) checkDecisionRequest(_ workflow.Context, req DecideRequest) error {
 	if err := c.checkDecision(req); err != nil {
 		return err
 	}
@@ -157,7 +174,15 @@ func (c *callRun) checkDecision(req DecideRequest) error {
 // approver who may act on its groups, cancel it while it waits for a
 // person. A name alone cancels nothing: an approver named like the
 // requester still needs the call's groups.
-func (c *callRun) validateCancel(req CancelRequest) error {
+func (c *callRun) validateCancel(ctx workflow.Context, req CancelRequest) error {
+	if err := c.checkCancel(req); err != nil {
+		return err
+	}
+	by := policy.Approver{Name: req.By, Groups: req.Groups, Identity: req.Identity}
+	return c.checkCallStatement(ctx, "cancel", req.Statement, policy.CancelStatement(c.state.Call, by, req.AsRequester))
+}
+
+func (c *callRun) checkCancel(req CancelRequest) error {
 	if req.CallID != c.state.Call.ID {
 		return temporal.NewApplicationError(fmt.Sprintf("cancel names call %q but this is call %q", req.CallID, c.state.Call.ID), ErrTypeInvalidDecision)
 	}
@@ -188,7 +213,8 @@ func (c *callRun) validateCancel(req CancelRequest) error {
 // cancel denies the waiting call with "cancelled by <who>".
 func (c *callRun) cancel(ctx workflow.Context, req CancelRequest) (policy.Decision, error) {
 	c.apply(ctx, policy.Decision{Kind: policy.DeniedWithReason, Reason: "cancelled by " + req.By,
-		DecidedBy: req.By, DeciderGroups: req.Groups, Identity: req.Identity, Channel: ChannelCancel, DecidedAt: workflow.Now(ctx)})
+		DecidedBy: req.By, DeciderGroups: req.Groups, Identity: req.Identity, Channel: ChannelCancel, DecidedAt: workflow.Now(ctx),
+		Statement: req.Statement})
 	return *c.state.Decision, nil
 }
 

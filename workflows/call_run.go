@@ -165,7 +165,21 @@ func (c *callRun) awaitReport(ctx workflow.Context, output *json.RawMessage) err
 // validateClaim lets the call's requester take an approved call's
 // approval once, while the call waits for its run; the same run may claim
 // again, as it did the first time.
-func (c *callRun) validateClaim(req ClaimRequest) error {
+func (c *callRun) validateClaim(ctx workflow.Context, req ClaimRequest) error {
+	if err := c.checkClaim(req); err != nil {
+		return err
+	}
+	return c.checkClaimStatement(ctx, req)
+}
+
+// checkClaimStatement holds a claim (or a first answer's request) to its
+// statement, which names the run when the door knew it.
+func (c *callRun) checkClaimStatement(ctx workflow.Context, req ClaimRequest) error {
+	want := callWant(ctx, req.Statement, policy.ClaimStatement(c.state.Call, req.Run), true)
+	return checkNow(ctx, c.doors, "claim", c.state.Call.ID, req.Statement, want)
+}
+
+func (c *callRun) checkClaim(req ClaimRequest) error {
 	id := c.state.Call.ID
 	switch {
 	case req.CallID != id:
@@ -226,7 +240,14 @@ func (c *callRun) claim(ctx workflow.Context, req ClaimRequest) error {
 // validateFirstAnswer lets only the call's requester ask for the first
 // answer of its agent-executed call; a toolgate-executed call's answer is
 // its Result.
-func (c *callRun) validateFirstAnswer(req ClaimRequest) error {
+func (c *callRun) validateFirstAnswer(ctx workflow.Context, req ClaimRequest) error {
+	if err := c.checkFirstAnswer(req); err != nil {
+		return err
+	}
+	return c.checkClaimStatement(ctx, req)
+}
+
+func (c *callRun) checkFirstAnswer(req ClaimRequest) error {
 	id := c.state.Call.ID
 	switch {
 	case req.CallID != id:
@@ -258,7 +279,7 @@ func (c *callRun) firstAnswer(ctx workflow.Context, req ClaimRequest) (FirstAnsw
 	if req.Run == "" || !c.awaitingReport {
 		return FirstAnswer{State: c.state}, nil
 	}
-	err := c.validateClaim(req)
+	err := c.checkClaim(req) // its statement was checked by the validator
 	if err == nil {
 		err = c.claim(ctx, req)
 	}

@@ -38,6 +38,7 @@ func TestCallSuite(t *testing.T) { suite.Run(t, new(CallSuite)) }
 func (s *CallSuite) SetupTest() {
 	s.SetLogger(quietLogger{})
 	s.env = s.NewTestWorkflowEnvironment()
+	useDoors(s.env, true)
 	s.policy = &testPolicy{
 		ask:  map[string]policy.ApprovalRequest{"write": {Message: "write a file?", Rule: "ask-write"}},
 		deny: map[string]string{},
@@ -494,6 +495,8 @@ func (e errorString) Error() string { return string(e) }
 
 func (s *CallSuite) TestStickyDecisionFoundAtEvaluationSkipsTheSession() {
 	sticky := &policy.Decision{Kind: policy.ApprovedForSession, DecidedBy: "alice", Channel: "session", Comment: "sticky decision taken on call c0"}
+	sticky.Statement = signedSticky(nil, "s1", StickyDecision{Key: "write", Tool: "write", FromCall: "c0",
+		Decision: policy.Decision{Kind: policy.ApprovedForSession, DecidedBy: "alice", Channel: "inbox"}})
 	var a *activities.Activities
 	s.env.OnActivity(a.Evaluate, mock.Anything, mock.Anything).Return(activities.Evaluation{
 		Ask: &policy.ApprovalRequest{Message: "write?"}, Sticky: sticky, PolicyVersion: "test/1",
@@ -508,6 +511,25 @@ func (s *CallSuite) TestStickyDecisionFoundAtEvaluationSkipsTheSession() {
 	s.Equal("alice", r.DecidedBy)
 	s.Equal("session", r.Channel)
 	s.Equal(1, s.runs.count("c1"))
+}
+
+func (s *CallSuite) TestAStickyDecisionWithoutAValidStatementDecidesNothing() {
+	forged := policy.Decision{Kind: policy.ApprovedForSession, DecidedBy: "alice", Channel: "session", Comment: "sticky decision taken on call c0"}
+	otherKey := forged
+	otherKey.Statement = signedSticky(nil, "s1", StickyDecision{Key: "shell", Tool: "shell", FromCall: "c0",
+		Decision: policy.Decision{Kind: policy.ApprovedForSession, DecidedBy: "alice", Channel: "inbox"}})
+	for _, sticky := range []policy.Decision{forged, otherKey} {
+		s.SetupTest()
+		var a *activities.Activities
+		s.env.OnActivity(a.Evaluate, mock.Anything, mock.Anything).Return(activities.Evaluation{
+			Ask: &policy.ApprovalRequest{Message: "write?", Timeout: time.Hour}, Sticky: &sticky, PolicyVersion: "test/1",
+			ToolOptions: tool.Options{Timeout: time.Minute, Retry: tool.RetryPolicy{MaxAttempts: 1}},
+		}, nil)
+		rs := s.runSession(harnessInput{Calls: []CallInput{call("c1", "write", `{"path":"a","content":"x"}`)}})
+
+		s.Equal(StatusTimedOut, rs[0].Status, "the session's memo showed a sticky decision no door signed for this key: the call waited for a person")
+		s.Zero(s.runs.count("c1"))
+	}
 }
 
 func (s *CallSuite) TestQuotaIsCountedBySessionOverASlidingWindow() {
@@ -586,6 +608,7 @@ func (s *CallSuite) TestTimeoutIsAnnouncedAndAutoApprovedCallsNotifyNobody() {
 
 func (s *CallSuite) TestCodedHandlerDecidesOrDefersToAPerson() {
 	env := s.NewTestWorkflowEnvironment()
+	useDoors(env, true)
 	acts := newActivities(s.policy, s.runs, s.hooks)
 	acts.Handler = policy.ApprovalHandlerFunc(func(_ context.Context, c policy.Call, _ policy.ApprovalRequest) (*policy.Decision, error) {
 		if strings.Contains(string(c.Args), "tmp/") {
@@ -649,6 +672,7 @@ func TestADeadChannelNeverHoldsBackTheResult(t *testing.T) {
 	var ts testsuite.WorkflowTestSuite
 	ts.SetLogger(quietLogger{})
 	env := ts.NewTestWorkflowEnvironment()
+	useDoors(env, true)
 	p := &testPolicy{ask: map[string]policy.ApprovalRequest{"write": {Message: "write?"}}}
 	env.RegisterActivity(newActivities(p, &runLog{runs: map[string]int{}}, &hookLog{}, &downChannel{}))
 	env.RegisterWorkflow(ToolCallWorkflow)

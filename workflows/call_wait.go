@@ -24,15 +24,15 @@ func (c *callRun) askForDecision(ctx workflow.Context, req policy.ApprovalReques
 	req.Preview = c.eval.Preview
 	c.state.Request = &req
 	c.needsApprovals(req)
+	c.stickyKey = req.StickyKeyFor(c.state.Call)
 	switch {
-	case c.eval.Sticky != nil && c.stickyCovers(*c.eval.Sticky): // the session shows one: nobody is asked
+	case c.eval.Sticky != nil && c.stickyCovers(*c.eval.Sticky) && c.stickyHolds(ctx, *c.eval.Sticky): // the session shows one: nobody is asked
 		c.apply(ctx, *c.eval.Sticky)
 		return nil
 	case c.eval.SessionEnded:
 		c.apply(ctx, sessionEndedDenial)
 		return nil
 	}
-	c.stickyKey = req.StickyKeyFor(c.state.Call)
 	timeout := req.EffectiveTimeout()
 	if c.eval.HasHandler {
 		var d *policy.Decision
@@ -55,6 +55,15 @@ func (c *callRun) askForDecision(ctx workflow.Context, req policy.ApprovalReques
 	}
 	c.tellSession(ctx)
 	return nil
+}
+
+// stickyHolds checks the statement of a sticky decision the session's
+// memo showed (runs from before statements take it on the memo's word).
+func (c *callRun) stickyHolds(ctx workflow.Context, d policy.Decision) bool {
+	if workflow.GetVersion(ctx, versionStatements, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		return true
+	}
+	return c.checkHandedOn(ctx, "sticky decision", d, false) == nil
 }
 
 // stickyCovers reports whether a sticky decision found at evaluation may
@@ -176,6 +185,11 @@ func (c *callRun) takeSessionDecision(ctx workflow.Context, sd SessionDecision) 
 		workflow.GetLogger(ctx).Info("The session's decision does not cover the call; it waits for a person",
 			"callID", c.state.Call.ID, "by", sd.Decision.DecidedBy, "reason", err)
 		return false
+	}
+	if workflow.GetVersion(ctx, versionStatements, workflow.DefaultVersion, 1) >= 1 {
+		if err := c.checkHandedOn(ctx, "session decision", *sd.Decision, sd.Ended); err != nil {
+			return false // logged and counted; the call waits for a person
+		}
 	}
 	c.apply(ctx, *sd.Decision)
 	return true

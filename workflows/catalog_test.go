@@ -48,6 +48,7 @@ func runCatalog(t *testing.T, p policy.ToolPolicy) []tool.Descriptor {
 	var s testsuite.WorkflowTestSuite
 	s.SetLogger(quietLogger{})
 	env := s.NewTestWorkflowEnvironment()
+	useDoors(env, true)
 	env.RegisterActivity(&activities.Activities{Policy: p, Tools: catalogTools()})
 	env.RegisterWorkflowWithOptions(ToolCatalogWorkflow, workflow.RegisterOptions{Name: ToolCatalogWorkflowType})
 	env.ExecuteWorkflow(ToolCatalogWorkflowType)
@@ -85,6 +86,7 @@ func TestCatalogRetriesAFailingListingThenFails(t *testing.T) {
 	var s testsuite.WorkflowTestSuite
 	s.SetLogger(quietLogger{})
 	env := s.NewTestWorkflowEnvironment()
+	useDoors(env, true)
 	env.RegisterActivity(&activities.Activities{Policy: &testPolicy{}, Tools: catalogTools()})
 	env.RegisterWorkflowWithOptions(ToolCatalogWorkflow, workflow.RegisterOptions{Name: ToolCatalogWorkflowType})
 	attempts := 0

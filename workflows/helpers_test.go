@@ -258,6 +258,11 @@ func decideAt(env *testsuite.TestWorkflowEnvironment, after time.Duration, callI
 
 // updateAt sends the call an update at a virtual time.
 func updateAt(env *testsuite.TestWorkflowEnvironment, after time.Duration, callID, update string, arg any) *updateOutcome {
+	return updateMadeAt(env, after, callID, update, func() any { return arg })
+}
+
+// updateMadeAt sends the call an update at a virtual time, made then.
+func updateMadeAt(env *testsuite.TestWorkflowEnvironment, after time.Duration, callID, update string, makeArg func() any) *updateOutcome {
 	o := &updateOutcome{}
 	updateSeq++
 	updateID := fmt.Sprintf("%s-%d", update, updateSeq)
@@ -267,7 +272,7 @@ func updateAt(env *testsuite.TestWorkflowEnvironment, after time.Duration, callI
 			OnAccept:   func() {},
 			OnReject:   func(err error) { o.rejected = err },
 			OnComplete: func(v any, err error) { o.applied, o.failed, o.result = err == nil, err, v },
-		}, arg)
+		}, makeArg())
 		if err != nil {
 			o.rejected = err
 		}
@@ -286,6 +291,7 @@ func newActivities(p policy.ToolPolicy, runs *runLog, hooks *hookLog, channels .
 		Hooks:      []policy.LifecycleHook{hooks},
 		Middleware: []policy.OutputMiddleware{redactor{}},
 		Channels:   channels,
+		Doors:      testDoors,
 	}
 }
 

@@ -141,7 +141,7 @@ func (c *callRun) submittedEntry(ctx workflow.Context) ledger.Entry {
 		Kind: ledger.KindCallSubmitted, Event: callEventID(ctx, call.ID, ledger.KindCallSubmitted), At: c.requestedAt,
 		CallID: call.ID, Session: call.Session, Requester: call.Requester, ActingUser: call.ActingUser,
 		Tool: call.Tool, Execution: executionName(call.Execution), Args: args,
-		Rule: c.eval.Rule, PolicyVersion: c.eval.PolicyVersion,
+		Rule: c.eval.Rule, PolicyVersion: c.eval.PolicyVersion, Statement: c.submission,
 	}
 	if p := c.eval.Preview; p != nil {
 		e.Preview = p
@@ -192,7 +192,7 @@ func ledgerDecision(d policy.Decision, session string) *ledger.Decision {
 	return &ledger.Decision{
 		Kind: d.Kind.String(), DecidedBy: d.DecidedBy, Groups: d.DeciderGroups, Channel: d.Channel,
 		Reason: d.Reason, Comment: d.Comment, User: d.User, EditedArgs: d.EditedArgs, At: d.DecidedAt,
-		Sticky: stickyRef(d.Channel, d.Comment, session), Identity: ledgerIdentity(d.Identity),
+		Sticky: stickyRef(d.Channel, d.Comment, session), Identity: ledgerIdentity(d.Identity), Statement: d.Statement,
 	}
 }
 
@@ -335,7 +335,7 @@ func (s *sessionRun) stickyEntry(ctx workflow.Context, d StickyDecision, replace
 func (s *sessionRun) revokedEntry(ctx workflow.Context, req RevokeRequest, removed StickyDecision) ledger.Entry {
 	return ledger.Entry{
 		Kind: ledger.KindSessionRevoked, Event: stickyEventID(s.in.Session, removed.FromCall) + "/revoked", At: workflow.Now(ctx),
-		Session: s.in.Session, Tool: removed.Tool, By: req.By,
+		Session: s.in.Session, Tool: removed.Tool, By: req.By, Statement: req.Statement,
 		Details: withIdentity(map[string]any{"key": req.Key, "sticky": stickyEventID(s.in.Session, removed.FromCall), "groups": req.Groups}, req.Identity),
 	}
 }
@@ -343,7 +343,7 @@ func (s *sessionRun) revokedEntry(ctx workflow.Context, req RevokeRequest, remov
 func (s *sessionRun) endedEntry(end policy.Decision, waiting int) ledger.Entry {
 	return ledger.Entry{
 		Kind: ledger.KindSessionEnded, Event: "session/" + s.in.Session + "/ended/" + end.DecidedAt.UTC().Format(time.RFC3339Nano), At: end.DecidedAt,
-		Session: s.in.Session, By: end.DecidedBy, Reason: end.Reason,
+		Session: s.in.Session, By: end.DecidedBy, Reason: end.Reason, Statement: end.Statement,
 		Counts: map[string]int{"waiting": waiting}, Details: withIdentity(map[string]any{"groups": end.DeciderGroups}, end.Identity),
 	}
 }

@@ -29,6 +29,7 @@ type pinsEnv struct {
 func newPinsEnv(t *testing.T) *pinsEnv {
 	var suite testsuite.WorkflowTestSuite
 	env := suite.NewTestWorkflowEnvironment()
+	useDoors(env, true)
 	env.RegisterWorkflowWithOptions(ToolPins, workflow.RegisterOptions{Name: PinsWorkflowType})
 	return &pinsEnv{t: t, env: env}
 }

@@ -51,6 +51,7 @@ func (s *CallSuite) TestACallIntoWhatToolgateKeepsForItselfIsDeniedUnlessToolgat
 // definition_change tool is registered.
 func (s *CallSuite) pinsInstalled() {
 	s.env = s.NewTestWorkflowEnvironment()
+	useDoors(s.env, true)
 	acts := newActivities(s.policy, s.runs, s.hooks, s.channel)
 	acts.Tools.MustRegister(tool.Tool{Name: policy.DefinitionChangeTool, Run: func(_ context.Context, in tool.Input) (json.RawMessage, error) {
 		s.runs.add(in.CallID)

@@ -54,6 +54,7 @@ func roomEnv(t *testing.T) (*testsuite.TestWorkflowEnvironment, *told) {
 	var ts testsuite.WorkflowTestSuite
 	ts.SetLogger(quietLogger{})
 	env := ts.NewTestWorkflowEnvironment()
+	useDoors(env, true)
 	env.RegisterWorkflowWithOptions(WaitingRoom, workflow.RegisterOptions{Name: RoomWorkflowType})
 	env.RegisterActivity(&activities.Activities{})
 	got := &told{got: map[string][]SessionDecision{}, gone: map[string]bool{}}

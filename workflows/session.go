@@ -11,6 +11,7 @@ import (
 	"github.com/toolgate/toolgate/activities"
 	"github.com/toolgate/toolgate/ledger"
 	"github.com/toolgate/toolgate/policy"
+	"github.com/toolgate/toolgate/statement"
 )
 
 // ToolgateSession is one agent session: it belongs to the agent that opened
@@ -27,7 +28,7 @@ import (
 // closed run's memo keeps the end after that. A session that idles out without
 // an end forgets its sticky decisions.
 func ToolgateSession(ctx workflow.Context, in SessionInput) error {
-	s := &sessionRun{in: in, state: in.State}
+	s := &sessionRun{in: in, state: in.State, doors: doorsOf(ctx)}
 	if err := s.registerHandlers(ctx); err != nil {
 		return err
 	}
@@ -51,6 +52,8 @@ type sessionRun struct {
 	replies []workflow.Future
 	// logged is the session's side of the ledger.
 	logged sessionLog
+	// doors are the doors whose statements it trusts.
+	doors *statement.Doors
 }
 
 func (s *sessionRun) registerHandlers(ctx workflow.Context) error {
@@ -209,6 +212,21 @@ func (s *sessionRun) recordSticky(ctx workflow.Context, d StickyDecision) (ledge
 	if s.state.End != nil {
 		return ledger.Entry{}, false
 	}
+	if workflow.GetVersion(ctx, versionStatements, workflow.DefaultVersion, 1) >= 1 {
+		if slices.Contains(s.state.StickyFrom, d.FromCall) {
+			workflow.GetLogger(ctx).Warn("Sticky decision not recorded: its call's sticky decision was recorded before",
+				"session", s.in.Session, "key", d.Key, "fromCall", d.FromCall)
+			return ledger.Entry{}, false
+		}
+		session := s.in.Session
+		err := recordedVerdict(ctx, s.doors, "sticky", s.in.Session, func(doors *statement.Doors) error {
+			return policy.CheckHandedOn(doors, d.Decision, session, d.Key, d.FromCall, false)
+		})
+		if err != nil {
+			return ledger.Entry{}, false // logged and counted
+		}
+		s.state.StickyFrom = append(s.state.StickyFrom, d.FromCall)
+	}
 	d.Since = max(s.state.Revision+1, workflow.Now(ctx).UnixNano())
 	if i := s.stickyIndex(d.Key); i >= 0 {
 		if err := d.Decision.Approver().MayAct(s.state.Sticky[i].Groups); err != nil {
@@ -276,7 +294,14 @@ func (s *sessionRun) view() SessionView {
 	return v
 }
 
-func (s *sessionRun) validateRevoke(req RevokeRequest) error {
+func (s *sessionRun) validateRevoke(ctx workflow.Context, req RevokeRequest) error {
+	if err := s.checkRevoke(req); err != nil {
+		return err
+	}
+	return checkNow(ctx, s.doors, "revoke", s.in.Session, req.Statement, policy.RevokeStatement(s.in.Session, req.Key, req.approver()))
+}
+
+func (s *sessionRun) checkRevoke(req RevokeRequest) error {
 	if err := policy.CheckIdentity("who revokes (by)", req.By); err != nil {
 		return temporal.NewApplicationError("revoke: "+err.Error(), ErrTypeInvalidDecision)
 	}
@@ -320,7 +345,10 @@ func fromSticky(d StickyDecision) *policy.Decision {
 		DeciderGroups: d.Decision.DeciderGroups,
 		User:          d.Decision.User,
 		Identity:      d.Decision.Identity,
-		Channel:       "session",
+		// The statement that made it its author's goes with it: the call
+		// checks it.
+		Statement: d.Decision.Statement,
+		Channel:   "session",
 		Comment:       stickyComment(d.Decision, d.FromCall),
 	}
 }

@@ -14,7 +14,14 @@ import (
 // validateEnd refuses a malformed end, a second one, and one whose author
 // may not act on every sticky decision the session holds (an admin's "*"
 // always may): ending forgets them. The calls waiting are checked by end.
-func (s *sessionRun) validateEnd(req EndRequest) error {
+func (s *sessionRun) validateEnd(ctx workflow.Context, req EndRequest) error {
+	if err := s.checkEnd(req); err != nil {
+		return err
+	}
+	return checkNow(ctx, s.doors, "end", s.in.Session, req.Statement, policy.EndStatement(s.in.Session, req.approver()))
+}
+
+func (s *sessionRun) checkEnd(req EndRequest) error {
 	if err := policy.CheckIdentity("who ends the session (by)", req.By); err != nil {
 		return temporal.NewApplicationError("end session: "+err.Error(), ErrTypeInvalidDecision)
 	}
@@ -57,7 +64,8 @@ func (s *sessionRun) end(ctx workflow.Context, req EndRequest) (int, error) {
 		return 0, temporal.NewApplicationError("session "+s.in.Session+" has already ended", ErrTypeSessionEnded)
 	}
 	s.state.End = &policy.Decision{Kind: policy.DeniedWithReason, Reason: "the session was ended by " + req.By,
-		DecidedBy: req.By, DeciderGroups: req.Groups, Identity: req.Identity, Channel: "session", DecidedAt: workflow.Now(ctx)}
+		DecidedBy: req.By, DeciderGroups: req.Groups, Identity: req.Identity, Channel: "session", DecidedAt: workflow.Now(ctx),
+		Statement: req.Statement}
 	s.state.Sticky = nil
 	if err := s.log(ctx, s.endedEntry(*s.state.End, census.Waiting)); err != nil {
 		return 0, err

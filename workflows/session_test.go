@@ -45,6 +45,7 @@ func sessionEnv(t *testing.T, census activities.Census) (*testsuite.TestWorkflow
 	var ts testsuite.WorkflowTestSuite
 	ts.SetLogger(quietLogger{})
 	env := ts.NewTestWorkflowEnvironment()
+	useDoors(env, true)
 	env.RegisterWorkflowWithOptions(ToolgateSession, workflow.RegisterOptions{Name: SessionWorkflowType})
 	env.RegisterActivity(&activities.Activities{})
 	p := &published{news: map[int][]activities.SessionNews{}, quotas: map[string][]QuotaAnswer{}}

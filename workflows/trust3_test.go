@@ -46,6 +46,7 @@ func (s *CallSuite) TestAnEditIntoAFourEyesRuleIsRefusedAndTheCallStillWaits() {
 func (s *CallSuite) TestAHandlersEditIntoAFourEyesRuleDoesNotRun() {
 	s.policy.askFor = payRules
 	env := s.NewTestWorkflowEnvironment()
+	useDoors(env, true)
 	acts := newActivities(s.policy, s.runs, s.hooks)
 	acts.Handler = policy.ApprovalHandlerFunc(func(context.Context, policy.Call, policy.ApprovalRequest) (*policy.Decision, error) {
 		return &policy.Decision{Kind: policy.ApprovedWithEdits, DecidedBy: "pay-bot", EditedArgs: json.RawMessage(`{"path":"pay","content":"5000"}`)}, nil

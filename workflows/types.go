@@ -17,6 +17,7 @@ import (
 
 	"github.com/toolgate/toolgate/activities"
 	"github.com/toolgate/toolgate/policy"
+	"github.com/toolgate/toolgate/statement"
 )
 
 // TaskQueue is the default task queue of toolgate's workers.
@@ -35,9 +36,9 @@ const (
 	// UpdateDecide is the validated way to decide a waiting call; its
 	// argument is a DecideRequest and it returns the applied Decision.
 	UpdateDecide = "decide"
-	// SignalDecide carries the same DecideRequest for integrations that
-	// can only signal (e.g. `temporal workflow signal`). An invalid one is
-	// logged and ignored.
+	// SignalDecide carries the same DecideRequest, with its statement, for
+	// integrations that can only signal. An invalid one is logged, counted
+	// and ignored.
 	SignalDecide = "decide"
 	// QueryCall returns the call's CallState.
 	QueryCall = "call"
@@ -223,6 +224,8 @@ type CancelRequest struct {
 	AsRequester bool `json:"as_requester,omitempty"`
 	// Identity is By as their identity provider names them.
 	Identity *policy.Identity `json:"identity,omitempty"`
+	// Statement is the door's (policy.CancelStatement).
+	Statement *statement.Signed `json:"statement,omitempty"`
 }
 
 // ClaimRequest is the argument of UpdateClaim: the agent that requested
@@ -237,6 +240,8 @@ type ClaimRequest struct {
 	// NoReport: the agent will not report how the run went; the call ends
 	// at the claim (status ok).
 	NoReport bool `json:"no_report,omitempty"`
+	// Statement is the door's (policy.ClaimStatement).
+	Statement *statement.Signed `json:"statement,omitempty"`
 }
 
 // FirstAnswer is the result of UpdateFirstAnswer.
@@ -278,6 +283,8 @@ type EndRequest struct {
 	// Identity is By as their identity provider names them, when they
 	// signed in through it.
 	Identity *policy.Identity `json:"identity,omitempty"`
+	// Statement is the door's (policy.EndStatement).
+	Statement *statement.Signed `json:"statement,omitempty"`
 }
 
 func (r EndRequest) approver() policy.Approver {
@@ -291,6 +298,8 @@ type RevokeRequest struct {
 	By       string           `json:"by"`
 	Groups   []string         `json:"groups,omitempty"`
 	Identity *policy.Identity `json:"identity,omitempty"`
+	// Statement is the door's (policy.RevokeStatement).
+	Statement *statement.Signed `json:"statement,omitempty"`
 }
 
 func (r RevokeRequest) approver() policy.Approver {
@@ -306,6 +315,11 @@ type CallInput struct {
 	// Preview, for an agent-executed call: what it will change, as the
 	// agent sees it (client.CallRequest.Preview).
 	Preview *policy.Preview `json:"preview,omitempty"`
+	// Submission is the door's statement that the requester asks for the
+	// call (policy.SubmissionStatement); a call without a valid one ends
+	// refused before the policy sees it. Calls the pins workflow starts
+	// need none.
+	Submission *statement.Signed `json:"submission,omitempty"`
 }
 
 // ReportActivityID is the activity ID of an agent-executed call's tool
@@ -531,6 +545,9 @@ type SessionState struct {
 	Quotas []QuotaUse       `json:"quotas,omitempty"`
 	// End is the denial of the session's end, once it ended.
 	End *policy.Decision `json:"end,omitempty"`
+	// StickyFrom are the calls whose sticky decisions were recorded, so a
+	// copy of one, sent again after a revoke, records nothing.
+	StickyFrom []string `json:"sticky_from,omitempty"`
 	// Revision counts the changes of the session's news: it grows with
 	// every sticky decision, revoke and the end, and across runs.
 	Revision int64 `json:"revision"`

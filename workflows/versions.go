@@ -32,4 +32,11 @@ const (
 	// an approved call's tool waits for its call.decided entry, and a
 	// call's Result for its call.finished entry.
 	versionLedger = "ledger"
+	// versionStatements: a decide signal, a sticky decision signalled to
+	// the session and a decision a waiting room hands a call count only
+	// with a valid statement from a toolgate door (statements.go), checked
+	// once and recorded (a side effect). Update validators and the
+	// submission's check (in the Evaluate activity) need no version: they
+	// write nothing new to a history.
+	versionStatements = "door-statements"
 )

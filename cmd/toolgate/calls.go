@@ -22,9 +22,11 @@ import (
 )
 
 // calls wraps a Temporal client dialled with a.conn, decoding what it
-// reads with the same keys.
+// reads with the same keys and signing with its door key (none in a
+// worker).
 func (a *app) calls(tc client.Client) *tgclient.Client {
-	return tgclient.New(tc, a.conn.taskQueue).WithNamespace(a.conn.namespace).WithDataConverter(keyring.DataConverter(a.conn.keys.ring))
+	return tgclient.New(tc, a.conn.taskQueue).WithNamespace(a.conn.namespace).WithDataConverter(keyring.DataConverter(a.conn.keys.ring)).
+		WithDoor(a.conn.door.signer)
 }
 
 // client connects and wraps the Temporal client in toolgate's.

@@ -22,6 +22,8 @@ type connection struct {
 	apiKey                        string
 	// keys encrypt the payloads.
 	keys payloadKeys
+	// door signs what this process sends for whom it authenticated.
+	door doorKey
 }
 
 func envOr(name, fallback string) string {
@@ -42,6 +44,7 @@ func (c *connection) addFlags(cmd *cobra.Command) {
 	f.StringVar(&c.tlsCA, "tls-ca", os.Getenv("TEMPORAL_TLS_CA"), "CA certificate file to verify the server (env TEMPORAL_TLS_CA)")
 	f.StringVar(&c.apiKey, "api-key", os.Getenv("TEMPORAL_API_KEY"), "API key, e.g. for Temporal Cloud; implies TLS (env TEMPORAL_API_KEY)")
 	c.keys.add(cmd, false)
+	c.door.add(cmd)
 }
 
 // dial connects to Temporal with the SDK's logs going through zap, its
@@ -50,6 +53,9 @@ func (c *connection) addFlags(cmd *cobra.Command) {
 func (c *connection) dial(logger *zap.Logger, metrics client.MetricsHandler) (client.Client, error) {
 	ring, err := c.keys.load(logger)
 	if err != nil {
+		return nil, err
+	}
+	if _, err := c.door.load(); err != nil {
 		return nil, err
 	}
 	opts := client.Options{

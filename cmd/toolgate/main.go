@@ -66,6 +66,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err == nil {
 		return exitOK
 	}
+	if isNoDoorKey(err) {
+		fmt.Fprintln(stderr, "toolgate:", noDoorKeyMessage())
+		return exitUsage
+	}
 	var ee *exitError
 	if errors.As(err, &ee) {
 		if ee.err != nil && ee.err.Error() != "" {
@@ -131,6 +135,7 @@ verbs from a second terminal.`,
 		a.cancelCommand(),
 		a.sessionCommand(),
 		a.tokenCommand(),
+		a.doorsCommand(),
 		a.benchCommand(),
 		a.healthCommand(),
 		a.policyCommand(),

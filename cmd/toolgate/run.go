@@ -29,6 +29,7 @@ import (
 	"github.com/toolgate/toolgate/policy"
 	"github.com/toolgate/toolgate/policy/rules"
 	"github.com/toolgate/toolgate/server"
+	"github.com/toolgate/toolgate/statement"
 	"github.com/toolgate/toolgate/tool"
 	"github.com/toolgate/toolgate/websession"
 	"github.com/toolgate/toolgate/worker"
@@ -89,6 +90,11 @@ in the environment (SLACK_*, SMTP_*, TOOLGATE_*; see docs/channels.md).`,
 			if err != nil {
 				return err
 			}
+			doors, doorsNote, err := devDoors(dataDir, &a.conn.door, &wf.doors)
+			if err != nil {
+				return err
+			}
+			wf.trusted = doors
 			tokenNote, madeTokens, err := a.devTokens(dataDir, tokensFile)
 			if err != nil {
 				return err
@@ -108,10 +114,10 @@ in the environment (SLACK_*, SMTP_*, TOOLGATE_*; see docs/channels.md).`,
   worker     task queue %s; tools: %s
   workspace  %s
   HTTP       %s  (API under /v1, inbox at /)
-%s%s%sTry in another terminal:
+%s%s%s%sTry in another terminal:
   toolgate call --session demo echo '{"hello":"world"}'
 Stop with Ctrl-C.
-`, srv.FrontendAddress(), srv.Namespace(), filepath.Join(dataDir, "temporal.db"), workflows.TaskQueue, strings.Join(tools, ", "), ws, httpURL, keysNote, ledgerNote, tokenNote)
+`, srv.FrontendAddress(), srv.Namespace(), filepath.Join(dataDir, "temporal.db"), workflows.TaskQueue, strings.Join(tools, ", "), ws, httpURL, keysNote, doorsNote, ledgerNote, tokenNote)
 				}})
 		},
 	}
@@ -176,6 +182,9 @@ On SIGTERM it stops polling and lets running tools finish (--shutdown-timeout).`
 		},
 	}
 	a.conn.addFlags(cmd)
+	// A worker holds no door key: the tools it runs could sign with it.
+	a.conn.door.loaded = true
+	_ = cmd.Flags().MarkHidden("door-key")
 	wf.add(cmd, "workspace")
 	lf.add(cmd, false)
 	cmd.Flags().StringVar(&metricsAddr, "metrics", envOr("TOOLGATE_METRICS", "127.0.0.1:9090"), "serve Prometheus metrics at http://ADDR/metrics; empty disables (env TOOLGATE_METRICS)")
@@ -413,6 +422,10 @@ type workerFlags struct {
 	shutdownTimeout  time.Duration
 	mcpFile          string
 	trustNewTools    []string
+	// doors names the doors file; trusted is what it trusts, once read
+	// (dev sets it).
+	doors   trustedDoors
+	trusted *statement.Doors
 }
 
 func (f *workerFlags) add(cmd *cobra.Command, workspaceDefault string) {
@@ -426,6 +439,7 @@ func (f *workerFlags) add(cmd *cobra.Command, workspaceDefault string) {
 	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 30*time.Second, "on SIGTERM, how long running tools may finish before the worker stops")
 	fs.StringVar(&f.mcpFile, "mcp", os.Getenv("TOOLGATE_MCP"), "upstream MCP servers file (the mcpServers of .mcp.json); their tools run as <server>__<tool> (env TOOLGATE_MCP)")
 	fs.StringSliceVar(&f.trustNewTools, "trust-new-tools", nil, "MCP servers (by name) whose new tools are offered without asking an approver; changed tools are still asked")
+	f.doors.add(cmd, workspaceDefault == "")
 }
 
 // startWorker registers the built-in tools and default policy and starts
@@ -440,6 +454,11 @@ func (a *app) startWorker(ctx context.Context, tc client.Client, f workerFlags, 
 	}
 	if err := a.awaitSearchAttributes(ctx, tc); err != nil {
 		return nil, nil, "", err
+	}
+	if f.trusted == nil {
+		if f.trusted, err = f.doors.load(); err != nil {
+			return nil, nil, "", err
+		}
 	}
 	pol, middleware, err := a.loadPolicy(ctx, f.policyFile, ws, lg)
 	if err != nil {
@@ -472,6 +491,7 @@ func (a *app) startWorker(ctx context.Context, tc client.Client, f workerFlags, 
 		Tools:      tools,
 		// The converter tc was dialled with (dial loaded the keys).
 		DataConverter: keyring.DataConverter(a.conn.keys.ring),
+		Doors:         f.trusted,
 		Worker: sdkworker.Options{
 			MaxConcurrentActivityTaskPollers:       f.pollers,
 			MaxConcurrentWorkflowTaskPollers:       f.pollers,

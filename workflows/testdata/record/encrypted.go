@@ -56,7 +56,7 @@ func startEncrypted(address, namespace string, logger *zap.Logger, dataDir strin
 		return nil, nil, err
 	}
 	w, err := worker.New(tc, worker.Options{TaskQueue: encryptedQueue, Policy: recorderPolicy{}, Tools: tools,
-		Channels: []activities.Channel{recordChannel{}}, Ledger: lg, DataConverter: keyring.DataConverter(ring)})
+		Channels: []activities.Channel{recordChannel{}}, Ledger: lg, DataConverter: keyring.DataConverter(ring), Doors: recordDoors})
 	if err != nil {
 		tc.Close()
 		return nil, nil, err
@@ -65,7 +65,7 @@ func startEncrypted(address, namespace string, logger *zap.Logger, dataDir strin
 		tc.Close()
 		return nil, nil, err
 	}
-	return toolgate.New(tc, encryptedQueue).WithDataConverter(keyring.DataConverter(ring)), func() { w.Stop(); tc.Close() }, nil
+	return toolgate.New(tc, encryptedQueue).WithDataConverter(keyring.DataConverter(ring)).WithDoor(recordDoor), func() { w.Stop(); tc.Close() }, nil
 }
 
 // encryptedCalls: a call that asks and is approved, and one whose tool

@@ -143,7 +143,7 @@ func run(ctx context.Context, logger *zap.Logger, outDir, only string) (err erro
 		return err
 	}
 	defer lg.Close()
-	w, err := worker.New(tc, worker.Options{Policy: recorderPolicy{}, Tools: tools, Channels: []activities.Channel{recordChannel{}}, Ledger: lg})
+	w, err := worker.New(tc, worker.Options{Policy: recorderPolicy{}, Tools: tools, Channels: []activities.Channel{recordChannel{}}, Ledger: lg, Doors: recordDoors})
 	if err != nil {
 		return err
 	}
@@ -158,7 +158,7 @@ func run(ctx context.Context, logger *zap.Logger, outDir, only string) (err erro
 		return err
 	}
 	defer stopEnc()
-	r := &recorder{tc: tc, tg: toolgate.New(tc, ""), logger: logger, lg: lg, encrypted: enc}
+	r := &recorder{tc: tc, tg: toolgate.New(tc, "").WithDoor(recordDoor), logger: logger, lg: lg, encrypted: enc}
 	scenarios := []struct {
 		name string
 		run  func(context.Context) error

@@ -1,0 +1,90 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	enumspb "go.temporal.io/api/enums/v1"
+
+	"github.com/toolgate/toolgate/policy"
+	"github.com/toolgate/toolgate/statement"
+	"github.com/toolgate/toolgate/workflows"
+)
+
+// ErrNoDoorKey is the refusal of a message the client cannot sign: the
+// workflows take a submission, decision, cancel, claim, revoke or end
+// only with a statement signed by a toolgate door (package statement).
+var ErrNoDoorKey = errors.New("this client holds no door key, and toolgate's workflows take a submission, decision, cancel, claim, revoke or session end only with a statement signed by a toolgate door: " +
+	"use toolgate's HTTP API (it signs for whom it authenticated), or give this client the door key of its deployment")
+
+// WithDoor returns a client that signs what it sends as door: it must be
+// a toolgate front door, which authenticated whoever it sends for (the
+// HTTP API, the inbox, Slack, email, an operator's CLI). The workers trust
+// door's public key.
+func (c *Client) WithDoor(door *statement.Signer) *Client {
+	n := *c
+	n.door = door
+	return &n
+}
+
+// sign signs what a message says.
+func (c *Client) sign(st statement.Statement) (*statement.Signed, error) {
+	if c.door == nil {
+		return nil, ErrNoDoorKey
+	}
+	return c.door.Sign(st)
+}
+
+// callFacts is what a statement about a waiting call names: the call as
+// its agent submitted it, and its run (the first of its chain, which a
+// reset keeps), from the first event of its history.
+func (c *Client) callFacts(ctx context.Context, callID string) (policy.Call, string, error) {
+	it := c.tc.GetWorkflowHistory(ctx, workflows.CallWorkflowID(callID), "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	if !it.HasNext() {
+		return policy.Call{}, "", fmt.Errorf("%w %q", ErrUnknownCall, callID)
+	}
+	ev, err := it.Next()
+	if err != nil {
+		return policy.Call{}, "", c.mapNotFound(ctx, callID, fmt.Errorf("read history of call %s: %w", callID, err))
+	}
+	attrs := ev.GetWorkflowExecutionStartedEventAttributes()
+	if attrs == nil {
+		return policy.Call{}, "", fmt.Errorf("call %s: history does not start with its request", callID)
+	}
+	var in workflows.CallInput
+	if err := c.dc.FromPayloads(attrs.GetInput(), &in); err != nil {
+		return policy.Call{}, "", fmt.Errorf("decode request of call %s: %w", callID, err)
+	}
+	return in.Call, attrs.GetFirstExecutionRunId(), nil
+}
+
+// signCall signs what a message about a call says, naming its run.
+func (c *Client) signCall(ctx context.Context, callID string, say func(policy.Call) (statement.Statement, error)) (*statement.Signed, error) {
+	if c.door == nil {
+		return nil, ErrNoDoorKey
+	}
+	call, run, err := c.callFacts(ctx, callID)
+	if err != nil {
+		return nil, err
+	}
+	st, err := say(call)
+	if err != nil {
+		return nil, err
+	}
+	st.Run = run
+	return c.sign(st)
+}
+
+// stickyKey is the key a sticky decision of the waiting call is kept
+// under, which its statement names.
+func (c *Client) stickyKey(ctx context.Context, call policy.Call) (string, error) {
+	state, err := c.callState(ctx, call.ID)
+	if err != nil {
+		return "", err
+	}
+	if state.Request == nil {
+		return "", &RefusedError{Type: workflows.ErrTypeNotWaiting, Message: fmt.Sprintf("call %s is not waiting for a decision (status %s)", call.ID, state.Status)}
+	}
+	return state.Request.StickyKeyFor(state.Call), nil
+}
