@@ -220,7 +220,7 @@ func (s *sessionRun) recordSticky(ctx workflow.Context, d StickyDecision) (ledge
 		}
 		session := s.in.Session
 		err := recordedVerdict(ctx, s.doors, "sticky", s.in.Session, func(doors *statement.Doors) error {
-			return policy.CheckHandedOn(doors, d.Decision, session, d.Key, d.FromCall, false)
+			return policy.CheckHandedOn(doors, d.Decision, session, d.Key, d.FromCall, false) //workflowcheck:ignore
 		})
 		if err != nil {
 			return ledger.Entry{}, false // logged and counted
@@ -298,7 +298,7 @@ func (s *sessionRun) validateRevoke(ctx workflow.Context, req RevokeRequest) err
 	if err := s.checkRevoke(req); err != nil {
 		return err
 	}
-	return checkNow(ctx, s.doors, "revoke", s.in.Session, req.Statement, policy.RevokeStatement(s.in.Session, req.Key, req.approver()))
+	return checkNow(ctx, s.doors, "revoke", s.in.Session, req.Statement, policy.RevokeStatement(s.in.Session, req.Key, req.approver())) //workflowcheck:ignore
 }
 
 func (s *sessionRun) checkRevoke(req RevokeRequest) error {
@@ -349,7 +349,7 @@ func fromSticky(d StickyDecision) *policy.Decision {
 		// checks it.
 		Statement: d.Decision.Statement,
 		Channel:   "session",
-		Comment:       stickyComment(d.Decision, d.FromCall),
+		Comment:   stickyComment(d.Decision, d.FromCall),
 	}
 }
 

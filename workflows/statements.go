@@ -20,6 +20,10 @@ import (
 // on between workflows are replayed: their check runs once and its verdict
 // is recorded, so a door key revoked later does not change what a replay
 // did.
+//
+// The checks parse JSON, hash and verify Ed25519 signatures: deterministic,
+// though workflowcheck cannot tell (a type cache, a FIPS self-test cache);
+// their calls are marked for it.
 
 // ErrTypeNoStatement: a message without a valid statement from a trusted
 // door that matches it. Nothing was written.
@@ -70,7 +74,7 @@ func doorsOf(ctx workflow.Context) *statement.Doors {
 // checkNow checks a statement in an update validator, against the doors
 // trusted now and the workflow's clock.
 func checkNow(ctx workflow.Context, doors *statement.Doors, message, subject string, sd *statement.Signed, want statement.Statement) error {
-	_, err := doors.Check(sd, want, workflow.Now(ctx))
+	_, err := doors.Check(sd, want, workflow.Now(ctx)) //workflowcheck:ignore
 	return refusedStatement(ctx, message, subject, err)
 }
 
@@ -79,7 +83,7 @@ func checkNow(ctx workflow.Context, doors *statement.Doors, message, subject str
 // verdict.
 func checkRecorded(ctx workflow.Context, doors *statement.Doors, message, subject string, sd *statement.Signed, want statement.Statement, now time.Time) error {
 	return recordedVerdict(ctx, doors, message, subject, func(doors *statement.Doors) error {
-		_, err := doors.Check(sd, want, now)
+		_, err := doors.Check(sd, want, now) //workflowcheck:ignore
 		return err
 	})
 }
@@ -131,7 +135,8 @@ func runMatches(ctx workflow.Context, run string) bool {
 // with the call's start, before anyone knows its run.
 func callWant(ctx workflow.Context, sd *statement.Signed, want statement.Statement, optional bool) statement.Statement {
 	want.Run = workflow.GetInfo(ctx).WorkflowExecution.RunID
-	if st, err := statement.Parse(sd); err == nil && (runMatches(ctx, st.Run) || optional && st.Run == "") {
+	st, err := statement.Parse(sd) //workflowcheck:ignore
+	if err == nil && (runMatches(ctx, st.Run) || optional && st.Run == "") {
 		want.Run = st.Run
 	}
 	return want
@@ -148,6 +153,6 @@ func (c *callRun) checkCallStatement(ctx workflow.Context, message string, sd *s
 func (c *callRun) checkHandedOn(ctx workflow.Context, message string, d policy.Decision, ended bool) error {
 	session, key := c.state.Call.Session, c.stickyKey
 	return recordedVerdict(ctx, c.doors, message, c.state.Call.ID, func(doors *statement.Doors) error {
-		return policy.CheckHandedOn(doors, d, session, key, "", ended)
+		return policy.CheckHandedOn(doors, d, session, key, "", ended) //workflowcheck:ignore
 	})
 }
