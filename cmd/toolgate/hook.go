@@ -175,6 +175,10 @@ func (a *app) hookConnect(api apiFlags) func(context.Context) (tgclient.Agent, f
 		if err != nil {
 			return nil, nil, err
 		}
+		if a.conn.door.signer == nil {
+			closeFn()
+			return nil, nil, &hook.SetupError{Problem: noDoorKeyMessage()}
+		}
 		return c, closeFn, nil
 	}
 }
@@ -203,24 +207,21 @@ func (a *app) printHookSettings(agent, base string) error {
 }
 
 // printTemporalHookSettings prints the settings of a hook that talks to
-// Temporal, naming the workers' keyring by absolute path so that the hook
-// works from any project directory.
+// Temporal, naming the workers' keyring and the operator's door key by
+// absolute path so that the hook works from any project directory.
 func (a *app) printTemporalHookSettings(agent string) error {
-	file := a.conn.keys.file
-	if file == "" {
-		file = filepath.Join(".toolgate", devKeysFile)
-		if _, err := os.Stat(file); err != nil {
-			return usageError("%s", noKeysMessage(file))
-		}
+	keys, err := settingsPath("--keys", a.conn.keys.file, devKeysFile, noKeysMessage)
+	if err != nil {
+		return err
 	}
-	abs, err := filepath.Abs(file)
-	if err != nil || strings.ContainsAny(abs, "'\"` \\$") {
-		return usageError("--keys: give the keyring's path without spaces or quotes; it goes into a shell command line")
+	door, err := settingsPath("--door-key", a.conn.door.file, devDoorKeyFile, func(string) string { return noDoorKeyMessage() })
+	if err != nil {
+		return err
 	}
 	if strings.ContainsAny(a.conn.address+a.conn.namespace, "'\"` \\$;&|<>") {
 		return usageError("--temporal-address and --namespace go into a shell command line: give them without spaces, quotes or shell characters")
 	}
-	command := "toolgate hook " + agent + " --keys " + abs
+	command := "toolgate hook " + agent + " --keys " + keys + " --door-key " + door
 	if a.conn.address != "127.0.0.1:7233" {
 		command += " --temporal-address " + a.conn.address
 	}
@@ -228,6 +229,22 @@ func (a *app) printTemporalHookSettings(agent string) error {
 		command += " --namespace " + a.conn.namespace
 	}
 	return a.printCommandHookSettings(agent, command)
+}
+
+// settingsPath is the absolute path of a file a printed hook names: the
+// flag's, or toolgate dev's in .toolgate (missing says what is missing).
+func settingsPath(flag, file, devFile string, missing func(looked string) string) (string, error) {
+	if file == "" {
+		file = filepath.Join(".toolgate", devFile)
+		if _, err := os.Stat(file); err != nil {
+			return "", usageError("%s", missing(file))
+		}
+	}
+	abs, err := filepath.Abs(file)
+	if err != nil || strings.ContainsAny(abs, "'\"` \\$") {
+		return "", usageError("%s: give the file's path without spaces or quotes; it goes into a shell command line", flag)
+	}
+	return abs, nil
 }
 
 // checkSettingsURL refuses a base URL that is not one, or that could not

@@ -81,6 +81,11 @@ stderr; stdout carries only MCP.`,
 					return err
 				}
 				defer closeFn()
+				if a.conn.door.signer == nil {
+					// Refused before a client connects: its calls would
+					// all be refused by the workflows.
+					return usageError("%s", noDoorKeyMessage())
+				}
 				agent = c
 			}
 			return mcpgate.NewGateway(agent, opts).ServeStdio(cmd.Context())
