@@ -2,6 +2,7 @@ package keyring
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 
@@ -20,17 +21,33 @@ const (
 	EncodingEncrypted = "binary/encrypted"
 	MetadataKeyID     = "encryption-key-id"
 	purposePayload    = "payload"
+	// purposeEndpoint binds what the codec endpoint encrypts for a person
+	// (the stock CLI's --codec-endpoint) to that use: a worker opens only
+	// purposePayload, so such ciphertext is no workflow input, signal or
+	// update.
+	purposeEndpoint = "codec-endpoint"
 )
 
 // Codec encrypts payloads with the ring's current key and decrypts them
 // with whichever key they name. Payloads of other encodings pass through
 // both ways: histories written before encryption still read.
-type Codec struct{ k *Keyring }
+type Codec struct {
+	k *Keyring
+	// endpoint: the codec endpoint's, which encrypts for people's tools
+	// and decrypts both kinds.
+	endpoint bool
+}
 
 var _ converter.PayloadCodec = Codec{}
 
 // Codec returns the ring's payload codec.
 func (k *Keyring) Codec() Codec { return Codec{k: k} }
+
+// EndpointCodec returns the codec the codec endpoint serves: it decrypts
+// what toolgate wrote, and what it encrypts is bound to the endpoint
+// (AES-GCM additional data), so toolgate's workers refuse it as a
+// payload.
+func (k *Keyring) EndpointCodec() Codec { return Codec{k: k, endpoint: true} }
 
 // Encode encrypts each payload not encrypted yet.
 func (c Codec) Encode(payloads []*commonpb.Payload) ([]*commonpb.Payload, error) {
@@ -44,7 +61,11 @@ func (c Codec) Encode(payloads []*commonpb.Payload) ([]*commonpb.Payload, error)
 		if err != nil {
 			return payloads, fmt.Errorf("encrypt payload: %w", err)
 		}
-		id, sealed, err := c.k.Seal(purposePayload, plain)
+		purpose := purposePayload
+		if c.endpoint {
+			purpose = purposeEndpoint
+		}
+		id, sealed, err := c.k.Seal(purpose, plain)
 		if err != nil {
 			return payloads, err
 		}
@@ -70,6 +91,9 @@ func (c Codec) Decode(payloads []*commonpb.Payload) ([]*commonpb.Payload, error)
 			return payloads, fmt.Errorf("encrypted payload without %s metadata", MetadataKeyID)
 		}
 		plain, err := c.k.Open(purposePayload, id, p.GetData())
+		if err != nil && c.endpoint && !errors.Is(err, ErrUnknownKey) {
+			plain, err = c.k.Open(purposeEndpoint, id, p.GetData())
+		}
 		if err != nil {
 			return payloads, fmt.Errorf("payload %w", err)
 		}

@@ -268,3 +268,30 @@ func BenchmarkCodec(b *testing.B) {
 		})
 	}
 }
+
+// What the codec endpoint encrypts for a person's tool (the stock CLI's
+// --codec-endpoint) is bound to the endpoint: the endpoint reads it back,
+// and what toolgate wrote, but a worker refuses it as a payload.
+func TestTheCodecEndpointsCiphertextIsNoWorkerPayload(t *testing.T) {
+	k, _ := newRing(t)
+	plain, err := converter.GetDefaultDataConverter().ToPayloads(map[string]string{"decision": "approved"})
+	require.NoError(t, err)
+
+	minted, err := k.EndpointCodec().Encode(plain.Payloads)
+	require.NoError(t, err)
+	assert.Equal(t, keyring.EncodingEncrypted, string(minted[0].Metadata[converter.MetadataEncoding]))
+	back, err := k.EndpointCodec().Decode(minted)
+	require.NoError(t, err)
+	assert.Equal(t, plain.Payloads[0].Data, back[0].Data)
+
+	_, err = k.Codec().Decode(minted)
+	require.Error(t, err, "the workers' codec refuses the endpoint's ciphertext")
+	var v map[string]string
+	assert.Error(t, keyring.DataConverter(k).FromPayload(minted[0], &v))
+
+	written, err := k.Codec().Encode(plain.Payloads)
+	require.NoError(t, err)
+	back, err = k.EndpointCodec().Decode(written)
+	require.NoError(t, err, "the endpoint decodes what toolgate wrote")
+	assert.Equal(t, plain.Payloads[0].Data, back[0].Data)
+}

@@ -30,7 +30,7 @@ func codecServer(t *testing.T) (h http.Handler, ring *keyring.Keyring, l *ledger
 	ring, _, err := keyring.LoadOrCreate(filepath.Join(t.TempDir(), "keys.json"))
 	require.NoError(t, err)
 	l, _, _ = testLedger(t)
-	h = New(Config{Tokens: auditTokens(t), Codec: ring.Codec(), Namespace: "prod", CodecCORSOrigins: []string{webUI}, Ledger: l})
+	h = New(Config{Tokens: auditTokens(t), Codec: ring.EndpointCodec(), Namespace: "prod", CodecCORSOrigins: []string{webUI}, Ledger: l})
 	p, err := keyring.DataConverter(ring).ToPayload(map[string]string{"content": codecSecret})
 	require.NoError(t, err)
 	return h, ring, l, payloadsJSON(t, p)

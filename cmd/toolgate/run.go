@@ -354,7 +354,7 @@ func (a *app) runProcesses(ctx context.Context, p processes) error {
 			Ready:  func(ctx context.Context) error { return worker.SearchAttributesUsable(ctx, tc, a.conn.namespace) },
 			Ledger: lg, Namespace: a.conn.namespace, CodecCORSOrigins: a.codecOrigins, SignIn: signIn, HookStateDir: p.hookStateDir}
 		if ring := a.conn.keys.ring; ring != nil {
-			cfg.Codec = ring.Codec()
+			cfg.Codec = ring.EndpointCodec()
 		}
 		mux.Handle("/", server.New(cfg))
 		ln := p.httpListener
