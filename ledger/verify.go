@@ -275,10 +275,34 @@ func largestBelow(sizes []int64, n int64) int64 {
 	return out
 }
 
+// VerifyOptions are what a verification checks beyond the log itself.
+type VerifyOptions struct {
+	// Held are checkpoints kept outside the store: the log must be
+	// consistent with them (a store, or a whole export). Optional.
+	Held [][]byte
+	// Statements, when set, is given every entry read, to check its door
+	// statements: its Finish says what it found. Believe that only when
+	// the log verified. Optional.
+	Statements *StatementCheck
+}
+
+// statements gives an entry to the statement check, if there is one.
+func (o VerifyOptions) statements(index int64, data []byte) {
+	if o.Statements != nil {
+		o.Statements.Entry(index, data)
+	}
+}
+
 // VerifyExport checks an export offline: a whole log is recomputed and
 // every checkpoint (and held, if given) checked against it; a part of a
 // log is checked entry by entry against its latest checkpoint.
 func VerifyExport(r io.Reader, verifier note.Verifier, held [][]byte) (Report, error) {
+	return VerifyExportWithOptions(r, verifier, VerifyOptions{Held: held})
+}
+
+// VerifyExportWithOptions is VerifyExport, with what opts add.
+func VerifyExportWithOptions(r io.Reader, verifier note.Verifier, opts VerifyOptions) (Report, error) {
+	held := opts.Held
 	lines := &lineCounter{r: r}
 	dec := json.NewDecoder(lines)
 	var (
@@ -325,6 +349,9 @@ func VerifyExport(r io.Reader, verifier note.Verifier, held [][]byte) (Report, e
 	}
 	if !header.Partial {
 		rep, err := verifyWhole(verifier, stored, notes, held)
+		for _, e := range stored {
+			opts.statements(e.Index, e.Entry)
+		}
 		if err == nil && rep.Size != header.Size {
 			err = fmt.Errorf("the export says the log had %d entries, its checkpoints sign %d", header.Size, rep.Size)
 		}
@@ -348,6 +375,7 @@ func VerifyExport(r io.Reader, verifier note.Verifier, held [][]byte) (Report, e
 		if err := checkInclusion(latest, *e.Carried, stored[i].Entry, e.Proof); err != nil {
 			return rep, err
 		}
+		opts.statements(stored[i].Index, stored[i].Entry)
 	}
 	return rep, nil
 }
@@ -456,6 +484,15 @@ func checkInclusion(cp Checkpoint, c Carried, data []byte, proof []string) error
 // VerifyReceipt checks a receipt offline: the checkpoint's signature, and
 // each entry's inclusion proof against it.
 func VerifyReceipt(r Receipt, verifier note.Verifier) (Checkpoint, error) {
+	return VerifyReceiptWithOptions(r, verifier, VerifyOptions{})
+}
+
+// VerifyReceiptWithOptions is VerifyReceipt, with what opts add (Held
+// goes with a whole log, not a receipt).
+func VerifyReceiptWithOptions(r Receipt, verifier note.Verifier, opts VerifyOptions) (Checkpoint, error) {
+	if len(opts.Held) > 0 {
+		return Checkpoint{}, errors.New("a held checkpoint is checked against a whole log, not a receipt")
+	}
 	c, err := ParseCheckpoint([]byte(r.Checkpoint), verifier)
 	if err != nil {
 		return Checkpoint{}, err
@@ -478,6 +515,7 @@ func VerifyReceipt(r Receipt, verifier note.Verifier) (Checkpoint, error) {
 		if err := checkInclusion(c, e.Carried, s.Entry, e.Proof); err != nil {
 			return c, err
 		}
+		opts.statements(s.Index, s.Entry)
 	}
 	return c, nil
 }
@@ -486,6 +524,12 @@ func VerifyReceipt(r Receipt, verifier note.Verifier) (Checkpoint, error) {
 // leaf hash stored with it and the recomputed tree, every stored
 // checkpoint, and the held ones.
 func (l *Ledger) VerifyStore(ctx context.Context, held [][]byte) (Report, error) {
+	return l.VerifyStoreWithOptions(ctx, VerifyOptions{Held: held})
+}
+
+// VerifyStoreWithOptions is VerifyStore, with what opts add.
+func (l *Ledger) VerifyStoreWithOptions(ctx context.Context, opts VerifyOptions) (Report, error) {
+	held := opts.Held
 	v := NewVerification(l.verifier)
 	size, err := l.st.size(ctx)
 	if err != nil {
@@ -508,6 +552,7 @@ func (l *Ledger) VerifyStore(ctx context.Context, held [][]byte) (Report, error)
 		}
 		for i, e := range page {
 			v.Entry(e.Index, e.Entry, leaves[i])
+			opts.statements(e.Index, e.Entry)
 		}
 		next = end
 	}

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -28,8 +27,12 @@ import (
 type auditFlags struct {
 	dsn, keyFile, key string
 	api               apiFlags
-	// keys, for show: the keyring that opens the entries' sealed parts.
+	// keys, for show and verify: the keyring that opens the entries'
+	// sealed parts.
 	keys string
+	// doors, for show, verify and key: the doors' public keys, which
+	// check the entries' statements.
+	doors auditDoors
 }
 
 // devLedger is `toolgate dev`'s ledger, from the directory it runs in.
@@ -174,7 +177,12 @@ its outcome (and the sticky decision taken on it), each with its index in
 the log. It reads the ledger alone: it works after Temporal has forgotten
 the call. With --api it reads them through a server (the call's receipt,
 GET /v1/audit/calls/{id}); there a call's newest entries show once a
-checkpoint covers them, within seconds.`,
+checkpoint covers them, within seconds.
+
+A decision made at a door shows the door and its key ("approved by alice
+via inbox at door dev (key …)"), and whether its statement verifies
+against the doors' public keys (--doors FILE; toolgate dev's by default);
+a person's identity shows as verified only when it does.`,
 		Args: exactArgs("CALL_ID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			entries, err := f.callEntries(cmd, args[0])
@@ -193,8 +201,13 @@ checkpoint covers them, within seconds.`,
 			if err != nil {
 				return err
 			}
+			doors, err := f.doors.load()
+			if err != nil {
+				return err
+			}
+			sc := ledger.NewStatementCheck(doors, sealer(ring))
 			for _, e := range entries {
-				printEntry(a.stdout, e, sealer(ring))
+				printEntry(a.stdout, e, sealer(ring), sc)
 			}
 			return nil
 		},
@@ -202,6 +215,7 @@ checkpoint covers them, within seconds.`,
 	f.add(cmd, true)
 	f.addAPI(cmd)
 	cmd.Flags().StringVar(&f.keys, "keys", os.Getenv("TOOLGATE_KEYS"), "keyring that opens the entries' encrypted arguments and outputs (env TOOLGATE_KEYS; default .toolgate/keys.json when it exists)")
+	f.doors.add(cmd)
 	cmd.Flags().BoolVar(&asJSON, "json", false, `print each entry as a JSON line, {"index":N,"entry":{…},"entry_bytes":"<base64>"}, its bytes as stored (docs/audit.md)`)
 	return cmd
 }
@@ -249,13 +263,15 @@ func (f auditFlags) callEntries(cmd *cobra.Command, callID string) ([]ledger.Sto
 }
 
 // printEntry prints an entry on a few lines for a person, its sealed part
-// opened with sealer when it holds the key.
-func printEntry(w io.Writer, s ledger.Stored, sealer ledger.Sealer) {
+// opened with sealer when it holds the key, and who asked or decided
+// marked with the door that vouched for them, as sc finds it.
+func printEntry(w io.Writer, s ledger.Stored, sealer ledger.Sealer, sc *ledger.StatementCheck) {
 	e, openErr := ledger.Decode(s.Entry, sealer)
 	if openErr != nil && e.Kind == "" {
 		fmt.Fprintf(w, "#%d  (%v)\n", s.Index, openErr)
 		return
 	}
+	vouched := sc.Entry(s.Index, s.Entry)
 	fmt.Fprintf(w, "#%d  %s  %s\n", s.Index, e.At.UTC().Format(time.RFC3339), e.Kind)
 	line := func(label, value string) {
 		if value != "" {
@@ -263,7 +279,11 @@ func printEntry(w io.Writer, s ledger.Stored, sealer ledger.Sealer) {
 		}
 	}
 	line("session", e.Session)
-	line("requester", e.Requester)
+	if e.Requester != "" {
+		sub := vouchedFor(vouched, "submission")
+		line("requester", e.Requester+atDoor(sub))
+		line("statement", statementVerdict(sub))
+	}
 	line("user", e.ActingUser)
 	line("tool", e.Tool)
 	if e.Execution == "agent" {
@@ -285,9 +305,11 @@ func printEntry(w io.Writer, s ledger.Stored, sealer ledger.Sealer) {
 		if d.User {
 			by += " (the acting user, in the agent's client)"
 		}
-		line("decision", by)
+		v := vouchedFor(vouched, "decision")
+		line("decision", by+atDoor(v))
+		line("statement", statementVerdict(v))
 		if id := d.Identity; id != nil {
-			line("identity", id.Subject+" at "+id.Issuer)
+			line("identity", id.Subject+" at "+id.Issuer+" ("+identityVerdict(v)+")")
 		}
 		line("reason", d.Reason)
 		line("comment", d.Comment)
@@ -306,7 +328,17 @@ func printEntry(w io.Writer, s ledger.Stored, sealer ledger.Sealer) {
 	if len(e.Output) > 0 {
 		line("output", string(e.Output))
 	}
-	line("by", e.By)
+	if e.By != "" {
+		var v *ledger.Vouched
+		if e.Kind == ledger.KindSessionRevoked || e.Kind == ledger.KindSessionEnded {
+			v = vouchedFor(vouched, strings.TrimPrefix(e.Kind, "session."))
+		}
+		line("by", e.By+atDoor(v))
+		line("statement", statementVerdict(v))
+	}
+	if v := vouchedFor(vouched, "statement"); v != nil {
+		line("statement", "of door "+v.Statement.Door+" (key "+v.KeyID+"): "+statementVerdict(v))
+	}
 	switch {
 	case openErr != nil:
 		line("sealed", openErr.Error())
@@ -316,217 +348,6 @@ func printEntry(w io.Writer, s ledger.Stored, sealer ledger.Sealer) {
 	if e.Backfilled {
 		line("note", "backfilled from Temporal after the fact")
 	}
-}
-
-func (a *app) auditVerifyCommand() *cobra.Command {
-	var (
-		f                     auditFlags
-		held                  []string
-		exportFile, receiptFn string
-	)
-	cmd := &cobra.Command{
-		Use:   "verify [--checkpoint FILE]... | --export FILE | --receipt FILE",
-		Short: "Check the ledger: every entry, every checkpoint, and consistency with checkpoints held elsewhere",
-		Long: `Recompute the ledger's Merkle tree from its entries and check every signed
-checkpoint against it. --checkpoint FILE (repeatable; a file of checkpoints
-as --ledger-checkpoints writes them, or one note) proves the log consistent
-with checkpoints kept outside its database: it catches a truncated tail and
-a rewritten entry. --export FILE checks an export offline, --receipt FILE a
-receipt: no database, no server, only the verifier key (--key or
---ledger-key; a key inside a receipt or an export is not trusted).
-
-With --api (an auditor's or an admin's token) it reads every entry and the
-latest checkpoint through a server and recomputes the tree from them,
-checked with the key you hold (--key or --ledger-key), never the server's.
-
-Exit status 0 when intact; 1 naming the first bad entry or failed proof.`,
-		Args: exactArgs(),
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			var notes [][]byte
-			for _, h := range held {
-				b, err := os.ReadFile(h)
-				if err != nil {
-					return usageError("--checkpoint: %v", err)
-				}
-				ns, err := splitNotes(b)
-				switch {
-				case len(ns) == 0 && err != nil:
-					return failed("%s holds no checkpoint: %v", h, err)
-				case len(ns) == 0:
-					return failed("%s holds no checkpoint", h)
-				case err != nil:
-					return failed("%s: %v", h, err)
-				}
-				notes = append(notes, ns...)
-			}
-			switch {
-			case cmd.Flags().Changed("api") && (exportFile != "" || receiptFn != ""):
-				return usageError("--export and --receipt are checked offline, from the file alone: leave out --api")
-			case exportFile != "" && receiptFn != "":
-				return usageError("--export and --receipt are checked one at a time")
-			case exportFile != "":
-				return a.verifyExport(f, exportFile, notes)
-			case receiptFn != "":
-				if len(notes) > 0 {
-					return usageError("--checkpoint goes with a whole log, not a receipt")
-				}
-				return a.verifyReceipt(f, receiptFn)
-			}
-			c, err := f.remote(cmd)
-			if err != nil {
-				return err
-			}
-			if c != nil {
-				return a.verifyAPI(cmd.Context(), f, c, notes)
-			}
-			l, err := f.open(cmd.Context(), nil)
-			if err != nil {
-				return err
-			}
-			defer l.Close()
-			rep, err := l.VerifyStore(cmd.Context(), notes)
-			if err != nil {
-				return failed("ledger %s is NOT intact: %v", l.Where(), err)
-			}
-			a.printReport(l.Where(), rep)
-			return nil
-		},
-	}
-	f.add(cmd, true)
-	f.addAPI(cmd)
-	cmd.Flags().StringArrayVar(&held, "checkpoint", nil, "a checkpoint (or a file of them) kept outside the ledger's database; repeatable")
-	cmd.Flags().StringVar(&exportFile, "export", "", "check an export ('toolgate audit export') offline")
-	cmd.Flags().StringVar(&receiptFn, "receipt", "", "check a receipt ('toolgate audit proof') offline")
-	return cmd
-}
-
-func (a *app) printReport(what string, rep ledger.Report) {
-	held := ""
-	if rep.Held > 0 {
-		held = fmt.Sprintf(", consistent with the held checkpoint of size %d", rep.Held)
-	}
-	part := ""
-	if rep.Partial {
-		part = " (a part of the log, each entry proved against the latest checkpoint)"
-	}
-	fmt.Fprintf(a.stdout, "ledger %s (%s) intact: %d entries%s, %d checkpoints, signed up to size %d%s\n",
-		what, rep.Origin, rep.Entries, part, rep.Checkpoints, rep.Size, held)
-}
-
-// verifyAPI checks the ledger a server reads: every entry through GET
-// /v1/audit/entries, recomputed into the tree, against its latest
-// checkpoint and the held ones, with the key the flags name.
-func (a *app) verifyAPI(ctx context.Context, f auditFlags, c *apiclient.Client, held [][]byte) error {
-	keys, err := f.verifier()
-	if err != nil {
-		return err
-	}
-	v := ledger.NewVerification(keys.Verifier)
-	// The checkpoint first: the entries read after it cover it, however
-	// the log grows meanwhile.
-	cp, err := c.AuditCheckpoint(ctx)
-	var refused *tgclient.RefusedError
-	switch {
-	case errors.As(err, &refused) && refused.Type == "no_checkpoint":
-		// an empty log verifies; entries without a checkpoint do not (Finish)
-	case err != nil:
-		return err
-	default:
-		v.Checkpoint(cp)
-	}
-	for _, n := range held {
-		v.Held(n)
-	}
-	for next := int64(0); next >= 0; {
-		page, n, err := c.AuditEntries(ctx, next)
-		if err != nil {
-			return err
-		}
-		for _, e := range page {
-			v.Entry(e.Index, e.Entry, nil)
-		}
-		next = n
-	}
-	rep, err := v.Finish()
-	if err != nil {
-		return failed("ledger at %s is NOT intact: %v", f.api.url, err)
-	}
-	a.printReport("at "+f.api.url, rep)
-	return nil
-}
-
-func (a *app) verifyExport(f auditFlags, path string, held [][]byte) error {
-	keys, err := f.verifier()
-	if err != nil {
-		return err
-	}
-	file, err := os.Open(path)
-	if err != nil {
-		return usageError("--export: %v", err)
-	}
-	defer file.Close()
-	rep, err := ledger.VerifyExport(file, keys.Verifier, held)
-	if err != nil {
-		return failed("export %s is NOT intact: %v", path, err)
-	}
-	a.printReport("export "+path, rep)
-	return nil
-}
-
-func (a *app) verifyReceipt(f auditFlags, path string) error {
-	keys, err := f.verifier()
-	if err != nil {
-		return err
-	}
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return usageError("--receipt: %v", err)
-	}
-	var r ledger.Receipt
-	if err := json.Unmarshal(b, &r); err != nil {
-		return failed("receipt %s is not a receipt: %v", path, err)
-	}
-	c, err := ledger.VerifyReceipt(r, keys.Verifier)
-	if err != nil {
-		return failed("receipt %s does NOT verify: %v", path, err)
-	}
-	fmt.Fprintf(a.stdout, "receipt %s verified: call %s, %d entries in checkpoint %d of %s, signed by %s\n",
-		path, r.CallID, len(r.Entries), c.Size, c.Origin, keys.Verifier.Name())
-	return nil
-}
-
-// splitNotes splits checkpoints written one after the other (as
-// --ledger-checkpoints does). A note is its text, a blank line, then its
-// signature lines ("— name sig"); what follows the last of those starts
-// the next note. Text after the last note that no signature line ends (a
-// note cut short, or something else) is an error, never skipped.
-func splitNotes(b []byte) ([][]byte, error) {
-	var notes [][]byte
-	var cur []byte
-	inSigs, lineNo, from := false, 0, 0
-	for _, line := range bytes.SplitAfter(b, []byte("\n")) {
-		lineNo++
-		isSig := bytes.HasPrefix(line, []byte("— "))
-		switch {
-		case inSigs && !isSig:
-			notes, cur, inSigs = append(notes, cur), nil, false
-		case isSig:
-			inSigs = true
-		}
-		if !inSigs && len(cur) == 0 {
-			if len(bytes.TrimSpace(line)) == 0 {
-				continue // the blank line between notes
-			}
-			from = lineNo
-		}
-		cur = append(cur, line...)
-	}
-	if inSigs {
-		notes = append(notes, cur)
-	} else if len(cur) > 0 {
-		return notes, fmt.Errorf("line %d on is not a signed note (its text, a blank line, then signature lines starting with \"— \"): a checkpoint cut short?", from)
-	}
-	return notes, nil
 }
 
 func (a *app) auditKeyCommand() *cobra.Command {
@@ -543,7 +364,11 @@ out of band. --new FILE --deployment NAME makes a signing key for a
 deployment (mode 0600; an existing file is never overwritten) and prints its
 verifier key: the log's origin is toolgate/NAME. With --api it prints the
 key a server states: that is the server's word, to compare with the key
-its operator gave you, not to check the server's ledger with.`,
+its operator gave you, not to check the server's ledger with.
+
+With a doors file (--doors FILE; toolgate dev's by default) it also lists
+the doors' public keys, which check the statements in the ledger (door,
+key ID, revoked), on stderr: stdout stays the verifier key alone.`,
 		Args: exactArgs(),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if newFile != "" {
@@ -559,6 +384,13 @@ its operator gave you, not to check the server's ledger with.`,
 				}
 				fmt.Fprintln(a.stdout, k.VerifierKey)
 				return nil
+			}
+			doors, err := f.doors.load()
+			if err != nil {
+				return err
+			}
+			if doors != nil {
+				defer printDoors(a.stderr, doors)
 			}
 			c, err := f.remote(cmd)
 			if err != nil {
@@ -586,6 +418,7 @@ its operator gave you, not to check the server's ledger with.`,
 	}
 	f.add(cmd, false)
 	f.addAPI(cmd)
+	f.doors.add(cmd)
 	cmd.Flags().StringVar(&newFile, "new", "", "make a signing key in this file")
 	cmd.Flags().StringVar(&deploy, "deployment", "", "the deployment the new key signs for")
 	return cmd
