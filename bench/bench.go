@@ -140,12 +140,20 @@ type Report struct {
 	Parked              Parked        `json:"parked"`
 	Pending             PendingList   `json:"pending_list"`
 	Ledger              LedgerFigures `json:"ledger"`
+	Statements          StatementCost `json:"statements"`
 	Hooks               HookFigures   `json:"hooks"`
 	Ratios              Ratios        `json:"ratios"`
 }
 
 // Ratios compare toolgate with the baseline.
 type Ratios struct {
+	// DecideStatementsP50: decide → result with the statements over the
+	// same figure less their work, measured on the same calls in the same
+	// run (target ≤ 1.05); AutoStatementsP50 likewise for the
+	// auto-approved call, whose only statement is its submission's
+	// (target ≤ 1.02).
+	DecideStatementsP50 float64 `json:"decide_statements_p50"`
+	AutoStatementsP50   float64 `json:"auto_statements_p50"`
 	AutoBaseP50 float64 `json:"auto_base_p50"`
 	// AutoLedgerAutoP50: the auto-approved call with the ledger over
 	// without it (target ≤ 1.15).
@@ -297,6 +305,8 @@ func Run(ctx context.Context, o Options, out io.Writer) (Report, error) {
 		ThroughputEncryptedPlain: r.AutoEncryptedPerSec / r.AutoPerSec,
 		HookHTTPBaseP50:          r.Hooks.HTTP.P50 / r.Hooks.Baseline.P50,
 		AutoAPIBaseAPIP50:        r.Hooks.AutoAPI.P50 / r.Hooks.BaselineAPI.P50,
+		DecideStatementsP50:      r.Decide.P50 / (r.Decide.P50 - r.Statements.Decide.P50),
+		AutoStatementsP50:        r.Auto.P50 / (r.Auto.P50 - r.Statements.Submit.P50),
 	}
 	if r.Hooks.Command.N > 0 {
 		r.Ratios.HookCommandBaseP50 = r.Hooks.Command.P50 / r.Hooks.Baseline.P50
@@ -425,7 +435,8 @@ func (b *runner) latency(ctx context.Context, r *Report) error {
 	}
 	r.Baseline, r.Auto, r.Sticky, r.AutoLedger = summarise(samples[0]), summarise(samples[1]), summarise(samples[2]), summarise(samples[3])
 	r.AutoEncrypted, r.AutoNotIdempotent = summarise(samples[4]), summarise(samples[5])
-	return nil
+	r.Statements.Submit, err = submissionStatementWork(b.o.Runs)
+	return err
 }
 
 // rotated times each of cases runs times, in rotating order (one of each
@@ -456,7 +467,7 @@ func rotated(ctx context.Context, runs int, cases []func(context.Context) error,
 // until the waiting workflow's result.
 func (b *runner) decisionRoundTrip(ctx context.Context, r *Report) error {
 	n := max(b.o.Runs/2, 10)
-	var decide, signal, signalActivity []time.Duration
+	var decide, signal, signalActivity, doorWork []time.Duration
 	for range n {
 		id, err := b.calls.Submit(ctx, tgclient.CallRequest{Session: b.session("decide"), Tool: toolAsk, Args: args})
 		if err != nil {
@@ -473,6 +484,11 @@ func (b *runner) decisionRoundTrip(ctx context.Context, r *Report) error {
 			return err
 		}
 		decide = append(decide, time.Since(start))
+		door, err := b.decisionStatementWork(ctx, id)
+		if err != nil {
+			return err
+		}
+		doorWork = append(doorWork, door)
 
 		run, err := b.tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{TaskQueue: baselineQueue}, BaselineSignalWorkflow)
 		if err != nil {
@@ -497,6 +513,7 @@ func (b *runner) decisionRoundTrip(ctx context.Context, r *Report) error {
 		signalActivity = append(signalActivity, d)
 	}
 	r.Decide, r.SignalBaseline, r.SignalActivityBaseline = summarise(decide), summarise(signal), summarise(signalActivity)
+	r.Statements.Decide = summarise(doorWork)
 	return nil
 }
 
@@ -717,6 +734,8 @@ func printReport(w io.Writer, r Report) {
 	printHooks(w, r.Hooks)
 	fmt.Fprintf(w, "figures in %s\n", r.Options.JSONPath)
 	q := r.Ratios
+	fmt.Fprintf(w, "statements: decision %.3f ms p50 (door reads the call, signs; worker checks), submission %.3f ms p50; decide_statements_p50=%.3f auto_statements_p50=%.3f\n",
+		r.Statements.Decide.P50, r.Statements.Submit.P50, q.DecideStatementsP50, q.AutoStatementsP50)
 	fmt.Fprintf(w, "ratios: auto/base_p50=%.2f sticky/base_p50=%.2f decide/signal_p50=%.2f decide/signal_activity_p50=%.2f throughput/base=%.2f park_one_session/base_rate=%.2f fanout/base_time=%.2f parked_kib_per_call=%.1f encrypted/plain_p50=%.2f throughput_encrypted/plain=%.2f hook_http/base_p50=%.2f hook_command/base_p50=%.2f auto_api/base_api_p50=%.2f\n",
 		q.AutoBaseP50, q.StickyBaseP50, q.DecideSignalP50, q.DecideSignalActivityP50, q.ThroughputBase, q.ParkOneSessionBaseRate, q.FanoutBaseTime, q.ParkedKiBCall,
 		q.AutoEncryptedAutoP50, q.ThroughputEncryptedPlain, q.HookHTTPBaseP50, q.HookCommandBaseP50, q.AutoAPIBaseAPIP50)
