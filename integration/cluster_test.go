@@ -53,7 +53,7 @@ func startCluster(t *testing.T, mode cluster.Mode) *clusterEnv {
 	_, port, err := net.SplitHostPort(c.FrontendAddress)
 	require.NoError(t, err)
 	p, _ := strconv.Atoi(port)
-	return &clusterEnv{devEnv: &devEnv{t: t, port: p, httpAddr: c.HTTPAddress, workspace: c.Workspace, keys: c.Keys}, c: c}
+	return &clusterEnv{devEnv: &devEnv{t: t, port: p, httpAddr: c.HTTPAddress, workspace: c.Workspace, keys: c.Keys, doorKey: c.DoorKey}, c: c}
 }
 
 // as is the HTTP API as the holder of token-<name> (api_test.go's tokens).
@@ -309,7 +309,7 @@ func TestClusterWalkthrough(t *testing.T) {
 		const queue = "walk-pins"
 		var workers []*proc
 		for range 2 {
-			workers = append(workers, start(t, "Worker running", "worker", "--temporal-address", e.c.FrontendAddress, "--keys", e.c.Keys, "--task-queue", queue,
+			workers = append(workers, start(t, "Worker running", "worker", "--temporal-address", e.c.FrontendAddress, "--keys", e.c.Keys, "--doors", e.c.Doors, "--task-queue", queue,
 				"--workspace", t.TempDir(), "--metrics", "", "--mcp", upstreams, "--policy", policyFile))
 		}
 		n := 0
@@ -356,7 +356,7 @@ func TestClusterWalkthrough(t *testing.T) {
 	t.Run("serve is not ready until the namespace's search attributes are usable", func(t *testing.T) {
 		d := e.in(t)
 		addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-		start(t, "HTTP listener running", "serve", "--temporal-address", e.c.FrontendAddress, "--keys", e.c.Keys, "--namespace", "fresh",
+		start(t, "HTTP listener running", "serve", "--temporal-address", e.c.FrontendAddress, "--keys", e.c.Keys, "--door-key", e.c.DoorKey, "--namespace", "fresh",
 			"--http", addr, "--tokens", writeTokensFile(t, t.TempDir()))
 		get := func(path string, body string) (*http.Response, string) {
 			method := "GET"
@@ -374,7 +374,7 @@ func TestClusterWalkthrough(t *testing.T) {
 		}
 		// A worker started before the namespace exists waits, and takes
 		// no calls, until the attributes are usable.
-		worker := exec.Command(binary, "worker", "--temporal-address", e.c.FrontendAddress, "--keys", e.c.Keys, "--namespace", "fresh",
+		worker := exec.Command(binary, "worker", "--temporal-address", e.c.FrontendAddress, "--keys", e.c.Keys, "--doors", e.c.Doors, "--namespace", "fresh",
 			"--workspace", t.TempDir(), "--metrics", "")
 		worker.Env = e.c.Env()
 		workerOut := &syncBuffer{}

@@ -29,6 +29,7 @@ import (
 
 	tgclient "github.com/toolgate/toolgate/client"
 	"github.com/toolgate/toolgate/keyring"
+	"github.com/toolgate/toolgate/statement"
 	"github.com/toolgate/toolgate/workflows"
 )
 
@@ -169,8 +170,9 @@ type devEnv struct {
 	httpAddr  string
 	dev       *proc
 	// keys is the keyring the processes encrypt with; empty: toolgate
-	// dev's, in the data dir.
-	keys string
+	// dev's, in the data dir. doorKey is the door key clients sign with;
+	// empty: toolgate dev's.
+	keys, doorKey string
 }
 
 // keysFile is the keyring clients need to read what the workers wrote.
@@ -179,6 +181,23 @@ func (d *devEnv) keysFile() string {
 		return d.keys
 	}
 	return filepath.Join(d.dataDir, "keys.json")
+}
+
+// doorKeyFile is toolgate dev's door key, which a serve replica of it and
+// an operator's CLI sign with.
+func (d *devEnv) doorKeyFile() string {
+	if d.doorKey != "" {
+		return d.doorKey
+	}
+	return filepath.Join(d.dataDir, "door-key.json")
+}
+
+// door is the door the Go clients of a test sign as.
+func (d *devEnv) door() *statement.Signer {
+	d.t.Helper()
+	s, err := statement.LoadSigner(d.doorKeyFile())
+	require.NoError(d.t, err)
+	return s
 }
 
 func freePort(t *testing.T) int {
@@ -227,7 +246,8 @@ func (d *devEnv) cliWith(env []string, args ...string) result {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, binary, args...)
-	cmd.Env = append(append(os.Environ(), "TEMPORAL_ADDRESS="+d.address(), "TEMPORAL_NAMESPACE=default", "TOOLGATE_KEYS="+d.keysFile()), env...)
+	cmd.Env = append(append(os.Environ(), "TEMPORAL_ADDRESS="+d.address(), "TEMPORAL_NAMESPACE=default", "TOOLGATE_KEYS="+d.keysFile(),
+		"TOOLGATE_DOOR_KEY="+d.doorKeyFile()), env...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
@@ -255,7 +275,7 @@ func (d *devEnv) client() *tgclient.Client {
 	d.t.Helper()
 	tc := d.temporal()
 	d.t.Cleanup(tc.Close)
-	return tgclient.New(tc, workflows.TaskQueue).WithDataConverter(keyring.DataConverter(d.keyring()))
+	return tgclient.New(tc, workflows.TaskQueue).WithDataConverter(keyring.DataConverter(d.keyring())).WithDoor(d.door())
 }
 
 // keyring is the keyring the processes encrypt with.

@@ -26,7 +26,7 @@ func TestInboxSessionsSpanServeReplicas(t *testing.T) {
 	sessionsDB := filepath.Join(t.TempDir(), "sessions.db")
 	addrA, addrB := fmt.Sprintf("127.0.0.1:%d", freePort(t)), fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	replica := func(addr string) *proc {
-		return start(t, "HTTP listener running", "serve", "--temporal-address", d.address(), "--keys", d.keysFile(),
+		return start(t, "HTTP listener running", "serve", "--temporal-address", d.address(), "--keys", d.keysFile(), "--door-key", d.doorKeyFile(),
 			"--tokens", tokens, "--http", addr, "--sessions-db", sessionsDB)
 	}
 	a, b := replica(addrA), replica(addrB)

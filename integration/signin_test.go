@@ -133,7 +133,7 @@ func TestSignInWithHydra(t *testing.T) {
 		addrB := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 		baseB := "http://" + addrB
 		replicaB := func() *proc {
-			return start(t, "HTTP listener running", "serve", "--temporal-address", d.address(), "--keys", d.keysFile(),
+			return start(t, "HTTP listener running", "serve", "--temporal-address", d.address(), "--keys", d.keysFile(), "--door-key", d.doorKeyFile(),
 				"--tokens", writeTokensFile(t, t.TempDir()), "--http", addrB, "--sessions-db", filepath.Join(d.dataDir, "ledger.db"),
 				"--oidc-issuer", h.issuer, "--oidc-client-id", hydraClientID, "--oidc-client-secret-file", secretFile,
 				"--public-url", base, "--oidc-admin-group", "toolgate-admins", "--oidc-required-group", "toolgate-users",

@@ -22,6 +22,7 @@ import (
 	tgclient "github.com/toolgate/toolgate/client"
 	"github.com/toolgate/toolgate/keyring"
 	"github.com/toolgate/toolgate/policy"
+	"github.com/toolgate/toolgate/statement"
 	"github.com/toolgate/toolgate/tool"
 	"github.com/toolgate/toolgate/worker"
 	"github.com/toolgate/toolgate/workflows"
@@ -244,14 +245,16 @@ func TestATimedOutToolThatIsNotIdempotentRunsOnce(t *testing.T) {
 		}},
 	)
 	const queue = "slow-tools"
-	w, err := worker.New(tc, worker.Options{TaskQueue: queue, Policy: allowAll{}, Tools: tools, DataConverter: keyring.DataConverter(d.keyring())})
+	door := d.door()
+	w, err := worker.New(tc, worker.Options{TaskQueue: queue, Policy: allowAll{}, Tools: tools, DataConverter: keyring.DataConverter(d.keyring()),
+		Doors: statement.NewDoors(door.Public())})
 	require.NoError(t, err)
 	require.NoError(t, w.Start())
 	defer w.Stop()
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	r, err := tgclient.New(tc, queue).Call(ctx, tgclient.CallRequest{Session: "pay", CallID: "pay1", Tool: "pay", Args: json.RawMessage(`{}`)})
+	r, err := tgclient.New(tc, queue).WithDoor(door).Call(ctx, tgclient.CallRequest{Session: "pay", CallID: "pay1", Tool: "pay", Args: json.RawMessage(`{}`)})
 	require.NoError(t, err)
 	assert.Equal(t, workflows.StatusUnknown, r.Status, r.Reason)
 	assert.Contains(t, r.Reason, "it did not finish within its timeout")

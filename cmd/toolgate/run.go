@@ -211,6 +211,12 @@ func (a *app) serveCommand() *cobra.Command {
 				return err
 			}
 			a.tokens = t
+			// serve is a door: it signs for whom it authenticated.
+			if door, err := a.conn.door.load(); err != nil {
+				return err
+			} else if door == nil {
+				return usageError("serve needs its door key: --door-key FILE or TOOLGATE_DOOR_KEY (make one with 'toolgate doors new NAME --key FILE --doors DOORS_FILE' and give the workers DOORS_FILE; docs/production.md, \"Door keys\")")
+			}
 			return a.runProcesses(cmd.Context(), processes{httpAddr: httpAddr, ledger: &lf, signIn: &sf, sessions: &sess, hookStateDir: hookStateDir, started: func(_ []string, _, httpURL string) {
 				a.logger.Info("HTTP listener running", zap.String("url", httpURL), zap.String("temporal", a.conn.address))
 			}})

@@ -33,6 +33,7 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/keyring"
+	"github.com/toolgate/toolgate/statement"
 	"github.com/toolgate/toolgate/ledger"
 )
 
@@ -91,6 +92,10 @@ type Cluster struct {
 	// Keys is the keyring every toolgate process encrypts its payloads
 	// with (TOOLGATE_KEYS in Env).
 	Keys string
+	// DoorKey is the door key serve and the CLI sign with; Doors the
+	// doors file the workers trust (TOOLGATE_DOOR_KEY, TOOLGATE_DOORS in
+	// Env: a worker never reads a door key).
+	DoorKey, Doors string
 
 	dir    string
 	pgPort int
@@ -173,6 +178,14 @@ func Start(ctx context.Context, o Options) (_ *Cluster, err error) {
 	}
 	c.Keys = filepath.Join(dir, "keys.json")
 	if _, _, err := keyring.LoadOrCreate(c.Keys); err != nil {
+		return nil, fmt.Errorf("cluster: %w", err)
+	}
+	c.DoorKey, c.Doors = filepath.Join(dir, "door-key.json"), filepath.Join(dir, "doors.json")
+	door, err := statement.NewKeyFile(c.DoorKey, "cluster")
+	if err != nil {
+		return nil, fmt.Errorf("cluster: %w", err)
+	}
+	if err := statement.WriteDoors(c.Doors, statement.NewDoors(door.Public())); err != nil {
 		return nil, fmt.Errorf("cluster: %w", err)
 	}
 
@@ -266,7 +279,8 @@ func DocumentedDynamicConfig(moduleDir string) string {
 
 // Env is the environment that points a toolgate command at the cluster.
 func (c *Cluster) Env() []string {
-	return baseEnv("TEMPORAL_ADDRESS="+c.FrontendAddress, "TEMPORAL_NAMESPACE="+c.Namespace, "TOOLGATE_KEYS="+c.Keys)
+	return baseEnv("TEMPORAL_ADDRESS="+c.FrontendAddress, "TEMPORAL_NAMESPACE="+c.Namespace, "TOOLGATE_KEYS="+c.Keys,
+		"TOOLGATE_DOOR_KEY="+c.DoorKey, "TOOLGATE_DOORS="+c.Doors)
 }
 
 // toolgateCommand runs a toolgate command against the cluster and returns
