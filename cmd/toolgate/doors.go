@@ -72,22 +72,23 @@ type trustedDoors struct {
 	file string
 }
 
+// add adds --doors. A worker takes it from the flag or TOOLGATE_DOORS
+// alone: a default in its working directory (where tools may write) could
+// be planted. toolgate dev keeps its own in its data dir and reads no
+// TOOLGATE_DOORS, so it never adds its key to a deployment's file.
 func (d *trustedDoors) add(cmd *cobra.Command, dev bool) {
-	def := "default .toolgate/doors.json"
 	if dev {
-		def = "default <data-dir>/doors.json, made on first start with dev's own door"
+		cmd.Flags().StringVar(&d.file, "doors", "", "the doors file: public keys of the front doors whose statements the workflows trust (default <data-dir>/doors.json, made on first start with dev's own door; 'toolgate doors new' adds one)")
+		return
 	}
-	cmd.Flags().StringVar(&d.file, "doors", os.Getenv("TOOLGATE_DOORS"), "the doors file: public keys of the front doors whose statements the workflows trust (env TOOLGATE_DOORS; "+def+"; 'toolgate doors new' adds one)")
+	cmd.Flags().StringVar(&d.file, "doors", os.Getenv("TOOLGATE_DOORS"), "the doors file: public keys of the front doors whose statements the workflows trust (env TOOLGATE_DOORS; required; 'toolgate doors new' writes one)")
 }
 
-// load reads the doors file: the one named, or .toolgate/doors.json.
+// load reads the doors file the flag names.
 func (d *trustedDoors) load() (*statement.Doors, error) {
 	file := d.file
 	if file == "" {
-		file = filepath.Join(".toolgate", devDoorsFile)
-		if _, err := os.Stat(file); err != nil {
-			return nil, usageError("a worker needs the doors it trusts: pass --doors FILE or set TOOLGATE_DOORS (a file 'toolgate doors new' writes; toolgate dev's is .toolgate/doors.json)")
-		}
+		return nil, usageError("a worker needs the doors it trusts: pass --doors FILE or set TOOLGATE_DOORS (a file 'toolgate doors new' writes; toolgate dev's is doors.json in its data dir)")
 	}
 	doors, err := statement.LoadDoors(file)
 	if err != nil {

@@ -175,6 +175,16 @@ Start as many as the load needs on one task queue; they share the calls.
 On SIGTERM it stops polling and lets running tools finish (--shutdown-timeout).`,
 		Args: exactArgs(),
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			// A worker holds no door key: the tools it runs could sign
+			// with it.
+			a.conn.door.loaded = true
+			if _, err := a.conn.keys.load(a.logger); err != nil {
+				return err
+			}
+			var err error
+			if wf.trusted, err = wf.doors.load(); err != nil {
+				return err
+			}
 			return a.runProcesses(cmd.Context(), processes{worker: &wf, ledger: &lf, metricsAddr: metricsAddr, started: func(tools []string, ws, _ string) {
 				a.logger.Info("Worker running", zap.String("temporal", a.conn.address), zap.String("namespace", a.conn.namespace),
 					zap.String("taskQueue", a.conn.taskQueue), zap.Strings("tools", tools), zap.String("workspace", ws))
@@ -182,9 +192,7 @@ On SIGTERM it stops polling and lets running tools finish (--shutdown-timeout).`
 		},
 	}
 	a.conn.addFlags(cmd)
-	// A worker holds no door key: the tools it runs could sign with it.
-	a.conn.door.loaded = true
-	_ = cmd.Flags().MarkHidden("door-key")
+	_ = cmd.Flags().MarkHidden("door-key") // read by no worker
 	wf.add(cmd, "workspace")
 	lf.add(cmd, false)
 	cmd.Flags().StringVar(&metricsAddr, "metrics", envOr("TOOLGATE_METRICS", "127.0.0.1:9090"), "serve Prometheus metrics at http://ADDR/metrics; empty disables (env TOOLGATE_METRICS)")
@@ -211,6 +219,9 @@ func (a *app) serveCommand() *cobra.Command {
 				return err
 			}
 			a.tokens = t
+			if _, err := a.conn.keys.load(a.logger); err != nil {
+				return err // the keyring first: nothing runs without it
+			}
 			// serve is a door: it signs for whom it authenticated.
 			if door, err := a.conn.door.load(); err != nil {
 				return err
