@@ -178,6 +178,9 @@ On SIGTERM it stops polling and lets running tools finish (--shutdown-timeout).`
 			// A worker holds no door key: the tools it runs could sign
 			// with it.
 			a.conn.door.loaded = true
+			if err := lf.check(); err != nil {
+				return err
+			}
 			if _, err := a.conn.keys.load(a.logger); err != nil {
 				return err
 			}
