@@ -170,7 +170,7 @@ func (a *Activities) Evaluate(ctx context.Context, in EvaluateInput) (Evaluation
 			at = time.Now()
 		}
 		if _, err := a.doors().Check(in.Submission, policy.SubmissionStatement(call), at); err != nil {
-			activity.GetLogger(ctx).Warn("Refused a call without a valid statement from a toolgate door", "callID", call.ID, "requester", call.Requester, "error", err)
+			activity.GetLogger(ctx).Warn("Refused a message without a valid statement from a toolgate door", "message", "submit", "subject", call.ID, "requester", call.Requester, "error", err)
 			activity.GetMetricsHandler(ctx).WithTags(map[string]string{"message": "submit"}).Counter(MetricStatementsRefused).Inc(1)
 			ev.Unsubmitted = "refused: " + err.Error()
 			return ev, nil

@@ -146,6 +146,11 @@ func (c *callRun) submittedEntry(ctx workflow.Context) ledger.Entry {
 	if p := c.eval.Preview; p != nil {
 		e.Preview = p
 	}
+	if c.eval.Unsubmitted != "" {
+		// Nobody a door authenticated asked for it: the entry says so
+		// beside the requester it claims.
+		e.Reason = c.eval.Unsubmitted
+	}
 	if c.eval.Problem != "" {
 		e.Reason = c.eval.Problem
 	}

@@ -119,7 +119,8 @@ func refusedStatement(ctx workflow.Context, message, subject string, err error) 
 	workflow.GetLogger(ctx).Warn("Refused a message without a valid statement from a toolgate door",
 		"message", message, "subject", subject, "workflowID", workflow.GetInfo(ctx).WorkflowExecution.ID, "error", err)
 	workflow.GetMetricsHandler(ctx).WithTags(map[string]string{"message": message}).Counter(MetricStatementsRefused).Inc(1)
-	return temporal.NewApplicationError(message+" refused: "+err.Error(), ErrTypeNoStatement)
+	// Not retryable: the same message is refused again.
+	return temporal.NewNonRetryableApplicationError(message+" refused: "+err.Error(), ErrTypeNoStatement, nil)
 }
 
 // runMatches reports whether run is this run or the first of its chain (a
