@@ -132,12 +132,9 @@ func sealer(ring *keyring.Keyring) ledger.Sealer {
 // toolgate dev's when it is here; none is not an error (the sealed parts
 // are said to be sealed).
 func (f auditFlags) showKeys() (*keyring.Keyring, error) {
-	file := f.keys
-	if file == "" {
-		file = filepath.Join(".toolgate", devKeysFile)
-		if _, err := os.Stat(file); err != nil {
-			return nil, nil
-		}
+	file, ok := orDevFile(f.keys, devKeysFile)
+	if !ok {
+		return nil, nil
 	}
 	ring, err := keyring.Load(file)
 	if err != nil {

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -32,12 +31,9 @@ func (d *auditDoors) add(cmd *cobra.Command) {
 // load reads the doors file: the one named, or toolgate dev's when it is
 // here; nil without one (the statements are then not checked).
 func (d auditDoors) load() (*statement.Doors, error) {
-	file := d.file
-	if file == "" {
-		file = filepath.Join(".toolgate", devDoorsFile)
-		if _, err := os.Stat(file); err != nil {
-			return nil, nil
-		}
+	file, ok := orDevFile(d.file, devDoorsFile)
+	if !ok {
+		return nil, nil
 	}
 	doors, err := statement.LoadDoors(file)
 	if err != nil {

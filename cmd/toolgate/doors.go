@@ -44,13 +44,10 @@ func (k *doorKey) load() (*statement.Signer, error) {
 	if k.loaded {
 		return k.signer, nil
 	}
-	file := k.file
-	if file == "" {
-		file = filepath.Join(".toolgate", devDoorKeyFile)
-		if _, err := os.Stat(file); err != nil {
-			k.loaded = true
-			return nil, nil
-		}
+	file, ok := orDevFile(k.file, devDoorKeyFile)
+	if !ok {
+		k.loaded = true
+		return nil, nil
 	}
 	s, err := statement.LoadSigner(file)
 	if err != nil {
@@ -65,6 +62,17 @@ func noDoorKeyMessage() string {
 	return "no door key: toolgate's workflows take submissions and decisions only signed by a toolgate door. " +
 		"Use the HTTP API (--api URL with --token; env TOOLGATE_API, TOOLGATE_TOKEN), which signs for whom it authenticated; " +
 		"or, as an operator, pass --door-key FILE (env TOOLGATE_DOOR_KEY; toolgate dev's is .toolgate/door-key.json in its directory)"
+}
+
+// orDevFile is file, or else toolgate dev's devFile when it is in
+// .toolgate here; ok is false when neither is.
+func orDevFile(file, devFile string) (string, bool) {
+	if file != "" {
+		return file, true
+	}
+	file = filepath.Join(".toolgate", devFile)
+	_, err := os.Stat(file)
+	return file, err == nil
 }
 
 // trustedDoors are the doors a worker trusts.
