@@ -64,6 +64,11 @@ var recordedScenarios = []string{
 	"encrypted-ask-approve",
 	"encrypted-failed",
 	"encrypted-session",
+	"statements-signal",
+	"statements-refused-start",
+	"statements-sticky-call",
+	"statements-sticky-session",
+	"statements-sticky-room",
 }
 
 // newReplayer returns a replayer with every workflow registered under its

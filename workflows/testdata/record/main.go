@@ -176,6 +176,7 @@ func run(ctx context.Context, logger *zap.Logger, outDir, only string) (err erro
 		{"trust-3", r.trust3},
 		{"ledger", r.ledgered},
 		{"encrypted", r.encryptedCalls},
+		{"statements", r.statements},
 	}
 	wanted := map[string]bool{}
 	for _, name := range strings.Split(only, ",") {
