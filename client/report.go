@@ -61,7 +61,10 @@ func (c *Client) Report(ctx context.Context, callID, requester string, r Report)
 	if err := r.Validate(); err != nil {
 		return err
 	}
-	call, err := c.Request(ctx, callID)
+	if c.door == nil {
+		return ErrNoDoorKey
+	}
+	call, run, err := c.callFacts(ctx, callID)
 	if err != nil {
 		return err
 	}
@@ -80,6 +83,20 @@ func (c *Client) Report(ctx context.Context, callID, requester string, r Report)
 		toolErr = temporal.NewNonRetryableApplicationError(r.Unknown, activities.ErrTypeAgentUnsure, nil, r.Output)
 	case len(r.Output) > 0:
 		output = r.Output
+	}
+	if err := c.reportable(ctx, callID, r.Run); err != nil {
+		return err
+	}
+	// The statement goes first: the workflow takes the report only with
+	// it (workflows.SignalReport).
+	st := policy.ReportStatement(call, r.Output, r.Error, r.Unknown)
+	st.Run = run
+	said, err := c.sign(st)
+	if err != nil {
+		return err
+	}
+	if err := c.tc.SignalWorkflow(ctx, workflows.CallWorkflowID(callID), "", workflows.SignalReport, said); err != nil {
+		return c.mapNotFound(ctx, callID, fmt.Errorf("report call %s: %w", callID, err))
 	}
 	deadline := time.Now().Add(reportStartWait)
 	for {

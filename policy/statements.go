@@ -1,6 +1,8 @@
 package policy
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"time"
 
@@ -46,6 +48,25 @@ func CancelStatement(call Call, by Approver, asRequester bool) statement.Stateme
 func ClaimStatement(call Call, run string) statement.Statement {
 	return statement.Statement{Kind: statement.Claim, Call: call.ID, Session: call.Session, Tool: call.Tool,
 		Args: statement.Digest(call.Args), Key: run, By: call.Requester}
+}
+
+// ReportStatement is what the requester's report of its run of call says
+// came of it: the output, or that the tool failed (failed), or that it
+// cannot tell (unsure, with what it printed).
+func ReportStatement(call Call, output json.RawMessage, failed, unsure string) statement.Statement {
+	if t := bytes.TrimSpace(output); len(t) == 0 || string(t) == "null" {
+		output = nil // nothing printed, however the message put it
+	}
+	outcome, err := json.Marshal(struct {
+		Output  json.RawMessage `json:"output,omitempty"`
+		Error   string          `json:"error,omitempty"`
+		Unknown string          `json:"unknown,omitempty"`
+	}{output, failed, unsure})
+	if err != nil { // output that is not JSON: its bytes, which match only themselves
+		outcome = append([]byte(failed+"\x00"+unsure+"\x00"), output...)
+	}
+	return statement.Statement{Kind: statement.Report, Call: call.ID, Session: call.Session, Tool: call.Tool,
+		Args: statement.Digest(call.Args), By: call.Requester, Outcome: statement.Digest(outcome)}
 }
 
 // RevokeStatement is what the revoke of session's sticky decision key

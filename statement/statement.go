@@ -44,6 +44,8 @@ const (
 	Revoke Kind = "revoke"
 	// End ends a session.
 	End Kind = "end"
+	// Report says how the agent's own run of an approved call went.
+	Report Kind = "report"
 )
 
 // Lifetime is how long a statement holds after it is made: long enough
@@ -81,6 +83,8 @@ type Statement struct {
 	// arguments an edit runs instead.
 	Args   string `json:"args,omitempty"`
 	Edited string `json:"edited,omitempty"`
+	// Outcome is the Digest of what a report says came of the run.
+	Outcome string `json:"outcome,omitempty"`
 	// Decision is a decide statement's decision kind (approved, ...).
 	Decision string `json:"decision,omitempty"`
 	// Key is a sticky decision's key (decide, revoke), or the run a claim
@@ -252,6 +256,8 @@ func mismatch(got, want Statement) string {
 		return "arguments"
 	case got.Edited != want.Edited:
 		return "edited arguments"
+	case got.Outcome != want.Outcome:
+		return "outcome"
 	case got.Decision != want.Decision:
 		return "decision"
 	case got.Key != want.Key:

@@ -94,6 +94,9 @@ func (c *callRun) execute(ctx workflow.Context) (Result, error) {
 			c.note = joinNotes(c.note, "the agent runs the tool itself and does not report how it went")
 			return c.finish(ctx, StatusOK, "", nil), nil
 		}
+		if refusal := c.reportRefused(ctx, err, output); refusal != "" {
+			return c.finish(ctx, StatusUnknown, refusal, nil), nil
+		}
 		if why, ok := agentUnsure(err, &output); ok {
 			// It ran: the after-call checks and redaction still hold for
 			// what it printed.

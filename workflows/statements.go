@@ -1,6 +1,8 @@
 package workflows
 
 import (
+	"encoding/json"
+	"errors"
 	"time"
 
 	"go.temporal.io/sdk/interceptor"
@@ -156,4 +158,65 @@ func (c *callRun) checkHandedOn(ctx workflow.Context, message string, d policy.D
 	return recordedVerdict(ctx, c.doors, message, c.state.Call.ID, func(doors *statement.Doors) error {
 		return policy.CheckHandedOn(doors, d, session, key, "", ended) //workflowcheck:ignore
 	})
+}
+
+// reportRefused checks the statement of the agent's report that completed
+// the call's run (err: a tool failure or uncertainty the agent reported;
+// output: what it printed), and says why it is not recorded, or "". A
+// report's statement arrives on SignalReport just before the report.
+func (c *callRun) reportRefused(ctx workflow.Context, err error, output json.RawMessage) string {
+	var failed, unsure string
+	var appErr *temporal.ApplicationError
+	switch {
+	case err == nil:
+	case errors.As(err, &appErr) && appErr.Type() == activities.ErrTypeAgentReported:
+		failed = appErr.Message()
+	case errors.As(err, &appErr) && appErr.Type() == activities.ErrTypeAgentUnsure:
+		unsure = appErr.Message()
+		if appErr.HasDetails() {
+			_ = appErr.Details(&output)
+		}
+	default:
+		return "" // no report: a timeout or a lost attempt, said as such
+	}
+	if workflow.GetVersion(ctx, versionReportStatements, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		return ""
+	}
+	var said []*statement.Signed
+	reports := workflow.GetSignalChannel(ctx, SignalReport)
+	for {
+		var sd *statement.Signed
+		if !reports.ReceiveAsync(&sd) {
+			break
+		}
+		said = append(said, sd)
+	}
+	call := c.state.Call
+	if c.originalArgs != nil {
+		call.Args = c.originalArgs // the door names the call as submitted
+	}
+	want := policy.ReportStatement(call, output, failed, unsure) //workflowcheck:ignore
+	err = recordedVerdict(ctx, c.doors, "report", c.state.Call.ID, func(doors *statement.Doors) error {
+		if len(said) == 0 {
+			return statement.ErrMissing
+		}
+		var last error
+		for _, sd := range said { // the latest that holds
+			st, _ := statement.Parse(sd) //workflowcheck:ignore
+			w := want
+			w.Run = st.Run
+			if !runMatches(ctx, st.Run) {
+				w.Run = workflow.GetInfo(ctx).WorkflowExecution.RunID
+			}
+			_, last = doors.Check(sd, w, time.Time{}) //workflowcheck:ignore
+			if last == nil {
+				return nil
+			}
+		}
+		return last
+	})
+	if err != nil {
+		return "a report of this call came without a valid statement from a toolgate door, so what it says is not recorded: the agent's run may or may not have happened as it says (" + err.Error() + ")"
+	}
+	return ""
 }

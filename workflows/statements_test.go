@@ -4,8 +4,10 @@ import (
 	"encoding/json"
 	"time"
 
+	"github.com/stretchr/testify/mock"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/toolgate/toolgate/activities"
 	"github.com/toolgate/toolgate/ledger"
 	"github.com/toolgate/toolgate/policy"
 	"github.com/toolgate/toolgate/statement"
@@ -178,4 +180,46 @@ func (s *CallSuite) TestACancelWithoutAValidStatementIsRefused() {
 	s.Equal(StatusDenied, r.Status)
 	s.Equal("cancelled by root", r.Reason)
 	s.Zero(s.runs.total())
+}
+
+// An agent's report counts only with its door's statement of what it
+// says: one completed around the door (an insider completing the report
+// activity with the stock CLI) is not recorded, nor one whose statement
+// says the run printed something else.
+func (s *CallSuite) TestAReportWithoutItsStatementIsNotRecorded() {
+	in := agentCall("c1", "sql", `{"q":"select"}`)
+	for name, said := range map[string]json.RawMessage{
+		"no statement":         nil,
+		"another run's output": json.RawMessage(`{"rows":1}`),
+	} {
+		s.SetupTest()
+		s.asInsider()
+		var a *activities.Activities
+		s.env.OnActivity(a.AwaitReport, mock.Anything, mock.Anything).After(time.Minute).Return(json.RawMessage(`{"rows":"forged"}`), nil)
+		if said != nil {
+			s.env.RegisterDelayedCallback(func() {
+				st := policy.ReportStatement(in.Call, said, "", "")
+				st.Run = testRunID
+				s.env.SignalWorkflow(SignalReport, s.signedBy(testDoor, st, nil))
+			}, 30*time.Second)
+		}
+		r := s.runOne(s.submitted(in))
+
+		s.Equal(StatusUnknown, r.Status, name)
+		s.Contains(r.Reason, "came without a valid statement from a toolgate door", name)
+		s.Empty(r.Output, "%s: what the forged report said is not recorded", name)
+	}
+
+	s.SetupTest()
+	s.asInsider()
+	var a *activities.Activities
+	s.env.OnActivity(a.AwaitReport, mock.Anything, mock.Anything).After(time.Minute).Return(json.RawMessage(`{"rows":1}`), nil)
+	s.env.RegisterDelayedCallback(func() {
+		st := policy.ReportStatement(in.Call, json.RawMessage(`{"rows": 1}`), "", "")
+		st.Run = testRunID
+		s.env.SignalWorkflow(SignalReport, s.signedBy(testDoor, st, nil))
+	}, 30*time.Second)
+	r := s.runOne(s.submitted(in))
+	s.Equal(StatusOK, r.Status, "the report its door signed is recorded")
+	s.JSONEq(`{"rows":1}`, string(r.Output))
 }

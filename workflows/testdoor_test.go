@@ -3,14 +3,18 @@ package workflows
 import (
 	"crypto/ed25519"
 	"crypto/sha256"
+	"encoding/json"
+	"errors"
 	"time"
 
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/interceptor"
+	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
+	"github.com/toolgate/toolgate/activities"
 	"github.com/toolgate/toolgate/policy"
 	"github.com/toolgate/toolgate/statement"
 )
@@ -63,6 +67,12 @@ type testDoorInbound struct {
 	interceptor.WorkflowInboundInterceptorBase
 	call    *policy.Call
 	session string
+}
+
+// Init puts the door on the workflow's way out too: it reports for the
+// agent (reportDoor).
+func (d *testDoorInbound) Init(outbound interceptor.WorkflowOutboundInterceptor) error {
+	return d.Next.Init(&reportDoor{WorkflowOutboundInterceptorBase: interceptor.WorkflowOutboundInterceptorBase{Next: outbound}, in: d})
 }
 
 func (d *testDoorInbound) ExecuteWorkflow(ctx workflow.Context, in *interceptor.ExecuteWorkflowInput) (any, error) {
@@ -193,4 +203,79 @@ func mustSign(ctx workflow.Context, st statement.Statement) *statement.Signed {
 		panic(err)
 	}
 	return sd
+}
+
+// reportDoor signs an agent's report as the door it came through would:
+// the tests complete the report activity with a mock, so the door watches
+// the report come back and hands its statement over on SignalReport.
+type reportDoor struct {
+	interceptor.WorkflowOutboundInterceptorBase
+	in       *testDoorInbound
+	reported *statement.Signed
+}
+
+func (r *reportDoor) ExecuteActivity(ctx workflow.Context, activityType string, args ...any) workflow.Future {
+	f := r.Next.ExecuteActivity(ctx, activityType, args...)
+	if activityType != "AwaitReport" || r.in.call == nil {
+		return f
+	}
+	return &reportFuture{Future: f, door: r, ctx: ctx}
+}
+
+func (r *reportDoor) GetSignalChannel(ctx workflow.Context, name string) workflow.ReceiveChannel {
+	ch := r.Next.GetSignalChannel(ctx, name)
+	if name != SignalReport || r.reported == nil {
+		return ch
+	}
+	sd := r.reported
+	r.reported = nil
+	return &signedReport{ReceiveChannel: ch, sd: sd}
+}
+
+// reportFuture signs what the report said once the workflow reads it.
+type reportFuture struct {
+	workflow.Future
+	door *reportDoor
+	ctx  workflow.Context
+}
+
+func (f *reportFuture) Get(ctx workflow.Context, valuePtr any) error {
+	err := f.Future.Get(ctx, valuePtr)
+	var output json.RawMessage
+	if p, ok := valuePtr.(*json.RawMessage); ok && p != nil {
+		output = *p
+	}
+	var failed, unsure string
+	var appErr *temporal.ApplicationError
+	switch {
+	case err == nil:
+	case errors.As(err, &appErr) && appErr.Type() == activities.ErrTypeAgentReported:
+		failed = appErr.Message()
+	case errors.As(err, &appErr) && appErr.Type() == activities.ErrTypeAgentUnsure:
+		unsure = appErr.Message()
+		if appErr.HasDetails() {
+			_ = appErr.Details(&output)
+		}
+	default:
+		return err
+	}
+	st := policy.ReportStatement(*f.door.in.call, output, failed, unsure) //workflowcheck:ignore
+	st.Run = workflow.GetInfo(f.ctx).WorkflowExecution.RunID
+	f.door.reported = mustSign(f.ctx, st)
+	return err
+}
+
+// signedReport is the report channel with the door's statement first.
+type signedReport struct {
+	workflow.ReceiveChannel
+	sd *statement.Signed
+}
+
+func (c *signedReport) ReceiveAsync(valuePtr any) bool {
+	if c.sd != nil {
+		*valuePtr.(**statement.Signed) = c.sd
+		c.sd = nil
+		return true
+	}
+	return c.ReceiveChannel.ReceiveAsync(valuePtr)
 }

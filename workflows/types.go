@@ -93,6 +93,10 @@ const (
 	QuerySession = "session"
 	// SignalNotices (call → its NoticesWorkflow) carries a NoticesMessage.
 	SignalNotices = "notices"
+	// SignalReport carries the door's statement (a *statement.Signed) of
+	// an agent's report, sent just before the report completes the call's
+	// ReportActivityID: a report without a valid one is not recorded.
+	SignalReport = "report"
 )
 
 // Error types carried by refused updates (temporal.ApplicationError.Type()).

@@ -39,4 +39,8 @@ const (
 	// submission's check (in the Evaluate activity) need no version: they
 	// write nothing new to a history.
 	versionStatements = "door-statements"
+	// versionReportStatements: an agent's report counts only with a valid
+	// statement from a toolgate door (SignalReport), checked once and
+	// recorded; one without is not recorded and the call ends unknown.
+	versionReportStatements = "report-statements"
 )
