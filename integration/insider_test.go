@@ -555,3 +555,32 @@ func str(v any) string {
 	s, _ := v.(string)
 	return s
 }
+
+// An insider completes an agent-executed call's report step with the
+// stock CLI, saying what the agent's run printed: the report comes
+// without its door's statement, so toolgate records none of it, counts
+// and logs the refusal, and the call ends unknown. The agent's own report
+// through the API, afterwards, finds the call ended.
+func TestInsiderCompletesAReportWithTheStockCLI(t *testing.T) {
+	x := startInsiderDev(t)
+	agent := x.as("agent-1")
+	r := agent.do("POST", "/v1/calls", map[string]any{"session": "reports", "tool": "deploy", "call_id": "forged-report",
+		"args": map[string]any{"env": "prod"}, "execution": "agent"})
+	require.Equal(t, http.StatusAccepted, r.status, r.raw)
+	x.waitStatus(t, "forged-report", "approved")
+
+	before := x.refused(t, "report")
+	out, err := x.stock("activity", "complete", "--workflow-id", workflows.CallWorkflowID("forged-report"),
+		"--activity-id", workflows.ReportActivityID, "--result", `{"deployed":"nothing to see"}`)
+	require.NoError(t, err, out)
+
+	x.waitStatus(t, "forged-report", "unknown")
+	st := x.status(t, "forged-report")
+	assert.Contains(t, str(st["reason"]), "came without a valid statement from a toolgate door")
+	assert.Nil(t, st["output"], "what the insider said the run printed is not recorded")
+	x.assertCounted(t, "report", before)
+	x.assertLogged(t, "forged-report", "no statement")
+
+	r = agent.do("POST", "/v1/calls/forged-report/report", map[string]any{"output": map[string]any{"deployed": "prod"}})
+	assert.Equal(t, http.StatusConflict, r.status, r.raw)
+}
