@@ -476,7 +476,7 @@ rules:
 	c := d.client()
 	// The operators' Temporal path: the printed line names the keyring by
 	// absolute path, so it works from the project directory.
-	settings := strings.ReplaceAll(printedSettings(t, cc.name, "--temporal", "--keys", d.keysFile(), "--temporal-address", d.address()),
+	settings := strings.ReplaceAll(printedSettings(t, cc.name, "--temporal", "--keys", d.keysFile(), "--door-key", d.doorKeyFile(), "--temporal-address", d.address()),
 		"toolgate hook claude-code", "toolgate hook claude-code --user dana")
 	require.Contains(t, settings, "--keys "+d.keysFile())
 	mark := filepath.Join(marks, "asked")

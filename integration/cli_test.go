@@ -298,7 +298,7 @@ func TestKillDuringWaitThenRestartLosesNothing(t *testing.T) {
 
 func TestTwoWorkerProcessesShareCalls(t *testing.T) {
 	d := newDev(t)
-	second := start(t, "Worker running", "worker", "--temporal-address", d.address(), "--keys", d.keysFile(), "--workspace", d.workspace)
+	second := start(t, "Worker running", "worker", "--temporal-address", d.address(), "--keys", d.keysFile(), "--doors", d.doorsFile(), "--workspace", d.workspace)
 	c := d.client()
 	ctx := context.Background()
 

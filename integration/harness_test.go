@@ -192,6 +192,18 @@ func (d *devEnv) doorKeyFile() string {
 	return filepath.Join(d.dataDir, "door-key.json")
 }
 
+// doorsFile is the doors file toolgate dev's worker trusts, which another
+// worker of it is given.
+func (d *devEnv) doorsFile() string {
+	return filepath.Join(filepath.Dir(d.doorKeyFile()), "doors.json")
+}
+
+// operatorEnv points a toolgate command at dev as an operator: Temporal,
+// the keyring and the door key.
+func (d *devEnv) operatorEnv() []string {
+	return []string{"TEMPORAL_ADDRESS=" + d.address(), "TEMPORAL_NAMESPACE=default", "TOOLGATE_KEYS=" + d.keysFile(), "TOOLGATE_DOOR_KEY=" + d.doorKeyFile()}
+}
+
 // door is the door the Go clients of a test sign as.
 func (d *devEnv) door() *statement.Signer {
 	d.t.Helper()
@@ -246,8 +258,7 @@ func (d *devEnv) cliWith(env []string, args ...string) result {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, binary, args...)
-	cmd.Env = append(append(os.Environ(), "TEMPORAL_ADDRESS="+d.address(), "TEMPORAL_NAMESPACE=default", "TOOLGATE_KEYS="+d.keysFile(),
-		"TOOLGATE_DOOR_KEY="+d.doorKeyFile()), env...)
+	cmd.Env = append(append(os.Environ(), d.operatorEnv()...), env...)
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()

@@ -117,7 +117,7 @@ func TestClaudeCodeHook(t *testing.T) {
 		args            []string
 	}{
 		{"over the API", "agent-1", []string{"--api", "http://" + d.httpAddr, "--token", "token-agent-1"}},
-		{"over Temporal", "claude-code", []string{"--temporal-address", d.address(), "--keys", d.keysFile()}},
+		{"over Temporal", "claude-code", []string{"--temporal-address", d.address(), "--keys", d.keysFile(), "--door-key", d.doorKeyFile()}},
 	} {
 		t.Run(mode.name, func(t *testing.T) {
 			d := d.in(t)
@@ -259,7 +259,7 @@ func TestClaudeCodeHook(t *testing.T) {
 	}
 
 	t.Run("Codex: a plain allow is no output, a deny has its reason", func(t *testing.T) {
-		h := hookRunner{t: t, args: []string{"--temporal-address", d.address(), "--keys", d.keysFile(), "--state-dir", t.TempDir()}}
+		h := hookRunner{t: t, args: []string{"--temporal-address", d.address(), "--keys", d.keysFile(), "--door-key", d.doorKeyFile(), "--state-dir", t.TempDir()}}
 		codex := func(id, command string) string {
 			return fmt.Sprintf(`{"session_id":"019ad3c2-5b7e-7c10-9e4f-2a6b8c0d1e3f","turn_id":"1","transcript_path":null,"cwd":"/home/dev/shop","hook_event_name":"PreToolUse","model":"gpt-5","permission_mode":"default","tool_name":"Bash","tool_input":{"command":%q},"tool_use_id":%q}`, command, id)
 		}
@@ -289,7 +289,7 @@ func TestClaudeCodeHook(t *testing.T) {
 		require.NoError(t, os.MkdirAll(filepath.Join(repo, "src"), 0o755))
 		require.NoError(t, os.WriteFile(filepath.Join(repo, "src", "main.go"), []byte("package main\n\nfunc main() {\n\ttimeout := 5 * time.Second\n}\n"), 0o644))
 		event := strings.ReplaceAll(hookEvent(t, "pre-edit.json", "cc-preview"), "/home/dev/shop", repo)
-		h := hookRunner{t: t, args: []string{"--temporal-address", d.address(), "--keys", d.keysFile(), "--state-dir", t.TempDir(), "--wait", "1s"}}
+		h := hookRunner{t: t, args: []string{"--temporal-address", d.address(), "--keys", d.keysFile(), "--door-key", d.doorKeyFile(), "--state-dir", t.TempDir(), "--wait", "1s"}}
 		a := h.decide(event)
 		assert.Equal(t, "deny", a.PermissionDecision, "still waiting")
 		id := waitForPending(t, d, "cc-preview", "Edit")
@@ -306,7 +306,7 @@ func TestClaudeCodeHook(t *testing.T) {
 	})
 
 	t.Run("a malformed event is denied", func(t *testing.T) {
-		h := hookRunner{t: t, args: []string{"--temporal-address", d.address(), "--keys", d.keysFile(), "--state-dir", t.TempDir()}}
+		h := hookRunner{t: t, args: []string{"--temporal-address", d.address(), "--keys", d.keysFile(), "--door-key", d.doorKeyFile(), "--state-dir", t.TempDir()}}
 		a := h.decide(`{"session_id": "s1", "tool_name": "Bash", "tool_input": {"command": "ls"`)
 		assert.Equal(t, "deny", a.PermissionDecision)
 		assert.Contains(t, a.PermissionDecisionReason, "not a JSON object")

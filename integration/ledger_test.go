@@ -68,7 +68,7 @@ func TestTheLedgerHasEveryEventOnceThroughKills(t *testing.T) {
 	c := d.client()
 	ctx := context.Background()
 	db, key := filepath.Join(d.dataDir, "ledger.db"), filepath.Join(d.dataDir, "ledger.key")
-	second := start(t, "Worker running", "worker", "--temporal-address", d.address(), "--keys", d.keysFile(), "--workspace", d.workspace,
+	second := start(t, "Worker running", "worker", "--temporal-address", d.address(), "--keys", d.keysFile(), "--doors", d.doorsFile(), "--workspace", d.workspace,
 		"--ledger", db, "--ledger-key", key, "--metrics", "")
 
 	const n = 200

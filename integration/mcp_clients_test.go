@@ -120,7 +120,7 @@ rules:
 `, "--mcp", upstreams, "--workspace", workspace)
 	d.workspace = workspace
 	require.NoError(t, os.WriteFile(filepath.Join(d.workspace, "notes.txt"), []byte("from the workspace"), 0o644))
-	stdio := map[string]any{"transport": "stdio", "command": binary, "args": []string{"mcp", "--temporal-address", d.address(), "--keys", d.keysFile(), "--wait", "2s"}}
+	stdio := map[string]any{"transport": "stdio", "command": binary, "args": []string{"mcp", "--temporal-address", d.address(), "--keys", d.keysFile(), "--door-key", d.doorKeyFile(), "--wait", "2s"}}
 	httpTransport := map[string]any{"transport": "http", "url": "http://" + d.httpAddr + "/mcp", "token": "token-agent-1"}
 	steps := []map[string]any{
 		{"op": "list"},
@@ -197,7 +197,7 @@ rules:
 	t.Run("a client timeout, then the retry: one call runs, once", func(t *testing.T) {
 		d := d.in(t)
 		args := map[string]any{"path": "once.txt", "content": "written once"}
-		plan := map[string]any{"transport": "stdio", "command": binary, "args": []string{"mcp", "--temporal-address", d.address(), "--keys", d.keysFile(), "--wait", "60s", "--requester", "retrier"},
+		plan := map[string]any{"transport": "stdio", "command": binary, "args": []string{"mcp", "--temporal-address", d.address(), "--keys", d.keysFile(), "--door-key", d.doorKeyFile(), "--wait", "60s", "--requester", "retrier"},
 			"steps": []map[string]any{{"op": "call", "name": "write_file", "args": args, "timeoutMs": 1500}, {"op": "call", "name": "write_file", "args": args}}}
 		// Once the client gave up on the first request, approve what waits:
 		// the retry's call, if the first one was cancelled.
@@ -268,7 +268,7 @@ rules:
 		t.Run("ask, "+decision+", toolgate_wait", func(t *testing.T) {
 			d := d.in(t)
 			path := strings.ReplaceAll(decision, " ", "-") + ".txt"
-			plan := map[string]any{"transport": "stdio", "command": binary, "args": []string{"mcp", "--temporal-address", d.address(), "--keys", d.keysFile(), "--wait", "2s", "--requester", "asker"},
+			plan := map[string]any{"transport": "stdio", "command": binary, "args": []string{"mcp", "--temporal-address", d.address(), "--keys", d.keysFile(), "--door-key", d.doorKeyFile(), "--wait", "2s", "--requester", "asker"},
 				"steps": []map[string]any{{"op": "call", "name": "write_file", "args": map[string]any{"path": path, "content": "the agent's"}}, {"op": "wait-last"}}}
 			got := runClientWatching(t, "client.cjs", plan, func(s clientStep) {
 				if s.Op != "call" || s.Result == nil {
@@ -304,7 +304,7 @@ rules:
 
 	t.Run("the upstream's own progress reaches the client while its tool runs", func(t *testing.T) {
 		d := d.in(t)
-		plan := map[string]any{"transport": "stdio", "command": binary, "args": []string{"mcp", "--temporal-address", d.address(), "--keys", d.keysFile(), "--wait", "60s"},
+		plan := map[string]any{"transport": "stdio", "command": binary, "args": []string{"mcp", "--temporal-address", d.address(), "--keys", d.keysFile(), "--door-key", d.doorKeyFile(), "--wait", "60s"},
 			"steps": []map[string]any{{"op": "call", "name": "everything__trigger-long-running-operation", "args": map[string]any{"duration": 12, "steps": 4}}}}
 		got := runClient(t, "client.cjs", plan)
 		require.Len(t, got, 2, "%+v", got)

@@ -28,7 +28,7 @@ import (
 func (d *devEnv) mcpStdio(args ...string) *mcp.ClientSession {
 	d.t.Helper()
 	cmd := exec.Command(binary, append([]string{"mcp"}, args...)...)
-	cmd.Env = append(os.Environ(), "TEMPORAL_ADDRESS="+d.address(), "TEMPORAL_NAMESPACE=default", "TOOLGATE_KEYS="+d.keysFile(), "TOOLGATE_API=", "TOOLGATE_TOKEN=")
+	cmd.Env = append(append(os.Environ(), d.operatorEnv()...), "TOOLGATE_API=", "TOOLGATE_TOKEN=")
 	stderr := &syncBuffer{}
 	cmd.Stderr = stderr
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)

@@ -145,7 +145,7 @@ func TestMCPUpstreamCalls(t *testing.T) {
 	t.Run("a worker refuses an MCP servers file with a mistake, naming it", func(t *testing.T) {
 		bad := filepath.Join(t.TempDir(), "bad.json")
 		require.NoError(t, os.WriteFile(bad, []byte(`{"mcpServers":{"gh":{"type":"http","url":"https://x/mcp","headers":{"Authorization":"Bearer ${MCPTEST_UNSET_TOKEN}"}}}}`), 0o600))
-		r := d.in(t).cli("worker", "--mcp", bad, "--metrics", "", "--workspace", t.TempDir())
+		r := d.in(t).cli("worker", "--mcp", bad, "--metrics", "", "--workspace", t.TempDir(), "--doors", d.doorsFile())
 		assert.Equal(t, 2, r.code, "%s %s", r.stdout, r.stderr)
 		assert.Contains(t, r.stderr, `server "gh": headers.Authorization: ${MCPTEST_UNSET_TOKEN} is not set in the environment`)
 	})

@@ -45,7 +45,7 @@ func TestARunApprovedAtThePromptAfterADenialIsShownAgainstTheDenial(t *testing.T
 		owner           apiClient // reads the call over the API
 	}{
 		{"over the API", "agent-1", []string{"--api", base, "--token", "token-agent-1"}, agent1},
-		{"over Temporal", "claude-code", []string{"--temporal-address", d.address(), "--keys", d.keysFile(), "--user", "dana"}, root},
+		{"over Temporal", "claude-code", []string{"--temporal-address", d.address(), "--keys", d.keysFile(), "--door-key", d.doorKeyFile(), "--user", "dana"}, root},
 	} {
 		t.Run(mode.name, func(t *testing.T) {
 			d := d.in(t)

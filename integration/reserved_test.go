@@ -61,9 +61,14 @@ func TestAgentsCannotTakeToolgatesOwnSessionsOrCallIDs(t *testing.T) {
 		tc := d.client().Temporal()
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
+		// Signed by the door, as an operator's CLI would: only the
+		// workflow's own check of who started it stands.
+		in := workflows.CallInput{Call: policy.Call{ID: id, Session: policy.DefinitionChangeSession("docs"),
+			Tool: policy.DefinitionChangeTool, Args: args, Requester: policy.ToolgateRequester}}
+		in.Submission, err = d.door().Sign(policy.SubmissionStatement(in.Call))
+		require.NoError(t, err)
 		run, err := tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: workflows.CallWorkflowID(id), TaskQueue: workflows.TaskQueue},
-			workflows.ToolCallWorkflowType, workflows.CallInput{Call: policy.Call{ID: id, Session: policy.DefinitionChangeSession("docs"),
-				Tool: policy.DefinitionChangeTool, Args: args, Requester: policy.ToolgateRequester}})
+			workflows.ToolCallWorkflowType, in)
 		require.NoError(t, err)
 		var res workflows.Result
 		require.NoError(t, run.Get(ctx, &res))

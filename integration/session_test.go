@@ -151,7 +151,11 @@ func TestCancellingAWaitingCall(t *testing.T) {
 		d := d.in(t)
 		c := d.client()
 		in := workflows.CallInput{Call: policy.Call{ID: "raw1", Session: "raw", Tool: "shell", Args: json.RawMessage(`{"command":"true"}`), Requester: "script"}}
-		_, err := c.Temporal().ExecuteWorkflow(context.Background(), sdkclient.StartWorkflowOptions{ID: workflows.CallWorkflowID("raw1"), TaskQueue: workflows.TaskQueue},
+		// An operator's script, signing with the door key.
+		submission, err := d.door().Sign(policy.SubmissionStatement(in.Call))
+		require.NoError(t, err)
+		in.Submission = submission
+		_, err = c.Temporal().ExecuteWorkflow(context.Background(), sdkclient.StartWorkflowOptions{ID: workflows.CallWorkflowID("raw1"), TaskQueue: workflows.TaskQueue},
 			workflows.ToolCallWorkflowType, in)
 		require.NoError(t, err)
 		require.Eventually(t, func() bool {

@@ -145,6 +145,11 @@ func TestTheGateHoldsAgainstTheReviewsPaths(t *testing.T) {
 		require.Equal(t, http.StatusOK, r.status, r.raw)
 		c := d.client()
 		in := workflows.CallInput{Call: policy.Call{ID: "raw-echo", Session: "mine", Tool: "echo", Args: json.RawMessage(`{"hi":2}`), Requester: "agent-2"}}
+		// Signed by the door, so that only the session's owner check
+		// stands between agent-2 and agent-1's session.
+		var err error
+		in.Submission, err = d.door().Sign(policy.SubmissionStatement(in.Call))
+		require.NoError(t, err)
 		run, err := c.Temporal().ExecuteWorkflow(context.Background(), sdkclient.StartWorkflowOptions{ID: workflows.CallWorkflowID("raw-echo"), TaskQueue: workflows.TaskQueue},
 			workflows.ToolCallWorkflowType, in)
 		require.NoError(t, err)

@@ -58,7 +58,7 @@ func (c *callRun) registerHandlers(ctx workflow.Context) error {
 				continue
 			}
 			if workflow.GetVersion(ctx, versionStatements, workflow.DefaultVersion, 1) >= 1 {
-				want := callWant(ctx, req.Decision.Statement, policy.DecisionStatement(c.state.Call, req.Decision, c.stickyKey), false) //workflowcheck:ignore
+				want := callWant(ctx, req.Decision.Statement, policy.DecisionStatement(c.submitted(), req.Decision, c.stickyKey), false) //workflowcheck:ignore
 				if err := checkRecorded(ctx, c.doors, "decide signal", c.state.Call.ID, req.Decision.Statement, want, workflow.Now(ctx)); err != nil {
 					continue // logged and counted
 				}
@@ -88,7 +88,7 @@ func (c *callRun) validateDecision(ctx workflow.Context, req DecideRequest) erro
 	if err := c.checkDecisionRequest(ctx, req); err != nil {
 		return err
 	}
-	return c.checkCallStatement(ctx, "decide", req.Decision.Statement, policy.DecisionStatement(c.state.Call, req.Decision, c.stickyKey)) //workflowcheck:ignore
+	return c.checkCallStatement(ctx, "decide", req.Decision.Statement, policy.DecisionStatement(c.submitted(), req.Decision, c.stickyKey)) //workflowcheck:ignore
 }
 
 // checkDecisionRequest refuses a decision that cannot apply to this call:
@@ -179,7 +179,7 @@ func (c *callRun) validateCancel(ctx workflow.Context, req CancelRequest) error 
 		return err
 	}
 	by := policy.Approver{Name: req.By, Groups: req.Groups, Identity: req.Identity}
-	return c.checkCallStatement(ctx, "cancel", req.Statement, policy.CancelStatement(c.state.Call, by, req.AsRequester)) //workflowcheck:ignore
+	return c.checkCallStatement(ctx, "cancel", req.Statement, policy.CancelStatement(c.submitted(), by, req.AsRequester)) //workflowcheck:ignore
 }
 
 func (c *callRun) checkCancel(req CancelRequest) error {

@@ -178,7 +178,7 @@ func (c *callRun) validateClaim(ctx workflow.Context, req ClaimRequest) error {
 // checkClaimStatement holds a claim (or a first answer's request) to its
 // statement, which names the run when the door knew it.
 func (c *callRun) checkClaimStatement(ctx workflow.Context, req ClaimRequest) error {
-	want := callWant(ctx, req.Statement, policy.ClaimStatement(c.state.Call, req.Run), true) //workflowcheck:ignore
+	want := callWant(ctx, req.Statement, policy.ClaimStatement(c.submitted(), req.Run), true) //workflowcheck:ignore
 	return checkNow(ctx, c.doors, "claim", c.state.Call.ID, req.Statement, want)
 }
 

@@ -191,11 +191,7 @@ func (c *callRun) reportRefused(ctx workflow.Context, err error, output json.Raw
 		}
 		said = append(said, sd)
 	}
-	call := c.state.Call
-	if c.originalArgs != nil {
-		call.Args = c.originalArgs // the door names the call as submitted
-	}
-	want := policy.ReportStatement(call, output, failed, unsure) //workflowcheck:ignore
+	want := policy.ReportStatement(c.submitted(), output, failed, unsure) //workflowcheck:ignore
 	err = recordedVerdict(ctx, c.doors, "report", c.state.Call.ID, func(doors *statement.Doors) error {
 		if len(said) == 0 {
 			return statement.ErrMissing
@@ -219,4 +215,14 @@ func (c *callRun) reportRefused(ctx workflow.Context, err error, output json.Raw
 		return "a report of this call came without a valid statement from a toolgate door, so what it says is not recorded: the agent's run may or may not have happened as it says (" + err.Error() + ")"
 	}
 	return ""
+}
+
+// submitted is the call as its agent submitted it, which a door's
+// statement names: with the agent's arguments, before an approver's edit.
+func (c *callRun) submitted() policy.Call {
+	call := c.state.Call
+	if c.originalArgs != nil {
+		call.Args = c.originalArgs
+	}
+	return call
 }
