@@ -50,8 +50,9 @@ type Client struct {
 	// (session.go).
 	claims *claims
 	// door signs what the client sends (door.go); nil: it sends nothing
-	// that needs a statement.
-	door *statement.Signer
+	// that needs a statement. facts are the calls it knows (door.go).
+	door  *statement.Signer
+	facts *knownCalls
 	// dc decodes what the client reads raw (memos, heartbeats, inputs): the
 	// converter tc was dialled with.
 	dc converter.DataConverter
@@ -63,7 +64,8 @@ func New(tc client.Client, taskQueue string) *Client {
 	if taskQueue == "" {
 		taskQueue = workflows.TaskQueue
 	}
-	return &Client{tc: tc, taskQueue: taskQueue, namespace: "default", firstPages: &pageHints{}, claims: &claims{}, dc: converter.GetDefaultDataConverter()}
+	return &Client{tc: tc, taskQueue: taskQueue, namespace: "default", firstPages: &pageHints{}, claims: &claims{}, facts: &knownCalls{},
+		dc: converter.GetDefaultDataConverter()}
 }
 
 // WithDataConverter returns a client that decodes what it reads raw from
@@ -263,13 +265,16 @@ func (c *Client) Submit(ctx context.Context, req CallRequest) (string, error) {
 	}
 	opts := c.startOptions(req)
 	opts.EnableEagerStart = c.eagerStart
-	_, err = c.tc.ExecuteWorkflow(ctx, opts, workflows.ToolCallWorkflow, in)
+	run, err := c.tc.ExecuteWorkflow(ctx, opts, workflows.ToolCallWorkflow, in)
 	var started *serviceerror.WorkflowExecutionAlreadyStarted
 	if errors.As(err, &started) {
 		return req.CallID, c.checkSameCall(ctx, req)
 	}
 	if err != nil {
 		return "", fmt.Errorf("start call %s: %w", req.CallID, err)
+	}
+	if run != nil {
+		c.facts.put(req.CallID, in.Call, run.GetRunID())
 	}
 	return req.CallID, nil
 }

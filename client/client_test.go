@@ -58,8 +58,16 @@ func (f *fakeTemporal) ExecuteWorkflow(_ context.Context, o client.StartWorkflow
 	if f.existing != nil {
 		return nil, serviceerror.NewWorkflowExecutionAlreadyStarted("workflow execution already started", "", "")
 	}
-	return nil, nil
+	return namedRun{id: "run-" + strings.TrimPrefix(o.ID, workflows.CallWorkflowID(""))}, nil
 }
+
+// namedRun is the run a start returns: its ID alone.
+type namedRun struct {
+	client.WorkflowRun // nil: methods not written here panic
+	id                 string
+}
+
+func (r namedRun) GetRunID() string { return r.id }
 
 func (f *fakeTemporal) DescribeWorkflowExecution(_ context.Context, id, _ string) (*workflowservice.DescribeWorkflowExecutionResponse, error) {
 	owner, ok := f.owners[id]

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 
 	enumspb "go.temporal.io/api/enums/v1"
 
@@ -40,6 +41,9 @@ func (c *Client) sign(st statement.Statement) (*statement.Signed, error) {
 // its agent submitted it, and its run (the first of its chain, which a
 // reset keeps), from the first event of its history.
 func (c *Client) callFacts(ctx context.Context, callID string) (policy.Call, string, error) {
+	if f, ok := c.facts.get(callID); ok {
+		return f.call, f.run, nil
+	}
 	it := c.tc.GetWorkflowHistory(ctx, workflows.CallWorkflowID(callID), "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
 	if !it.HasNext() {
 		return policy.Call{}, "", fmt.Errorf("%w %q", ErrUnknownCall, callID)
@@ -56,7 +60,55 @@ func (c *Client) callFacts(ctx context.Context, callID string) (policy.Call, str
 	if err := c.dc.FromPayloads(attrs.GetInput(), &in); err != nil {
 		return policy.Call{}, "", fmt.Errorf("decode request of call %s: %w", callID, err)
 	}
+	c.facts.put(callID, in.Call, attrs.GetFirstExecutionRunId())
 	return in.Call, attrs.GetFirstExecutionRunId(), nil
+}
+
+// knownCalls remembers what a statement names of the calls this client
+// submitted or read (a call's request and first run never change), so that
+// a door deciding a call it showed or submitted signs without reading its
+// history again. Bounded: the oldest are forgotten first.
+type knownCalls struct {
+	mu    sync.Mutex
+	m     map[string]knownCall
+	order []string
+}
+
+type knownCall struct {
+	call policy.Call
+	run  string
+}
+
+// maxKnownCalls bounds knownCalls (a few MiB at most).
+const maxKnownCalls = 4096
+
+func (k *knownCalls) get(callID string) (knownCall, bool) {
+	if k == nil {
+		return knownCall{}, false
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	f, ok := k.m[callID]
+	return f, ok
+}
+
+func (k *knownCalls) put(callID string, call policy.Call, run string) {
+	if k == nil || run == "" {
+		return
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.m == nil {
+		k.m = map[string]knownCall{}
+	}
+	if _, ok := k.m[callID]; !ok {
+		k.order = append(k.order, callID)
+	}
+	k.m[callID] = knownCall{call: call, run: run}
+	for len(k.order) > maxKnownCalls {
+		delete(k.m, k.order[0])
+		k.order = k.order[1:]
+	}
 }
 
 // signCall signs what a message about a call says, naming its run.

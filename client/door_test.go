@@ -44,3 +44,20 @@ func TestASubmissionCarriesItsRequestersStatement(t *testing.T) {
 	assert.Equal(t, "agent-1", st.By)
 	assert.Equal(t, statement.Digest(json.RawMessage(`{"command":"ls"}`)), st.Args)
 }
+
+// A door that submitted a call signs its decision without reading the
+// call's history again: a call's request and first run never change.
+func TestADoorKnowsTheCallsItSubmitted(t *testing.T) {
+	fake := &fakeTemporal{}
+	c := New(fake, "").WithDoor(testDoor)
+	req := CallRequest{CallID: "c1", Session: "s1", Tool: "shell", Args: json.RawMessage(`{"command":"ls"}`), Requester: "agent-1"}
+	_, err := c.Submit(context.Background(), req)
+	require.NoError(t, err)
+
+	call, run, err := c.callFacts(context.Background(), "c1")
+	require.NoError(t, err)
+	assert.Equal(t, "agent-1", call.Requester)
+	assert.JSONEq(t, `{"command":"ls"}`, string(call.Args))
+	assert.Equal(t, "run-c1", run)
+	assert.Zero(t, fake.historyReads, "known from the submission")
+}

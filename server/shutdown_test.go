@@ -96,6 +96,8 @@ type waitingRun struct {
 	f                  *waitingTemporal
 }
 
+func (r *waitingRun) GetRunID() string { return "run-1" }
+
 func (r *waitingRun) Get(ctx context.Context, _ any) error {
 	r.f.polls <- struct{}{}
 	<-ctx.Done()
