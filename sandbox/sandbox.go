@@ -1,0 +1,149 @@
+// Package sandbox runs a process toolgate starts for a tool (the shell
+// tool's command, an MCP upstream) confined by Linux's Landlock: it reads
+// and writes its workspace, reads and executes the system's directories
+// and its own program, and reaches nothing else: not toolgate's data
+// directory, keyring, ledger key, tokens or databases, not the user's home.
+// The confinement holds for the process and everything it starts, without
+// root.
+//
+// Landlock confines the process that asks, so the worker does not confine
+// itself: Command starts toolgate's own binary in its sandbox role
+// (Enter), which confines itself with the highest Landlock ABI the kernel
+// offers and then becomes the tool's program (execve).
+package sandbox
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+		"syscall"
+
+	"github.com/landlock-lsm/go-landlock/landlock"
+	llsyscall "github.com/landlock-lsm/go-landlock/landlock/syscall"
+)
+
+// Policy is what a sandboxed process may reach.
+type Policy struct {
+	// ReadWrite are directories it reads and writes (the workspace).
+	ReadWrite []string `json:"read_write,omitempty"`
+	// ReadOnly are directories it reads and executes, beside System.
+	ReadOnly []string `json:"read_only,omitempty"`
+}
+
+// System are the directories every sandboxed process reads and executes:
+// programs, libraries, configuration, and the kernel's views of itself.
+// Those that do not exist are skipped.
+var System = []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt", "/proc", "/sys"}
+
+// devices a sandboxed process may read and write.
+var devices = []string{"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty"}
+
+// ABI is the Landlock ABI the kernel offers; 0: none (an old kernel,
+// Landlock disabled, not Linux).
+func ABI() int {
+	v, err := llsyscall.LandlockGetABIVersion()
+	if err != nil || v < 0 {
+		return 0
+	}
+	return v
+}
+
+// ErrNoLandlock: the kernel offers no Landlock, so nothing can be
+// confined.
+var ErrNoLandlock = errors.New("this kernel offers no Landlock: a tool's process cannot be confined")
+
+// role is the argument that starts toolgate's binary as the sandbox, and
+// policyVar the environment variable that hands it its policy.
+const (
+	role      = "__toolgate-sandbox"
+	policyVar = "TOOLGATE_SANDBOX_POLICY"
+)
+
+// Command returns the command that runs name with args inside p: toolgate's
+// own binary in its sandbox role, which confines itself, then runs name.
+// The caller sets its directory, environment and pipes as for any command.
+func Command(p Policy, name string, args ...string) (*exec.Cmd, error) {
+	if ABI() == 0 {
+		return nil, ErrNoLandlock
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: find toolgate's own program: %w", err)
+	}
+	b, err := json.Marshal(p)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(self, append([]string{role, string(b), "--", name}, args...)...)
+	return cmd, nil
+}
+
+// Enter is the sandbox role: when toolgate's binary was started by
+// Command, it confines itself and becomes the tool's program, and never
+// returns; otherwise it returns at once. Call it first in main.
+func Enter() {
+	if len(os.Args) < 5 || os.Args[1] != role || os.Args[3] != "--" {
+		return
+	}
+	var p Policy
+	if err := json.Unmarshal([]byte(os.Args[2]), &p); err != nil {
+		fail(fmt.Errorf("read the policy: %w", err))
+	}
+	name, args := os.Args[4], os.Args[4:]
+	path, err := exec.LookPath(name)
+	if err != nil {
+		fail(err)
+	}
+	if err := restrict(p); err != nil {
+		fail(err)
+	}
+	fail(syscall.Exec(path, args, os.Environ()))
+}
+
+// restrict confines this process (every thread) to p, with the highest
+// ABI the kernel offers: all of it, or an error.
+func restrict(p Policy) error {
+	cfg, err := configFor(ABI())
+	if err != nil {
+		return err
+	}
+	rules := []landlock.Rule{
+		landlock.RODirs(System...).IgnoreIfMissing(),
+		landlock.RWFiles(devices...).IgnoreIfMissing(),
+	}
+	if len(p.ReadOnly) > 0 {
+		rules = append(rules, landlock.RODirs(p.ReadOnly...))
+	}
+	if len(p.ReadWrite) > 0 {
+		rw := landlock.RWDirs(p.ReadWrite...)
+		if ABI() >= 2 {
+			rw = rw.WithRefer() // renames and links within the workspace
+		}
+		rules = append(rules, rw)
+	}
+	return cfg.RestrictPaths(rules...)
+}
+
+// configs are the Landlock ABIs go-landlock knows, oldest first.
+var configs = []landlock.Config{landlock.V1, landlock.V2, landlock.V3, landlock.V4, landlock.V5, landlock.V6,
+	landlock.V7, landlock.V8, landlock.V9, landlock.V10, landlock.V11}
+
+// configFor is the configuration of ABI abi (the newest known, for a
+// newer kernel).
+func configFor(abi int) (landlock.Config, error) {
+	switch {
+	case abi < 1:
+		return landlock.Config{}, ErrNoLandlock
+	case abi > len(configs):
+		abi = len(configs)
+	}
+	return configs[abi-1], nil
+}
+
+// fail ends the sandbox role: the tool does not run.
+func fail(err error) {
+	fmt.Fprintln(os.Stderr, "toolgate sandbox:", err)
+	os.Exit(126)
+}
