@@ -21,6 +21,7 @@ import (
 
 	"github.com/toolgate/toolgate/policy"
 	"github.com/toolgate/toolgate/policy/rules"
+	"github.com/toolgate/toolgate/sandbox"
 	"github.com/toolgate/toolgate/tool"
 )
 
@@ -830,6 +831,7 @@ const shellHelperEnv = "TOOLGATE_TEST_SHELL_HELPER_WORKSPACE"
 // TestMain runs the shell helper when shellHelperEnv names a workspace,
 // and the tests otherwise.
 func TestMain(m *testing.M) {
+	sandbox.Enter() // the test binary plays toolgate's for the shell's sandbox
 	if root := os.Getenv(shellHelperEnv); root != "" {
 		shellHelper(root)
 		return

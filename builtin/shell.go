@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/toolgate/toolgate/sandbox"
 	"github.com/toolgate/toolgate/tool"
 )
 
@@ -101,9 +102,14 @@ func (w Workspace) runShell(ctx context.Context, in tool.Input) (json.RawMessage
 
 	// Our own pipes, not cmd.Stdout = writer: Wait then returns when the
 	// shell exits, instead of waiting for every process holding the pipe.
-	cmd := exec.Command("/bin/sh", "-c", args.Command)
+	cmd, tmp, err := w.shellCommand(root, args.Command)
+	if err != nil {
+		closeAll(stdoutW, stderrW)
+		return nil, tool.Permanent(err)
+	}
+	defer os.RemoveAll(tmp)
 	cmd.Dir = root
-	cmd.Env = shellEnv(root)
+	cmd.Env = append(shellEnv(root), "TMPDIR="+tmp)
 	cmd.Stdout, cmd.Stderr = stdoutW, stderrW
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pgid: pgid}
 	err = cmd.Start()
@@ -206,6 +212,29 @@ func exitCode(ps *os.ProcessState) int {
 		return 128 + int(ws.Signal())
 	}
 	return ps.ExitCode()
+}
+
+// shellCommand is the command that runs a shell command in the workspace
+// root, with a private temporary directory (tmp, removed by the caller):
+// confined by the sandbox to both and to the system's directories, or,
+// with Unsandboxed, not at all.
+func (w Workspace) shellCommand(root, command string) (cmd *exec.Cmd, tmp string, err error) {
+	tmp, err = os.MkdirTemp("", "toolgate-shell-")
+	if err != nil {
+		return nil, "", fmt.Errorf("shell: make its temporary directory: %w", err)
+	}
+	if w.Unsandboxed {
+		return exec.Command("/bin/sh", "-c", command), tmp, nil
+	}
+	cmd, err = sandbox.Command(sandbox.Policy{ReadWrite: []string{root, tmp}}, "/bin/sh", "-c", command)
+	if errors.Is(err, sandbox.ErrNoLandlock) {
+		err = fmt.Errorf("shell: %w; toolgate runs no command unconfined unless its worker was started with --unsandboxed-tools", err)
+	}
+	if err != nil {
+		_ = os.RemoveAll(tmp)
+		return nil, "", err
+	}
+	return cmd, tmp, nil
 }
 
 // shellEnv is the environment of shell commands.

@@ -38,6 +38,11 @@ type Workspace struct {
 	// swapped in after the policy judged the call is refused too.
 	// Optional: nil checks nothing beyond the workspace root.
 	Guard func(path string) error
+	// Unsandboxed runs the shell tool's commands without the sandbox
+	// (package sandbox): they reach whatever the worker's user reaches.
+	// Only an operator's explicit --unsandboxed-tools sets it; without it
+	// a kernel with no Landlock runs no command.
+	Unsandboxed bool
 }
 
 // root returns the absolute, symlink-free workspace root.

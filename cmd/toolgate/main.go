@@ -18,6 +18,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/toolgate/toolgate/logging"
+	"github.com/toolgate/toolgate/sandbox"
 	"github.com/toolgate/toolgate/server"
 )
 
@@ -33,6 +34,7 @@ const (
 )
 
 func main() {
+	sandbox.Enter() // started as a tool's sandbox: confine, then become the tool
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()

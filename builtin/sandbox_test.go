@@ -1,0 +1,55 @@
+package builtin
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// An approved shell command reaches its workspace, and none of toolgate's
+// files beside it: not directly, through a symlink, from a child process,
+// nor by searching the disk. Unsandboxed (the control), it does.
+func TestAShellCommandCannotReachToolgatesFiles(t *testing.T) {
+	data := t.TempDir()
+	for name, content := range map[string]string{"keys.json": `{"keys":"aes-secret"}`, "ledger.key": "PRIVATE+KEY+toolgate/dev+x", "tokens.json": `{"approver":"tok-secret"}`} {
+		require.NoError(t, os.WriteFile(filepath.Join(data, name), []byte(content), 0o600))
+	}
+	root := filepath.Join(data, "workspace")
+	require.NoError(t, os.Mkdir(root, 0o700))
+	require.NoError(t, os.Symlink(filepath.Join(data, "keys.json"), filepath.Join(root, "keys-link")))
+	command := "cat ../keys.json ../ledger.key ../tokens.json; cat keys-link; sh -c 'cat ../ledger.key'; " +
+		"echo appended >> ../ledger.key; find " + data + " -name keys.json; echo $HOME; git init -q . && echo repo; echo ok > made.txt"
+
+	leaked := func(out string) bool { return anyIn(out, "aes-secret", "PRIVATE+KEY", "tok-secret") }
+	control, err := run(t, Workspace{Root: root, Unsandboxed: true}, ShellTool, "c0", map[string]any{"command": command})
+	require.NoError(t, err)
+	assert.True(t, leaked(string(control)), "the control leaks: the test can fail")
+	require.NoError(t, os.WriteFile(filepath.Join(data, "ledger.key"), []byte("PRIVATE+KEY+toolgate/dev+x"), 0o600))
+	require.NoError(t, os.RemoveAll(filepath.Join(root, ".git")))
+
+	out, err := run(t, Workspace{Root: root}, ShellTool, "c1", map[string]any{"command": command})
+	require.NoError(t, err)
+	assert.False(t, leaked(string(out)), string(out))
+	assert.Contains(t, string(out), "Permission denied")
+	key, err := os.ReadFile(filepath.Join(data, "ledger.key"))
+	require.NoError(t, err)
+	assert.Equal(t, "PRIVATE+KEY+toolgate/dev+x", string(key), "nothing appended")
+	assert.Contains(t, string(out), "repo", "ordinary work runs: git init in the workspace")
+	made, err := os.ReadFile(filepath.Join(root, "made.txt"))
+	require.NoError(t, err)
+	assert.Equal(t, "ok\n", string(made))
+}
+
+// anyIn reports whether s holds any of subs.
+func anyIn(s string, subs ...string) bool {
+	for _, sub := range subs {
+		if strings.Contains(s, sub) {
+			return true
+		}
+	}
+	return false
+}
