@@ -28,6 +28,7 @@ import (
 	"github.com/toolgate/toolgate/notify"
 	"github.com/toolgate/toolgate/policy"
 	"github.com/toolgate/toolgate/policy/rules"
+	"github.com/toolgate/toolgate/sandbox"
 	"github.com/toolgate/toolgate/server"
 	"github.com/toolgate/toolgate/statement"
 	"github.com/toolgate/toolgate/tool"
@@ -446,6 +447,8 @@ type workerFlags struct {
 	// (dev sets it).
 	doors   trustedDoors
 	trusted *statement.Doors
+	// unsandboxed: --unsandboxed-tools.
+	unsandboxed bool
 }
 
 func (f *workerFlags) add(cmd *cobra.Command, workspaceDefault string) {
@@ -459,6 +462,7 @@ func (f *workerFlags) add(cmd *cobra.Command, workspaceDefault string) {
 	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 30*time.Second, "on SIGTERM, how long running tools may finish before the worker stops")
 	fs.StringVar(&f.mcpFile, "mcp", os.Getenv("TOOLGATE_MCP"), "upstream MCP servers file (the mcpServers of .mcp.json); their tools run as <server>__<tool> (env TOOLGATE_MCP)")
 	fs.StringSliceVar(&f.trustNewTools, "trust-new-tools", nil, "MCP servers (by name) whose new tools are offered without asking an approver; changed tools are still asked")
+	fs.BoolVar(&f.unsandboxed, "unsandboxed-tools", os.Getenv("TOOLGATE_UNSANDBOXED_TOOLS") == "1", "run the shell tool's commands without the Landlock sandbox: they reach everything this process's user reaches, toolgate's keys included (env TOOLGATE_UNSANDBOXED_TOOLS=1); without it, a kernel with no Landlock runs no command")
 	f.doors.add(cmd, workspaceDefault == "")
 }
 
@@ -487,7 +491,8 @@ func (a *app) startWorker(ctx context.Context, tc client.Client, f workerFlags, 
 	// The tools check the policy's protected paths again on the path they
 	// actually opened, so a symlink swapped in after evaluation cannot
 	// lead them there.
-	workspace := builtin.Workspace{Root: ws}
+	workspace := builtin.Workspace{Root: ws, Unsandboxed: f.unsandboxed}
+	a.logSandbox(f.unsandboxed)
 	if r, ok := pol.(*rules.Reloader); ok {
 		workspace.Guard = r.CheckPath
 	}
@@ -535,6 +540,20 @@ func (a *app) startWorker(ctx context.Context, tc client.Client, f workerFlags, 
 	ups.Pin(ctx)
 	names := slices.DeleteFunc(tools.Names(), func(n string) bool { return n == policy.DefinitionChangeTool })
 	return withUpstreams(w, closeUpstreams), names, ws, nil
+}
+
+// logSandbox says how the tools' processes run: confined, with which
+// Landlock ABI, or not, and why.
+func (a *app) logSandbox(unsandboxed bool) {
+	abi := sandbox.ABI()
+	switch {
+	case unsandboxed:
+		a.logger.Warn("Tools run UNSANDBOXED (--unsandboxed-tools): a shell command reaches everything this process's user reaches, toolgate's keys included")
+	case abi == 0:
+		a.logger.Warn("This kernel offers no Landlock: the shell tool refuses every command (pass --unsandboxed-tools to run them unconfined)")
+	default:
+		a.logger.Info("Tools run sandboxed: a shell command reads and writes its workspace only", zap.Int("landlockABI", abi))
+	}
 }
 
 // loadPolicy returns the policy file's rules, reloaded while ctx lasts, or
