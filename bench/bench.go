@@ -154,7 +154,7 @@ type Ratios struct {
 	// (target ≤ 1.02).
 	DecideStatementsP50 float64 `json:"decide_statements_p50"`
 	AutoStatementsP50   float64 `json:"auto_statements_p50"`
-	AutoBaseP50 float64 `json:"auto_base_p50"`
+	AutoBaseP50         float64 `json:"auto_base_p50"`
 	// AutoLedgerAutoP50: the auto-approved call with the ledger over
 	// without it (target ≤ 1.15).
 	AutoLedgerAutoP50 float64 `json:"auto_ledger_auto_p50"`

@@ -111,7 +111,9 @@ func (b *runner) pendingList(ctx context.Context, r *Report) error {
 	n := int64(b.o.Waiting)
 	cases := []func(context.Context) error{
 		firstPage(warm, everyGroup, n),
-		func(ctx context.Context) error { return firstPage(tgclient.New(b.tc, benchQueue).WithDoor(benchDoor), everyGroup, n)(ctx) },
+		func(ctx context.Context) error {
+			return firstPage(tgclient.New(b.tc, benchQueue).WithDoor(benchDoor), everyGroup, n)(ctx)
+		},
 		firstPage(warm, ops, (n+1)/2),
 		func(ctx context.Context) error {
 			_, err := b.tc.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: pendingQuery, PageSize: int32(p.PageSize)})

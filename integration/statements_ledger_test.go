@@ -59,7 +59,9 @@ func TestEveryDoorsActIsInTheLedgerWithItsStatement(t *testing.T) {
 
 	doors := filepath.Join(d.dataDir, "doors.json")
 	ledgerFlags := []string{"--ledger", filepath.Join(d.dataDir, "ledger.db"), "--ledger-key", filepath.Join(d.dataDir, "ledger.key")}
-	audit := func(args ...string) result { return d.cli(append(append([]string{"audit"}, args...), ledgerFlags...)...) }
+	audit := func(args ...string) result {
+		return d.cli(append(append([]string{"audit"}, args...), ledgerFlags...)...)
+	}
 	verify := audit("verify", "--doors", doors)
 	require.Equal(t, 0, verify.code, verify.stdout+verify.stderr)
 	m := regexp.MustCompile(`statements: (\d+) verified: .*by door dev \(key [0-9a-f]{16}\); (\d+) entries unsigned`).FindStringSubmatch(verify.stdout)

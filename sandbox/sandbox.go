@@ -18,7 +18,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-		"syscall"
+	"syscall"
 
 	"github.com/landlock-lsm/go-landlock/landlock"
 	llsyscall "github.com/landlock-lsm/go-landlock/landlock/syscall"

@@ -165,18 +165,8 @@ func (c *callRun) checkHandedOn(ctx workflow.Context, message string, d policy.D
 // output: what it printed), and says why it is not recorded, or "". A
 // report's statement arrives on SignalReport just before the report.
 func (c *callRun) reportRefused(ctx workflow.Context, err error, output json.RawMessage) string {
-	var failed, unsure string
-	var appErr *temporal.ApplicationError
-	switch {
-	case err == nil:
-	case errors.As(err, &appErr) && appErr.Type() == activities.ErrTypeAgentReported:
-		failed = appErr.Message()
-	case errors.As(err, &appErr) && appErr.Type() == activities.ErrTypeAgentUnsure:
-		unsure = appErr.Message()
-		if appErr.HasDetails() {
-			_ = appErr.Details(&output)
-		}
-	default:
+	output, failed, unsure, reported := reportedOutcome(err, output)
+	if !reported {
 		return "" // no report: a timeout or a lost attempt, said as such
 	}
 	if workflow.GetVersion(ctx, versionReportStatements, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
@@ -225,4 +215,24 @@ func (c *callRun) submitted() policy.Call {
 		call.Args = c.originalArgs
 	}
 	return call
+}
+
+// reportedOutcome reads what an agent's report said from the report
+// step's outcome (err: a failure or an uncertainty it reported; output:
+// what it printed); reported is false when no report ended the step.
+func reportedOutcome(err error, output json.RawMessage) (out json.RawMessage, failed, unsure string, reported bool) {
+	var appErr *temporal.ApplicationError
+	switch {
+	case err == nil:
+	case errors.As(err, &appErr) && appErr.Type() == activities.ErrTypeAgentReported:
+		failed = appErr.Message()
+	case errors.As(err, &appErr) && appErr.Type() == activities.ErrTypeAgentUnsure:
+		unsure = appErr.Message()
+		if appErr.HasDetails() {
+			_ = appErr.Details(&output)
+		}
+	default:
+		return nil, "", "", false
+	}
+	return output, failed, unsure, true
 }

@@ -4,17 +4,14 @@ import (
 	"crypto/ed25519"
 	"crypto/sha256"
 	"encoding/json"
-	"errors"
 	"time"
 
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/interceptor"
-	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
-	"github.com/toolgate/toolgate/activities"
 	"github.com/toolgate/toolgate/policy"
 	"github.com/toolgate/toolgate/statement"
 )
@@ -245,18 +242,8 @@ func (f *reportFuture) Get(ctx workflow.Context, valuePtr any) error {
 	if p, ok := valuePtr.(*json.RawMessage); ok && p != nil {
 		output = *p
 	}
-	var failed, unsure string
-	var appErr *temporal.ApplicationError
-	switch {
-	case err == nil:
-	case errors.As(err, &appErr) && appErr.Type() == activities.ErrTypeAgentReported:
-		failed = appErr.Message()
-	case errors.As(err, &appErr) && appErr.Type() == activities.ErrTypeAgentUnsure:
-		unsure = appErr.Message()
-		if appErr.HasDetails() {
-			_ = appErr.Details(&output)
-		}
-	default:
+	output, failed, unsure, reported := reportedOutcome(err, output)
+	if !reported {
 		return err
 	}
 	st := policy.ReportStatement(*f.door.in.call, output, failed, unsure) //workflowcheck:ignore

@@ -33,8 +33,8 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/keyring"
-	"github.com/toolgate/toolgate/statement"
 	"github.com/toolgate/toolgate/ledger"
+	"github.com/toolgate/toolgate/statement"
 )
 
 // Mode is the server's dynamic config.
