@@ -334,7 +334,11 @@ func (b *browserTab) waitJS(expr, what string) {
 		lastErr = err
 		time.Sleep(50 * time.Millisecond)
 	}
-	b.t.Fatalf("waited 20s for %s (%s); last error: %v", what, expr, lastErr)
+	// Say where the page is: a wait that fails names what was shown.
+	ctx, cancel := context.WithTimeout(b.ctx, 5*time.Second)
+	defer cancel()
+	page, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`location.href + " :: " + (document.body ? document.body.innerText.slice(0, 400) : "")`))
+	b.t.Fatalf("waited 20s for %s (%s); last error: %v; the page: %s", what, expr, lastErr, page)
 }
 
 func (b *browserTab) text(css string) string {

@@ -18,6 +18,8 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"strings"
 	"syscall"
 
 	"github.com/landlock-lsm/go-landlock/landlock"
@@ -30,6 +32,50 @@ type Policy struct {
 	ReadWrite []string `json:"read_write,omitempty"`
 	// ReadOnly are directories it reads and executes, beside System.
 	ReadOnly []string `json:"read_only,omitempty"`
+	// NoNetwork refuses it every TCP connect and bind (Landlock ABI 4 and
+	// later; on an older kernel the process does not start). The default
+	// allows the network: builds fetch their dependencies.
+	NoNetwork bool `json:"no_network,omitempty"`
+}
+
+// NetworkABI is the first Landlock ABI with TCP rules.
+const NetworkABI = 4
+
+// Overlap returns an error naming the first path of p that is, holds or
+// lies inside one of own (toolgate's own files and directories): a grant
+// that would hand a tool toolgate's authority. Paths are compared after
+// cleaning and resolving symlinks where they exist.
+func (p Policy) Overlap(own []string) error {
+	for _, g := range append(append([]string(nil), p.ReadWrite...), p.ReadOnly...) {
+		for _, o := range own {
+			if o == "" {
+				continue
+			}
+			if within(resolved(g), resolved(o)) || within(resolved(o), resolved(g)) {
+				return fmt.Errorf("%s overlaps toolgate's own files: a tool given it could read toolgate's keys or databases", g)
+			}
+		}
+	}
+	return nil
+}
+
+// resolved is path made absolute and clean, its symlinks resolved when it
+// exists.
+func resolved(path string) string {
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return filepath.Clean(path)
+	}
+	if r, err := filepath.EvalSymlinks(abs); err == nil {
+		return r
+	}
+	return abs
+}
+
+// within reports whether path is dir or lies inside it.
+func within(path, dir string) bool {
+	rel, err := filepath.Rel(dir, path)
+	return err == nil && rel != ".." && !strings.HasPrefix(rel, "../")
 }
 
 // System are the directories every sandboxed process reads and executes:
@@ -40,9 +86,18 @@ var System = []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/lib
 // devices a sandboxed process may read and write.
 var devices = []string{"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty"}
 
+// NoLandlockVar, set to 1, makes ABI report 0 as a kernel without
+// Landlock would: the tests' way to see toolgate refuse to run tools
+// unconfined. It can only take the sandbox away from tools, never run
+// them unconfined.
+const NoLandlockVar = "TOOLGATE_TEST_NO_LANDLOCK"
+
 // ABI is the Landlock ABI the kernel offers; 0: none (an old kernel,
 // Landlock disabled, not Linux).
 func ABI() int {
+	if os.Getenv(NoLandlockVar) == "1" {
+		return 0
+	}
 	v, err := llsyscall.LandlockGetABIVersion()
 	if err != nil || v < 0 {
 		return 0
@@ -123,7 +178,16 @@ func restrict(p Policy) error {
 		}
 		rules = append(rules, rw)
 	}
-	return cfg.RestrictPaths(rules...)
+	if err := cfg.RestrictPaths(rules...); err != nil {
+		return err
+	}
+	if !p.NoNetwork {
+		return nil
+	}
+	if ABI() < NetworkABI {
+		return fmt.Errorf("this kernel's Landlock (ABI %d) cannot turn the network off: ABI %d is needed", ABI(), NetworkABI)
+	}
+	return cfg.RestrictNet() // no rules: no TCP connect or bind at all
 }
 
 // configs are the Landlock ABIs go-landlock knows, oldest first.

@@ -1,9 +1,11 @@
 package sandbox
 
 import (
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -67,4 +69,61 @@ func TestWithoutLandlockNothingStartsUnconfined(t *testing.T) {
 	cfg, err := configFor(99)
 	require.NoError(t, err, "a newer kernel gets the newest ABI known")
 	assert.Equal(t, configs[len(configs)-1].String(), cfg.String())
+}
+
+func TestAGrantOverlappingToolgatesFilesIsRefused(t *testing.T) {
+	data := t.TempDir()
+	keys := filepath.Join(data, "keys.json")
+	require.NoError(t, os.WriteFile(keys, []byte("{}"), 0o600))
+	own := []string{data, keys}
+	for _, p := range []Policy{
+		{ReadWrite: []string{data}},                             // the data dir itself
+		{ReadOnly: []string{filepath.Dir(data)}},                // a directory holding it
+		{ReadWrite: []string{filepath.Join(data, "workspace")}}, // inside it
+		{ReadOnly: []string{data + "/../" + filepath.Base(data)}},
+	} {
+		err := p.Overlap(own)
+		require.Error(t, err, "%+v", p)
+		assert.Contains(t, err.Error(), "overlaps toolgate's own files")
+	}
+	link := filepath.Join(t.TempDir(), "innocent")
+	require.NoError(t, os.Symlink(data, link))
+	assert.Error(t, Policy{ReadWrite: []string{link}}.Overlap(own), "a symlink to the data dir is the data dir")
+	assert.NoError(t, Policy{ReadWrite: []string{t.TempDir()}, ReadOnly: []string{"/usr/share"}}.Overlap(own))
+	assert.NoError(t, Policy{ReadWrite: []string{data + "-other"}}.Overlap(own), "a sibling whose name begins alike is not inside")
+}
+
+func TestNoNetworkRefusesTCP(t *testing.T) {
+	require.GreaterOrEqual(t, ABI(), NetworkABI, "this machine's kernel has Landlock's TCP rules")
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	script := "echo hi > /dev/tcp/127.0.0.1/" + strconv.Itoa(ln.Addr().(*net.TCPAddr).Port) + " && echo connected"
+	workspace := t.TempDir()
+
+	open, err := Command(Policy{ReadWrite: []string{workspace}}, "bash", "-c", script)
+	require.NoError(t, err)
+	assert.Contains(t, run(t, open), "connected", "the default allows the network: the test can fail")
+
+	closed, err := Command(Policy{ReadWrite: []string{workspace}, NoNetwork: true}, "bash", "-c", script)
+	require.NoError(t, err)
+	out := run(t, closed)
+	assert.NotContains(t, out, "connected")
+	assert.Contains(t, out, "Permission denied", out)
+}
+
+func TestNoLandlockVarReportsABIZero(t *testing.T) {
+	t.Setenv(NoLandlockVar, "1")
+	assert.Zero(t, ABI())
+	_, err := Command(Policy{}, "true")
+	assert.ErrorIs(t, err, ErrNoLandlock)
 }
