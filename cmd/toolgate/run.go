@@ -108,7 +108,7 @@ in the environment (SLACK_*, SMTP_*, TOOLGATE_*; see docs/channels.md).`,
 			if lf.dsn != ledgerOff {
 				ledgerNote = fmt.Sprintf("  ledger     %s  (toolgate audit show CALL_ID, toolgate audit verify)\n", lf.dsn)
 			}
-			return a.runProcesses(ctx, processes{worker: &wf, ledger: &lf, signIn: &sf, sessions: &sess, dev: true, madeTokens: madeTokens, hookStateDir: filepath.Join(dataDir, "http-hooks"),
+			return a.runProcesses(ctx, processes{worker: &wf, ledger: &lf, signIn: &sf, sessions: &sess, dev: true, madeTokens: madeTokens, own: []string{tokensFile}, hookStateDir: filepath.Join(dataDir, "http-hooks"),
 				httpAddr: httpAddr, httpListener: httpListener, dataDir: dataDir, started: func(tools []string, ws, httpURL string) {
 					fmt.Fprintf(a.stdout, `toolgate dev is running
   Temporal   %s  namespace %s  data %s
@@ -232,7 +232,7 @@ func (a *app) serveCommand() *cobra.Command {
 			} else if door == nil {
 				return usageError("serve needs its door key: --door-key FILE or TOOLGATE_DOOR_KEY (make one with 'toolgate doors new NAME --key FILE --doors DOORS_FILE' and give the workers DOORS_FILE; docs/production.md, \"Door keys\")")
 			}
-			return a.runProcesses(cmd.Context(), processes{httpAddr: httpAddr, ledger: &lf, signIn: &sf, sessions: &sess, hookStateDir: hookStateDir, started: func(_ []string, _, httpURL string) {
+			return a.runProcesses(cmd.Context(), processes{httpAddr: httpAddr, own: []string{tokensFile}, ledger: &lf, signIn: &sf, sessions: &sess, hookStateDir: hookStateDir, started: func(_ []string, _, httpURL string) {
 				a.logger.Info("HTTP listener running", zap.String("url", httpURL), zap.String("temporal", a.conn.address))
 			}})
 		},
@@ -274,6 +274,9 @@ type processes struct {
 	hookStateDir string
 	dev          bool
 	madeTokens   []server.TokenEntry
+	// own are toolgate's files this process was given beyond its flags
+	// (the tokens file); see ownFiles.
+	own []string
 	// started reports what runs, once everything does.
 	started func(tools []string, workspace, httpURL string)
 }
@@ -338,6 +341,7 @@ func (a *app) runProcesses(ctx context.Context, p processes) error {
 		}
 	}
 	if p.worker != nil {
+		p.worker.own = a.ownFiles(p)
 		w, names, ws, err := a.startWorker(ctx, tc, *p.worker, channels, lg)
 		if err != nil {
 			return err
@@ -449,6 +453,9 @@ type workerFlags struct {
 	trusted *statement.Doors
 	// unsandboxed: --unsandboxed-tools.
 	unsandboxed bool
+	// own are toolgate's own files (ownFiles): no sandbox grant may reach
+	// them.
+	own []string
 }
 
 func (f *workerFlags) add(cmd *cobra.Command, workspaceDefault string) {
