@@ -109,9 +109,12 @@ type Evaluation struct {
 	Reason string `json:"reason,omitempty"`
 	Rule   string `json:"rule,omitempty"`
 	// Ask is set when a person (or the handler) must decide.
-	Ask           *policy.ApprovalRequest `json:"ask,omitempty"`
-	ToolOptions   tool.Options            `json:"tool_options"`
-	PolicyVersion string                  `json:"policy_version,omitempty"`
+	Ask *policy.ApprovalRequest `json:"ask,omitempty"`
+	// Sandbox is the deciding rule's grant to the call's process; nil:
+	// the sandbox's default.
+	Sandbox       *policy.SandboxGrant `json:"sandbox,omitempty"`
+	ToolOptions   tool.Options         `json:"tool_options"`
+	PolicyVersion string               `json:"policy_version,omitempty"`
 	// Quota limits calls of this tool per session; the session counts.
 	Quota *policy.Quota `json:"quota,omitempty"`
 	// Sticky is the session's sticky decision for the call's key, read
@@ -205,8 +208,9 @@ func (a *Activities) Evaluate(ctx context.Context, in EvaluateInput) (Evaluation
 		ev.Ask = req
 		ev.Rule = req.Rule
 	}
+	ev.Sandbox = policy.SandboxOf(a.Policy, call)
 	if req != nil || in.Preview {
-		ev.Preview = a.preview(ctx, call, req, in.AgentPreview)
+		ev.Preview = a.preview(ctx, call, req, ev.Sandbox, in.AgentPreview)
 	}
 	if in.Session != "" {
 		// Read on every call, auto-approved ones too: whose session it is
@@ -313,6 +317,8 @@ type RunToolInput struct {
 	// edit changed the arguments. Nil when none was made.
 	Preview      *policy.Preview `json:"preview,omitempty"`
 	PreviewShown *policy.Preview `json:"preview_shown,omitempty"`
+	// Sandbox is the grant the evaluation found (Evaluation.Sandbox).
+	Sandbox *policy.SandboxGrant `json:"sandbox,omitempty"`
 }
 
 // previewed lists the files the input's previews showed.
@@ -351,7 +357,7 @@ func (a *Activities) RunTool(ctx context.Context, in RunToolInput) (json.RawMess
 	stop := hb.run(ctx, t.Options.HeartbeatTimeout, progressSender(ctx, a.Client))
 	defer stop()
 	start := time.Now()
-	out, err := t.Run(ctx, tool.Input{CallID: call.ID, Session: call.Session, Args: call.Args, Previewed: in.previewed()})
+	out, err := t.Run(ctx, tool.Input{CallID: call.ID, Session: call.Session, Args: call.Args, Previewed: in.previewed(), Sandbox: in.Sandbox})
 	if err != nil && !t.Options.Idempotent && !temporal.IsApplicationError(err) {
 		// The tool ran and failed: running it again could repeat what it
 		// did before failing.

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/toolgate/toolgate/policy"
+	"github.com/toolgate/toolgate/tool"
 )
 
 // previewTimeout bounds a tool's preview: the call's evaluation waits for
@@ -17,8 +18,9 @@ const previewTimeout = 5 * time.Second
 // tell. A tool toolgate runs previews itself; for a tool the agent runs,
 // the agent's preview (its claim) is all there is. req is the policy's
 // question, if it asks: a command's preview says why.
-func (a *Activities) preview(ctx context.Context, call policy.Call, req *policy.ApprovalRequest, agents *policy.Preview) *policy.Preview {
+func (a *Activities) preview(ctx context.Context, call policy.Call, req *policy.ApprovalRequest, grant *policy.SandboxGrant, agents *policy.Preview) *policy.Preview {
 	var p policy.Preview
+	process := ""
 	switch {
 	case call.Execution == policy.ExecutionAgent && agents != nil:
 		p = *agents
@@ -37,12 +39,18 @@ func (a *Activities) preview(ctx context.Context, call policy.Call, req *policy.
 		if p.Kind == policy.PreviewCommand && req != nil && req.Message != "" {
 			p.Text += "\nasked because: " + req.Message
 		}
+		if t.Process != tool.NoProcess {
+			// What a person approves says how it runs: it is what runs.
+			// Added after the bound, so a long command cannot cut it off.
+			process = "\n" + grant.Describe(t.Process == tool.Unsandboxed)
+		}
 		p.ComputedBy = policy.ComputedByToolgate
 	default:
 		return nil
 	}
 	p.Text = a.redactText(ctx, call, p.Text)
 	p = p.Bounded()
+	p.Text += process
 	return &p
 }
 

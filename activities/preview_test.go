@@ -128,3 +128,47 @@ func TestRunToolHandsTheToolWhatItsPreviewsShowed(t *testing.T) {
 	require.NoError(t, converter.GetDefaultDataConverter().FromPayloads(old, &decoded), "an input scheduled before previews were handed over")
 	assert.Equal(t, RunToolInput{Call: call}, decoded)
 }
+
+// grantsOffline asks about every call and takes the network from shell's.
+type grantsOffline struct{ askButEcho }
+
+func (grantsOffline) SandboxFor(c policy.Call) *policy.SandboxGrant {
+	if c.Tool != "shell" {
+		return nil
+	}
+	return &policy.SandboxGrant{Read: []string{"/opt/sdk"}, NoNetwork: true}
+}
+
+// The preview of a tool that starts a process says how it runs, grants
+// included, and the grant goes with the evaluation to the tool; a long
+// command cannot push that line out of the preview.
+func TestThePreviewSaysHowTheCallsProcessRuns(t *testing.T) {
+	reg := func(process tool.Process, cmd string) *tool.Registry {
+		r := tool.NewRegistry()
+		r.MustRegister(tool.Tool{Name: "shell", Process: process, Run: func(context.Context, tool.Input) (json.RawMessage, error) { return nil, nil },
+			Preview: func(context.Context, json.RawMessage) (policy.Preview, error) {
+				return policy.Preview{Kind: policy.PreviewCommand, Text: "$ " + cmd}, nil
+			}})
+		return r
+	}
+	evaluate := func(a *Activities) Evaluation {
+		var ev Evaluation
+		require.NoError(t, run(t, a, a.Evaluate, EvaluateInput{Call: policy.Call{ID: "c1", Tool: "shell", Args: json.RawMessage(`{}`)}}, &ev))
+		return ev
+	}
+
+	ev := evaluate(&Activities{Policy: askButEcho{}, Tools: reg(tool.Sandboxed, "make")})
+	assert.Equal(t, "$ make\nasked because: deploys need a person\nruns sandboxed: writes only the workspace; network allowed", ev.Preview.Text)
+	assert.Nil(t, ev.Sandbox)
+
+	ev = evaluate(&Activities{Policy: grantsOffline{}, Tools: reg(tool.Sandboxed, strings.Repeat("x", policy.MaxPreviewBytes))})
+	assert.True(t, ev.Preview.Truncated)
+	assert.True(t, strings.HasSuffix(ev.Preview.Text, "\nruns sandboxed: writes only the workspace; also reads /opt/sdk; no network"), ev.Preview.Text[len(ev.Preview.Text)-200:])
+	assert.Equal(t, &policy.SandboxGrant{Read: []string{"/opt/sdk"}, NoNetwork: true}, ev.Sandbox)
+
+	ev = evaluate(&Activities{Policy: askButEcho{}, Tools: reg(tool.Unsandboxed, "make")})
+	assert.Contains(t, ev.Preview.Text, "\nruns UNSANDBOXED (the worker's --unsandboxed-tools)")
+
+	ev = evaluate(&Activities{Policy: askButEcho{}, Tools: reg(tool.NoProcess, "make")})
+	assert.NotContains(t, ev.Preview.Text, "runs ", "a tool that starts no process says nothing of a sandbox")
+}

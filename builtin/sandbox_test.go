@@ -1,13 +1,20 @@
 package builtin
 
 import (
+	"context"
+	"encoding/json"
+	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/toolgate/toolgate/policy"
+	"github.com/toolgate/toolgate/tool"
 )
 
 // An approved shell command reaches its workspace, and none of toolgate's
@@ -52,4 +59,53 @@ func anyIn(s string, subs ...string) bool {
 		}
 	}
 	return false
+}
+
+// A rule's grant reaches the command's sandbox: a directory it may read,
+// one it may write, and the network taken away. Without the grant the
+// same command is refused the extra directories and reaches the network.
+func TestARulesGrantWidensOrNarrowsTheShellsSandbox(t *testing.T) {
+	root, tools, cache := t.TempDir(), t.TempDir(), t.TempDir()
+	require.NoError(t, os.WriteFile(filepath.Join(tools, "version"), []byte("toolchain-1.2"), 0o644))
+	ln, err := net.Listen("tcp4", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+	command := "cat " + tools + "/version; echo built > " + cache + "/out && echo wrote; " +
+		"bash -c 'echo > /dev/tcp/127.0.0.1/" + port + "' && echo connected"
+	shell := func(grant *policy.SandboxGrant) string {
+		raw, err := json.Marshal(map[string]any{"command": command})
+		require.NoError(t, err)
+		for _, tl := range Tools(Workspace{Root: root}) {
+			if tl.Name == ShellTool {
+				out, err := tl.Run(context.Background(), tool.Input{CallID: "g", Session: "s1", Args: raw, Sandbox: grant})
+				require.NoError(t, err)
+				return string(out)
+			}
+		}
+		t.Fatal("no shell tool")
+		return ""
+	}
+
+	def := shell(nil)
+	assert.NotContains(t, def, "toolchain-1.2", "by default only the workspace is reached")
+	assert.NotContains(t, def, "wrote")
+	assert.Contains(t, def, "connected", "the default allows the network")
+
+	granted := shell(&policy.SandboxGrant{Read: []string{tools}, Write: []string{cache}, NoNetwork: true})
+	assert.Contains(t, granted, "toolchain-1.2", granted)
+	assert.Contains(t, granted, "wrote", granted)
+	assert.NotContains(t, granted, "connected", "network: false holds")
+	made, err := os.ReadFile(filepath.Join(cache, "out"))
+	require.NoError(t, err)
+	assert.Equal(t, "built\n", string(made))
 }

@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/toolgate/toolgate/policy"
 	"github.com/toolgate/toolgate/sandbox"
 	"github.com/toolgate/toolgate/tool"
 )
@@ -102,7 +103,7 @@ func (w Workspace) runShell(ctx context.Context, in tool.Input) (json.RawMessage
 
 	// Our own pipes, not cmd.Stdout = writer: Wait then returns when the
 	// shell exits, instead of waiting for every process holding the pipe.
-	cmd, tmp, err := w.shellCommand(root, args.Command)
+	cmd, tmp, err := w.shellCommand(root, args.Command, in.Sandbox)
 	if err != nil {
 		closeAll(stdoutW, stderrW)
 		return nil, tool.Permanent(err)
@@ -216,9 +217,9 @@ func exitCode(ps *os.ProcessState) int {
 
 // shellCommand is the command that runs a shell command in the workspace
 // root, with a private temporary directory (tmp, removed by the caller):
-// confined by the sandbox to both and to the system's directories, or,
-// with Unsandboxed, not at all.
-func (w Workspace) shellCommand(root, command string) (cmd *exec.Cmd, tmp string, err error) {
+// confined by the sandbox to both, to the system's directories and to
+// what the call's rule grants, or, with Unsandboxed, not at all.
+func (w Workspace) shellCommand(root, command string, grant *policy.SandboxGrant) (cmd *exec.Cmd, tmp string, err error) {
 	tmp, err = os.MkdirTemp("", "toolgate-shell-")
 	if err != nil {
 		return nil, "", fmt.Errorf("shell: make its temporary directory: %w", err)
@@ -226,7 +227,12 @@ func (w Workspace) shellCommand(root, command string) (cmd *exec.Cmd, tmp string
 	if w.Unsandboxed {
 		return exec.Command("/bin/sh", "-c", command), tmp, nil
 	}
-	cmd, err = sandbox.Command(sandbox.Policy{ReadWrite: []string{root, tmp}}, "/bin/sh", "-c", command)
+	p := sandbox.Policy{ReadWrite: []string{root, tmp}}
+	if grant != nil {
+		p.ReadWrite = append(p.ReadWrite, grant.Write...)
+		p.ReadOnly, p.NoNetwork = grant.Read, grant.NoNetwork
+	}
+	cmd, err = sandbox.Command(p, "/bin/sh", "-c", command)
 	if errors.Is(err, sandbox.ErrNoLandlock) {
 		err = fmt.Errorf("shell: %w; toolgate runs no command unconfined unless its worker was started with --unsandboxed-tools", err)
 	}
@@ -235,6 +241,14 @@ func (w Workspace) shellCommand(root, command string) (cmd *exec.Cmd, tmp string
 		return nil, "", err
 	}
 	return cmd, tmp, nil
+}
+
+// process is how the shell tool's commands run (tool.Process).
+func (w Workspace) process() tool.Process {
+	if w.Unsandboxed {
+		return tool.Unsandboxed
+	}
+	return tool.Sandboxed
 }
 
 // shellEnv is the environment of shell commands.

@@ -133,6 +133,7 @@ func Tools(ws Workspace) []tool.Tool {
 			}`),
 			Run:     ws.runShell,
 			Preview: ws.previewShell,
+			Process: ws.process(),
 			// The attempt timeout outlives the longest command timeout, so
 			// the command's own timeout fires first and reports timed_out.
 			// The heartbeat lets a call whose worker died fail in seconds

@@ -34,6 +34,10 @@ type Input struct {
 	// its preview showed. Empty when no preview named a file (a call no
 	// person was asked about, or one scheduled by an older toolgate).
 	Previewed []policy.PreviewTarget `json:"previewed,omitempty"`
+	// Sandbox is what the rule that allowed or asked about the call grants
+	// its process beyond the sandbox's default (Tool.Process); nil: the
+	// default.
+	Sandbox *policy.SandboxGrant `json:"sandbox,omitempty"`
 }
 
 // Func runs a tool and returns its output as JSON.
@@ -93,7 +97,24 @@ type Tool struct {
 	// change (a diff of a file, the command that will run), from its
 	// arguments, without changing anything. Optional.
 	Preview func(ctx context.Context, args json.RawMessage) (policy.Preview, error)
+	// Process says whether the tool starts a process per call, and how it
+	// runs: the preview a person approves says so, and a rule's sandbox
+	// grant reaches it (Input.Sandbox). Default: it starts none.
+	Process Process
 }
+
+// Process is how a tool's per-call process runs.
+type Process int
+
+const (
+	// NoProcess: the tool starts no process.
+	NoProcess Process = iota
+	// Sandboxed: its process runs in toolgate's sandbox (package sandbox).
+	Sandboxed
+	// Unsandboxed: its process runs unconfined, as the operator's
+	// --unsandboxed-tools says.
+	Unsandboxed
+)
 
 // Descriptor is what an agent (or a model) is told about a tool: its name,
 // what it does, and the JSON Schema of its arguments.

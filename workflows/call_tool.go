@@ -14,7 +14,9 @@ import (
 // approvers were shown. A call without a preview (no person was asked)
 // records no version marker: it has nothing to hand over.
 func (c *callRun) runTool(ctx workflow.Context, call policy.Call, output *json.RawMessage) error {
-	in := activities.RunToolInput{Call: call}
+	// The grant the call was judged with (nil in histories from before
+	// grants): no new command, so nothing to version.
+	in := activities.RunToolInput{Call: call, Sandbox: c.eval.Sandbox}
 	ran, shown := c.eval.Preview, (*policy.Preview)(nil)
 	if c.originalArgs != nil && c.state.Request != nil {
 		shown = c.state.Request.Preview

@@ -68,3 +68,17 @@ func (s *CallSuite) TestAnAutoApprovedToolGetsNoPreview() {
 	s.Nil((*ins)[0].Preview)
 	s.Nil((*ins)[0].PreviewShown)
 }
+
+// The grant the call was judged with (the rule's sandbox) is what the
+// tool is given, asked or not.
+func (s *CallSuite) TestTheToolIsHandedTheRulesSandboxGrant() {
+	ins := s.toolInputs()
+	grant := &policy.SandboxGrant{Read: []string{"/opt/sdk"}, NoNetwork: true}
+	s.policy.grants = map[string]*policy.SandboxGrant{"write": grant, "echo": grant}
+	decideAt(s.env, time.Hour, "c1", decision(policy.Approved, "alice"))
+	r := s.runAsked(call("c1", "write", `{"path":"a","content":"x"}`))
+
+	s.Equal(StatusOK, r.Status)
+	s.Require().Len(*ins, 1)
+	s.Equal(grant, (*ins)[0].Sandbox)
+}

@@ -35,7 +35,11 @@ type testPolicy struct {
 	before func(call policy.Call) error
 	after  func(call policy.Call, out json.RawMessage) error
 	quotas map[string]policy.Quota
+	// grants are the sandbox grants of each tool's calls.
+	grants map[string]*policy.SandboxGrant
 }
+
+func (p *testPolicy) SandboxFor(call policy.Call) *policy.SandboxGrant { return p.grants[call.Tool] }
 
 func (p *testPolicy) SessionQuota(tool string) (policy.Quota, bool) {
 	q, ok := p.quotas[tool]

@@ -491,7 +491,7 @@ func (a *app) startWorker(ctx context.Context, tc client.Client, f workerFlags, 
 			return nil, nil, "", err
 		}
 	}
-	pol, middleware, err := a.loadPolicy(ctx, f.policyFile, ws, lg)
+	pol, middleware, err := a.loadPolicy(ctx, f.policyFile, ws, f.own, lg)
 	if err != nil {
 		return nil, nil, "", err
 	}
@@ -566,13 +566,13 @@ func (a *app) logSandbox(unsandboxed bool) {
 // loadPolicy returns the policy file's rules, reloaded while ctx lasts, or
 // the built-in policy when no file is given.
 // Each version it serves is logged to the ledger (policy.loaded).
-func (a *app) loadPolicy(ctx context.Context, file, workspace string, lg *ledger.Ledger) (policy.ToolPolicy, []policy.OutputMiddleware, error) {
+func (a *app) loadPolicy(ctx context.Context, file, workspace string, own []string, lg *ledger.Ledger) (policy.ToolPolicy, []policy.OutputMiddleware, error) {
 	if file == "" {
 		p := builtin.DefaultPolicy(builtin.Workspace{Root: workspace})
 		a.logPolicyLoaded(lg, "", policy.VersionOf(p))
 		return p, nil, nil
 	}
-	r, err := rules.NewReloader(file, rules.Options{Workspace: workspace}, a.logger.Named("policy"))
+	r, err := rules.NewReloader(file, rules.Options{Workspace: workspace, Own: own}, a.logger.Named("policy"))
 	if err != nil {
 		return nil, nil, usageError("%v", err)
 	}

@@ -50,7 +50,7 @@ func Parse(name string, data []byte, opts Options) (*Policy, error) {
 	if name == "" {
 		name = "policy"
 	}
-	l := &loader{file: name, dir: filepath.Dir(name)}
+	l := &loader{file: name, dir: filepath.Dir(name), own: opts.Own}
 	root, err := l.document(data)
 	if err != nil {
 		return nil, err
@@ -73,7 +73,7 @@ var topFields = []string{"workspace", "default", "rules", "tools", "redact", "af
 var ruleFields = []string{
 	"name", "tool", "tools", "when", "action", "reason", "message", "groups", "timeout",
 	"on_timeout", "remind_after", "escalate_after", "escalate_to", "sticky_by", "report_timeout", "examples",
-	"approvals", "distinct_groups", "user",
+	"approvals", "distinct_groups", "user", "sandbox",
 }
 
 // actionFields are the fields of a rule that say what it does; the
@@ -298,6 +298,12 @@ func (l *loader) rules(p *Policy, n *yaml.Node) {
 				l.errorf(n, "%s: report_timeout is only for allow and ask rules (a denied call is never run)", where)
 			}
 			r.reportTimeout = l.duration(n, where+": report_timeout")
+		}
+		if n := f["sandbox"]; n != nil {
+			if r.action == ActionDeny {
+				l.errorf(n, "%s: sandbox is only for allow and ask rules (a denied call is never run)", where)
+			}
+			r.sandbox = l.sandbox(n, where, l.own)
 		}
 		switch r.action {
 		case ActionDeny:

@@ -250,3 +250,8 @@ func (r *Reloader) DeniesOutright(call policy.Call) bool { return r.Current().De
 // AgentTools returns the current policy's tools section (see
 // Policy.AgentTools).
 func (r *Reloader) AgentTools() []AgentTool { return r.Current().AgentTools() }
+
+// SandboxFor implements policy.SandboxPolicy with the current policy.
+func (r *Reloader) SandboxFor(call policy.Call) *policy.SandboxGrant {
+	return r.Current().SandboxFor(call)
+}

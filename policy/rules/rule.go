@@ -46,6 +46,9 @@ type rule struct {
 	// agent-executed call this rule allows or asks about; 0 leaves it to
 	// the tools section or the default.
 	reportTimeout time.Duration
+	// sandbox grants its calls' processes more than the sandbox's default
+	// (allow and ask rules); nil: the default.
+	sandbox *policy.SandboxGrant
 }
 
 // matches reports whether the call is one of r's tools and satisfies its

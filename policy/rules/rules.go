@@ -69,6 +69,10 @@ type Options struct {
 	// is taken from the process's working directory. Conditions that use
 	// `workspace` are refused at load if neither the file nor this sets it.
 	Workspace string
+	// Own are toolgate's own files and directories (keys, tokens,
+	// databases): a rule's sandbox grant that reaches one is refused at
+	// load. Optional.
+	Own []string
 }
 
 // Verdict is what the policy decides about one call.
@@ -83,6 +87,9 @@ type Verdict struct {
 	Reason string `json:"reason,omitempty"`
 	// Request is what a person is asked; set only for ask.
 	Request *policy.ApprovalRequest `json:"request,omitempty"`
+	// Sandbox is the deciding rule's grant to the call's process (allow
+	// and ask); nil: the sandbox's default.
+	Sandbox *policy.SandboxGrant `json:"sandbox,omitempty"`
 }
 
 // MarshalJSON writes the verdict for people, as `toolgate policy eval`
@@ -106,11 +113,12 @@ func (v Verdict) MarshalJSON() ([]byte, error) {
 		User          bool     `json:"user,omitempty"`
 	}
 	out := struct {
-		Action  Action   `json:"action"`
-		Rule    string   `json:"rule"`
-		Reason  string   `json:"reason,omitempty"`
-		Request *request `json:"request,omitempty"`
-	}{Action: v.Action, Rule: v.Rule, Reason: v.Reason}
+		Action  Action               `json:"action"`
+		Rule    string               `json:"rule"`
+		Reason  string               `json:"reason,omitempty"`
+		Request *request             `json:"request,omitempty"`
+		Sandbox *policy.SandboxGrant `json:"sandbox,omitempty"`
+	}{Action: v.Action, Rule: v.Rule, Reason: v.Reason, Sandbox: v.Sandbox}
 	if r := v.Request; r != nil {
 		onTimeout := "deny"
 		if r.OnTimeout == policy.TimeoutApprove {
@@ -251,6 +259,14 @@ func (p *Policy) Schedule(rule string) (Schedule, bool) {
 // A rule whose condition fails on the call (see the package comment) makes
 // the call ask a person, with a message naming the rule and the error.
 func (p *Policy) Evaluate(call policy.Call) Verdict {
+	v := p.evaluate(call)
+	if v.Action != ActionDeny {
+		v.Sandbox = p.byName[v.Rule].grantOf()
+	}
+	return v
+}
+
+func (p *Policy) evaluate(call policy.Call) Verdict {
 	in := newInput(call, p.workspace)
 	if v, refused := p.guards.check(in); refused {
 		return v

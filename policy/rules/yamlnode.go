@@ -36,6 +36,8 @@ type loader struct {
 	file string
 	dir  string
 	errs []error
+	// own are toolgate's own files, which no sandbox grant may reach.
+	own []string
 }
 
 func (l *loader) errorf(n *yaml.Node, format string, args ...any) {
