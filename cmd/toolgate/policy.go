@@ -3,7 +3,9 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"slices"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -12,6 +14,7 @@ import (
 	tgclient "github.com/toolgate/toolgate/client"
 	"github.com/toolgate/toolgate/policy"
 	"github.com/toolgate/toolgate/policy/rules"
+	"github.com/toolgate/toolgate/visible"
 	"github.com/toolgate/toolgate/workflows"
 )
 
@@ -60,6 +63,31 @@ func (a *app) policyCommand() *cobra.Command {
 		},
 	}
 	eval.Flags().StringVar(&session, "session", "cli", "session of the call")
+	var explainJSON bool
+	explain := &cobra.Command{
+		Use:   "explain FILE",
+		Short: "List the rules in the order they are tried, with what each grants its calls' processes",
+		Long: `List every rule of FILE in the order toolgate tries them (deny, then ask,
+then allow, then the default): the tools it matches, its condition, what
+it does, and how the processes of the calls it allows or asks about run
+(the shell tool's sandbox: what they write and read beyond the system's
+directories, and whether they reach the network). A worker started with
+--unsandboxed-tools runs them unconfined whatever the rules say.`,
+		Args: exactArgs("FILE"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			p, err := load(args[0])
+			if err != nil {
+				return err
+			}
+			if explainJSON {
+				writeJSON(a.stdout, p.Explain())
+				return nil
+			}
+			writeExplained(a.stdout, p.Explain())
+			return nil
+		},
+	}
+	explain.Flags().BoolVar(&explainJSON, "json", false, "print JSON")
 	var since time.Duration
 	whatif := &cobra.Command{
 		Use:   "whatif FILE [--since 7d]",
@@ -84,7 +112,7 @@ of the changes (allow -> ask, ask -> deny, ...). Nothing is changed.`,
 	}
 	whatif.Flags().DurationVar(&since, "since", 7*24*time.Hour, "how far back to look (e.g. 24h, 168h)")
 	a.conn.addFlags(whatif)
-	for _, sub := range []*cobra.Command{check, eval, whatif} {
+	for _, sub := range []*cobra.Command{check, eval, explain, whatif} {
 		sub.Flags().StringVar(&workspace, "workspace", "", "workspace directory the file's conditions and guards use, when the file sets none (default: the current directory)")
 		cmd.AddCommand(sub)
 	}
@@ -150,4 +178,37 @@ func recordedVerdict(s tgclient.CallSummary) string {
 		return string(rules.ActionAllow)
 	}
 	return ""
+}
+
+// writeExplained prints the rules of `policy explain`, one block each.
+func writeExplained(w io.Writer, rs []rules.Explained) {
+	for i, r := range rs {
+		if i > 0 {
+			fmt.Fprintln(w)
+		}
+		where := ""
+		if r.Line > 0 {
+			where = fmt.Sprintf(" (line %d)", r.Line)
+		}
+		fmt.Fprintf(w, "%d. %s%s: %s\n", i+1, visible.Line(r.Name), where, r.Action)
+		if len(r.Tools) > 0 {
+			fmt.Fprintf(w, "   tools:   %s\n", visible.Line(strings.Join(r.Tools, ", ")))
+		}
+		if r.When != "" {
+			fmt.Fprintf(w, "   when:    %s\n", visible.Line(r.When))
+		}
+		if r.Reason != "" {
+			fmt.Fprintf(w, "   reason:  %s\n", visible.Line(r.Reason))
+		}
+		if len(r.Groups) > 0 {
+			fmt.Fprintf(w, "   groups:  %s\n", visible.Line(strings.Join(r.Groups, ", ")))
+		}
+		if r.Approvals > 1 {
+			fmt.Fprintf(w, "   approvals: %d\n", r.Approvals)
+		}
+		if r.Sandbox != "" {
+			fmt.Fprintf(w, "   process: %s\n", visible.Line(r.Sandbox))
+		}
+	}
+	fmt.Fprintln(w, "\nprocess: how the process of a call the rule lets run is confined, for tools that start one (shell)")
 }
