@@ -41,9 +41,14 @@ func TestCLIVerbs(t *testing.T) {
 		for _, path := range []string{"/healthz", "/readyz"} {
 			resp, err := http.Get("http://" + d.httpAddr + path)
 			require.NoError(t, err)
+			body, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
 			assert.Equal(t, http.StatusOK, resp.StatusCode, path)
+			if path == "/readyz" {
+				assert.Contains(t, string(body), `"tools":"Tools run sandboxed (Landlock ABI `, "readiness says how tools run")
+			}
 		}
+		assert.Contains(t, d.dev.out.String(), "  tools      Tools run sandboxed (Landlock ABI ", "so does dev's banner")
 	})
 
 	t.Run("auto-approved call", func(t *testing.T) {

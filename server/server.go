@@ -70,6 +70,10 @@ type Config struct {
 	// their per-session state, one directory per agent token. Default
 	// hook.DefaultStateDir()/http.
 	HookStateDir string
+	// Tools says in words how the processes this process's worker starts
+	// for tools run (sandboxed, refused without Landlock, or unsandboxed),
+	// for /readyz. Empty when it runs no worker.
+	Tools string
 }
 
 // Agent names the holder of a bearer token and the person running it
@@ -106,7 +110,11 @@ func New(cfg Config) http.Handler {
 			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "unavailable", "error": err.Error()})
 			return
 		}
-		writeJSON(w, http.StatusOK, map[string]string{"status": "ready"})
+		ok := map[string]string{"status": "ready"}
+		if cfg.Tools != "" {
+			ok["tools"] = cfg.Tools
+		}
+		writeJSON(w, http.StatusOK, ok)
 	})
 	if cfg.SignIn != nil {
 		s := *cfg.SignIn

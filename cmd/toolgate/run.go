@@ -28,7 +28,6 @@ import (
 	"github.com/toolgate/toolgate/notify"
 	"github.com/toolgate/toolgate/policy"
 	"github.com/toolgate/toolgate/policy/rules"
-	"github.com/toolgate/toolgate/sandbox"
 	"github.com/toolgate/toolgate/server"
 	"github.com/toolgate/toolgate/statement"
 	"github.com/toolgate/toolgate/tool"
@@ -114,11 +113,12 @@ in the environment (SLACK_*, SMTP_*, TOOLGATE_*; see docs/channels.md).`,
   Temporal   %s  namespace %s  data %s
   worker     task queue %s; tools: %s
   workspace  %s
+  tools      %s
   HTTP       %s  (API under /v1, inbox at /)
 %s%s%s%sTry in another terminal:
   toolgate call --session demo echo '{"hello":"world"}'
 Stop with Ctrl-C.
-`, srv.FrontendAddress(), srv.Namespace(), filepath.Join(dataDir, "temporal.db"), workflows.TaskQueue, strings.Join(tools, ", "), ws, httpURL, keysNote, doorsNote, ledgerNote, tokenNote)
+`, srv.FrontendAddress(), srv.Namespace(), filepath.Join(dataDir, "temporal.db"), workflows.TaskQueue, strings.Join(tools, ", "), ws, toolsWords(wf.unsandboxed), httpURL, keysNote, doorsNote, ledgerNote, tokenNote)
 				}})
 		},
 	}
@@ -378,6 +378,9 @@ func (a *app) runProcesses(ctx context.Context, p processes) error {
 			Logger: a.logger.Named("http"), Notify: notifications, MCP: gateway.HTTPHandler(a.tokens.Agent),
 			Ready:  func(ctx context.Context) error { return worker.SearchAttributesUsable(ctx, tc, a.conn.namespace) },
 			Ledger: lg, Namespace: a.conn.namespace, CodecCORSOrigins: a.codecOrigins, SignIn: signIn, HookStateDir: p.hookStateDir}
+		if p.worker != nil {
+			cfg.Tools = toolsWords(p.worker.unsandboxed)
+		}
 		if ring := a.conn.keys.ring; ring != nil {
 			cfg.Codec = ring.EndpointCodec()
 		}
@@ -547,20 +550,6 @@ func (a *app) startWorker(ctx context.Context, tc client.Client, f workerFlags, 
 	ups.Pin(ctx)
 	names := slices.DeleteFunc(tools.Names(), func(n string) bool { return n == policy.DefinitionChangeTool })
 	return withUpstreams(w, closeUpstreams), names, ws, nil
-}
-
-// logSandbox says how the tools' processes run: confined, with which
-// Landlock ABI, or not, and why.
-func (a *app) logSandbox(unsandboxed bool) {
-	abi := sandbox.ABI()
-	switch {
-	case unsandboxed:
-		a.logger.Warn("Tools run UNSANDBOXED (--unsandboxed-tools): a shell command reaches everything this process's user reaches, toolgate's keys included")
-	case abi == 0:
-		a.logger.Warn("This kernel offers no Landlock: the shell tool refuses every command (pass --unsandboxed-tools to run them unconfined)")
-	default:
-		a.logger.Info("Tools run sandboxed: a shell command reads and writes its workspace only", zap.Int("landlockABI", abi))
-	}
 }
 
 // loadPolicy returns the policy file's rules, reloaded while ctx lasts, or
