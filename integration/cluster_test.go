@@ -587,8 +587,12 @@ func TestClusterWalkthrough(t *testing.T) {
 		_, err = l.SignCheckpoint(context.Background())
 		require.NoError(t, err)
 		rep, err := l.VerifyStore(context.Background(), nil)
-		require.NoError(t, err, "the log verifies, checkpoints of both workers included")
-		assert.Greater(t, rep.Checkpoints, 1)
+		require.NoError(t, err, "the log verifies, the checkpoints serve signed included")
+		assert.Greater(t, rep.Checkpoints, 1, "serve, which holds the signing key, signed checkpoints while the workers appended")
+		for _, w := range e.c.Workers {
+			assert.Contains(t, w.Output(), `"signs": false`, "%s holds the verifier key alone", w.Name)
+			assert.NotContains(t, w.Output(), "holds the ledger's signing key")
+		}
 	})
 }
 

@@ -113,6 +113,10 @@ func (l *Ledger) Verifier() note.Verifier { return l.verifier }
 // VerifierKey is the log's public key in note format, when known.
 func (l *Ledger) VerifierKey() string { return l.opts.Keys.VerifierKey }
 
+// Signs reports whether this process holds the signing key (and signs
+// checkpoints), not the verifier key alone.
+func (l *Ledger) Signs() bool { return l.opts.Keys.Signer != nil }
+
 // Where names the database, for messages.
 func (l *Ledger) Where() string { return l.st.db.Where() }
 

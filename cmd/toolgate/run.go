@@ -320,7 +320,9 @@ func (a *app) runProcesses(ctx context.Context, p processes) error {
 	var tools []string
 	workspace := ""
 	var channels []activities.Channel
-	if p.worker != nil {
+	// A worker notifies through them; a ledger's signer (serve too)
+	// publishes its checkpoints to the webhook.
+	if p.worker != nil || p.ledger != nil {
 		if channels, err = notifications.Channels(a.logger.Named("notify")); err != nil {
 			return usageError("notification settings: %v", err)
 		}
@@ -336,8 +338,12 @@ func (a *app) runProcesses(ctx context.Context, p processes) error {
 		if err := a.logTokensCreated(ctx, lg, p.madeTokens); err != nil {
 			return fmt.Errorf("ledger: %w", err)
 		}
-		if p.worker != nil {
-			go lg.Run(ctx) // signs checkpoints while entries arrive
+		// Whoever holds the signing key signs checkpoints while entries
+		// arrive: toolgate serve in a deployment, never a worker beside
+		// the tools it runs.
+		go lg.Run(ctx)
+		if p.worker != nil && !p.dev && lg.Signs() {
+			a.logger.Warn("This worker holds the ledger's signing key, beside the tools it runs: give workers its verifier key ('toolgate audit key --ledger-key FILE') and the signing key to toolgate serve (docs/production.md, \"Worker placement\")")
 		}
 	}
 	if p.worker != nil {

@@ -87,8 +87,10 @@ type Cluster struct {
 	Mode Mode
 	// LedgerDSN is the decision ledger every worker appends to and serve
 	// reads (database toolgate_ledger, which the schema script creates);
-	// LedgerKey is the file of its signing key, shared by them all.
-	LedgerDSN, LedgerKey string
+	// LedgerKey is the file of its signing key, which serve alone holds
+	// (it signs the checkpoints); the workers hold LedgerVerifierKey, as
+	// docs/production.md's "Worker placement" says.
+	LedgerDSN, LedgerKey, LedgerVerifierKey string
 	// Keys is the keyring every toolgate process encrypts its payloads
 	// with (TOOLGATE_KEYS in Env).
 	Keys string
@@ -173,7 +175,12 @@ func Start(ctx context.Context, o Options) (_ *Cluster, err error) {
 	step("schema applied (deploy/temporal/setup-schema.sh)")
 	c.LedgerDSN = fmt.Sprintf("postgres://postgres@127.0.0.1:%d/toolgate_ledger?sslmode=disable", ports[0])
 	c.LedgerKey = filepath.Join(dir, "ledger.key")
-	if _, _, err := ledger.LoadOrCreateKey(c.LedgerKey, "cluster"); err != nil {
+	lk, _, err := ledger.LoadOrCreateKey(c.LedgerKey, "cluster")
+	if err != nil {
+		return nil, fmt.Errorf("cluster: %w", err)
+	}
+	c.LedgerVerifierKey = filepath.Join(dir, "ledger.vkey")
+	if err := os.WriteFile(c.LedgerVerifierKey, []byte(lk.VerifierKey+"\n"), 0o600); err != nil {
 		return nil, fmt.Errorf("cluster: %w", err)
 	}
 	c.Keys = filepath.Join(dir, "keys.json")
@@ -296,7 +303,7 @@ func (c *Cluster) toolgateCommand(ctx context.Context, toolgate string, args ...
 func (c *Cluster) newToolgateWorker(toolgate string, n int) *Process {
 	return &Process{
 		Name: "worker-" + strconv.Itoa(n),
-		path: toolgate, args: []string{"worker", "--workspace", c.Workspace, "--metrics", "", "--ledger", c.LedgerDSN, "--ledger-key", c.LedgerKey},
+		path: toolgate, args: []string{"worker", "--workspace", c.Workspace, "--metrics", "", "--ledger", c.LedgerDSN, "--ledger-key", c.LedgerVerifierKey},
 		dir: c.dir, env: c.Env(),
 		ready: printed("Worker running"),
 	}
