@@ -54,11 +54,28 @@ type UpstreamServer struct {
 	// Timeout bounds one tool call; DefaultUpstreamTimeout unless set.
 	Timeout time.Duration
 	// Roots are the directories toolgate offers the server as MCP roots
-	// ("toolgate": {"roots": [...]}), absolute. None: toolgate does not
-	// offer the roots capability, and the server keeps its own settings
-	// (a filesystem server's command-line directories: roots would
-	// replace them).
+	// ("toolgate": {"roots": [...]}), absolute; a stdio server's sandbox
+	// lets it read and write them. None: toolgate does not offer the roots
+	// capability, and the server keeps its own settings (a filesystem
+	// server's command-line directories: roots would replace them).
 	Roots []string
+	// Sandbox is what a stdio server's sandbox opens beside its roots
+	// ("toolgate": {"sandbox": {...}}).
+	Sandbox UpstreamSandbox
+}
+
+// UpstreamSandbox is what a stdio server reaches beside its Roots, the
+// system's directories, its own program and a private TMPDIR (see
+// sandbox.go). The zero value opens nothing more and allows the network.
+type UpstreamSandbox struct {
+	// Write ("write") are more directories it reads and writes, absolute:
+	// those a server takes on its command line rather than as roots.
+	Write []string
+	// Read ("read") are more directories it reads and executes, absolute:
+	// a program's other files, a cache it needs.
+	Read []string
+	// NoNetwork ("network": false) refuses it every TCP connect and bind.
+	NoNetwork bool
 }
 
 // serverNamePattern: letters, digits, _ - . (so <server>__<tool> is a
@@ -135,8 +152,16 @@ func (p *parser) errorf(field, format string, args ...any) {
 // toolgateFields are the toolgate-only settings of a server, under
 // "toolgate" so that they never clash with another client's fields.
 type toolgateFields struct {
-	Timeout string   `json:"timeout"`
-	Roots   []string `json:"roots"`
+	Timeout string         `json:"timeout"`
+	Roots   []string       `json:"roots"`
+	Sandbox *sandboxFields `json:"sandbox"`
+}
+
+// sandboxFields are "toolgate": {"sandbox": {...}} (UpstreamSandbox).
+type sandboxFields struct {
+	Write   []string `json:"write"`
+	Read    []string `json:"read"`
+	Network *bool    `json:"network"`
 }
 
 func (p *parser) parse(raw json.RawMessage) (s UpstreamServer, disabled bool) {
@@ -216,14 +241,14 @@ func (p *parser) parse(raw json.RawMessage) (s UpstreamServer, disabled bool) {
 		}
 	}
 
-	for i, r := range tg.Roots {
-		where := fmt.Sprintf("toolgate.roots[%d]", i)
-		r = p.expand(where, r)
-		if !filepath.IsAbs(r) {
-			p.errorf(where, "%q must be an absolute directory", r)
-			continue
+	s.Roots = p.dirs("toolgate.roots", tg.Roots)
+	if b := tg.Sandbox; b != nil {
+		if typ != TypeStdio {
+			p.errorf("toolgate.sandbox", "is for stdio servers: toolgate starts no process for an %s server", typ)
 		}
-		s.Roots = append(s.Roots, filepath.Clean(r))
+		s.Sandbox.Write = p.dirs("toolgate.sandbox.write", b.Write)
+		s.Sandbox.Read = p.dirs("toolgate.sandbox.read", b.Read)
+		s.Sandbox.NoNetwork = b.Network != nil && !*b.Network
 	}
 	s.Timeout = DefaultUpstreamTimeout
 	if tg.Timeout != "" {
@@ -235,6 +260,21 @@ func (p *parser) parse(raw json.RawMessage) (s UpstreamServer, disabled bool) {
 		}
 	}
 	return s, false
+}
+
+// dirs are the absolute directories of field, ${VAR}s expanded, cleaned.
+func (p *parser) dirs(field string, list []string) []string {
+	var out []string
+	for i, d := range list {
+		where := fmt.Sprintf("%s[%d]", field, i)
+		d = p.expand(where, d)
+		if !filepath.IsAbs(d) {
+			p.errorf(where, "%q must be an absolute directory", d)
+			continue
+		}
+		out = append(out, filepath.Clean(d))
+	}
+	return out
 }
 
 // decode reads an optional field; a value of the wrong type is a problem
@@ -249,6 +289,10 @@ func (p *parser) decode(fields map[string]json.RawMessage, name string, out any,
 		d.DisallowUnknownFields() // toolgate's own settings: a typo is an error
 	}
 	if err := d.Decode(out); err != nil {
+		if name == "toolgate" {
+			p.errorf(name, "must be %s (%v)", want, err)
+			return
+		}
 		p.errorf(name, "must be %s", want)
 	}
 }

@@ -1,16 +1,11 @@
 package mcpgate
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"net/http"
 	"net/url"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -43,11 +38,6 @@ const (
 	maxErrorText                  = 4 << 10
 )
 
-// inheritedEnv are the variables a stdio server gets from the worker's
-// environment, as MCP's reference clients pass them; the rest (Temporal
-// keys, tokens, SMTP passwords) stays in the worker. "env" adds more.
-var inheritedEnv = []string{"HOME", "LOGNAME", "PATH", "SHELL", "TERM", "USER"}
-
 // UpstreamOptions tune StartUpstreams.
 type UpstreamOptions struct {
 	// Logger receives the upstreams' events and their stderr lines.
@@ -62,6 +52,14 @@ type UpstreamOptions struct {
 	// PinRecheck is how often the pins of a server with held tools are
 	// read; default DefaultPinRecheck.
 	PinRecheck time.Duration
+	// Unsandboxed runs stdio servers unconfined (the worker's
+	// --unsandboxed-tools). Default false: each runs in a Landlock sandbox
+	// (sandbox.go), and without Landlock none starts; the program must
+	// call sandbox.Enter first in main, as toolgate's does.
+	Unsandboxed bool
+	// Own are toolgate's own files and directories: a stdio server whose
+	// sandbox would reach one is refused. Optional.
+	Own []string
 }
 
 // Upstreams are the connected MCP servers of a worker.
@@ -162,6 +160,7 @@ type upstream struct {
 	opts   UpstreamOptions
 	logger *zap.Logger
 	client *mcp.Client
+	box    *box // a stdio server's sandbox; nil: unconfined or not stdio
 
 	// connectMu serialises connecting; mu guards the fields below.
 	connectMu sync.Mutex
@@ -221,8 +220,12 @@ func newUpstreamClient(roots []string, listChanged func(), progressed func(*mcp.
 	return c
 }
 
-// start connects and lists the server's tools, each held until checked.
+// start confines a stdio server, connects and lists the server's tools,
+// each held until checked.
 func (u *upstream) start(ctx context.Context) error {
+	if err := u.confine(); err != nil {
+		return err
+	}
 	offers, err := u.list(ctx)
 	if err != nil {
 		return err
@@ -470,6 +473,10 @@ func (u *upstream) session(ctx context.Context) (*mcp.ClientSession, error) {
 // (SSE) tie the connection to the context they connect with, so that one
 // lives until stop, not just through the handshake.
 func (u *upstream) connect(ctx context.Context) (*mcp.ClientSession, context.CancelFunc, error) {
+	t, err := u.transport()
+	if err != nil {
+		return nil, nil, err
+	}
 	life, stop := context.WithCancel(context.Background())
 	type result struct {
 		cs  *mcp.ClientSession
@@ -477,7 +484,7 @@ func (u *upstream) connect(ctx context.Context) (*mcp.ClientSession, context.Can
 	}
 	done := make(chan result, 1)
 	go func() {
-		cs, err := u.client.Connect(life, u.transport(), nil)
+		cs, err := u.client.Connect(life, t, nil)
 		done <- result{cs, err}
 	}()
 	timer := time.NewTimer(u.opts.ConnectTimeout)
@@ -564,89 +571,5 @@ func (u *upstream) close() {
 			u.logger.Debug("MCP server closed with an error", zap.Error(err))
 		}
 	}
+	u.removeTmp()
 }
-
-// transport makes a fresh transport for one connection.
-func (u *upstream) transport() mcp.Transport {
-	switch u.srv.Type {
-	case TypeHTTP:
-		// The standalone stream carries notifications/tools/list_changed;
-		// the SDK goes on without it for a server that offers none.
-		return &mcp.StreamableClientTransport{Endpoint: u.srv.URL, HTTPClient: u.httpClient()}
-	case TypeSSE:
-		return &mcp.SSEClientTransport{Endpoint: u.srv.URL, HTTPClient: u.httpClient()}
-	}
-	cmd := exec.Command(u.srv.Command, u.srv.Args...)
-	cmd.Env = stdioEnv(u.srv.Env)
-	cmd.Stderr = &lineLogger{logger: u.logger}
-	return &mcp.CommandTransport{Command: cmd}
-}
-
-func stdioEnv(extra map[string]string) []string {
-	var env []string
-	for _, k := range inheritedEnv {
-		if v, ok := os.LookupEnv(k); ok {
-			if _, overridden := extra[k]; !overridden {
-				env = append(env, k+"="+v)
-			}
-		}
-	}
-	for _, k := range sortedKeys(extra) {
-		env = append(env, k+"="+extra[k])
-	}
-	return env
-}
-
-func (u *upstream) httpClient() *http.Client {
-	if len(u.srv.Headers) == 0 {
-		return http.DefaultClient
-	}
-	return &http.Client{Transport: &headerTransport{headers: u.srv.Headers, base: http.DefaultTransport}}
-}
-
-// headerTransport adds the server's configured headers to every request.
-type headerTransport struct {
-	headers map[string]string
-	base    http.RoundTripper
-}
-
-func (t *headerTransport) RoundTrip(r *http.Request) (*http.Response, error) {
-	r = r.Clone(r.Context())
-	for k, v := range t.headers {
-		r.Header.Set(k, v)
-	}
-	return t.base.RoundTrip(r)
-}
-
-// lineLogger logs a stdio server's stderr, a line at a time.
-type lineLogger struct {
-	logger *zap.Logger
-	mu     sync.Mutex
-	buf    []byte
-}
-
-func (l *lineLogger) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.buf = append(l.buf, p...)
-	for {
-		i := bytes.IndexByte(l.buf, '\n')
-		if i < 0 {
-			break
-		}
-		if line := strings.TrimRight(string(l.buf[:i]), "\r"); line != "" {
-			l.logger.Info("MCP server stderr", zap.String("line", line))
-		}
-		l.buf = l.buf[i+1:]
-	}
-	if len(l.buf) > 64<<10 { // a runaway line: log what there is
-		l.logger.Info("MCP server stderr", zap.String("line", string(l.buf)))
-		l.buf = l.buf[:0]
-	}
-	return len(p), nil
-}
-
-var (
-	_ io.Writer         = (*lineLogger)(nil)
-	_ http.RoundTripper = (*headerTransport)(nil)
-)

@@ -19,11 +19,18 @@ import (
 
 	"github.com/toolgate/toolgate/mcpgate"
 	"github.com/toolgate/toolgate/mcpgate/mcptest"
+	"github.com/toolgate/toolgate/sandbox"
 	"github.com/toolgate/toolgate/tool"
 )
 
-// The test binary doubles as a stdio MCP server (mcptest).
-func init() { mcptest.ServeStdioIfAsked() }
+// TestMain: the test binary plays toolgate's for the stdio servers'
+// sandbox (sandbox.Command starts it to confine itself), and doubles as
+// a stdio MCP server (mcptest), served only once confined.
+func TestMain(m *testing.M) {
+	sandbox.Enter()
+	mcptest.ServeStdioIfAsked()
+	os.Exit(m.Run())
+}
 
 func stdioServer(t *testing.T) mcpgate.UpstreamServer {
 	self, err := os.Executable()
@@ -52,7 +59,13 @@ func httpServer(t *testing.T) mcpgate.UpstreamServer {
 // tools the registry offers.
 func start(t *testing.T, servers ...mcpgate.UpstreamServer) (*mcpgate.Upstreams, map[string]tool.Tool) {
 	t.Helper()
-	ups, reg := startPinned(t, newMemPins(), mcpgate.UpstreamOptions{}, servers...)
+	return startWith(t, mcpgate.UpstreamOptions{}, servers...)
+}
+
+// startWith is start with options o.
+func startWith(t *testing.T, o mcpgate.UpstreamOptions, servers ...mcpgate.UpstreamServer) (*mcpgate.Upstreams, map[string]tool.Tool) {
+	t.Helper()
+	ups, reg := startPinned(t, newMemPins(), o, servers...)
 	byName := map[string]tool.Tool{}
 	for _, name := range reg.Names() {
 		tt, ok := reg.Lookup(name)

@@ -478,7 +478,7 @@ func (f *workerFlags) add(cmd *cobra.Command, workspaceDefault string) {
 	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 30*time.Second, "on SIGTERM, how long running tools may finish before the worker stops")
 	fs.StringVar(&f.mcpFile, "mcp", os.Getenv("TOOLGATE_MCP"), "upstream MCP servers file (the mcpServers of .mcp.json); their tools run as <server>__<tool> (env TOOLGATE_MCP)")
 	fs.StringSliceVar(&f.trustNewTools, "trust-new-tools", nil, "MCP servers (by name) whose new tools are offered without asking an approver; changed tools are still asked")
-	fs.BoolVar(&f.unsandboxed, "unsandboxed-tools", os.Getenv("TOOLGATE_UNSANDBOXED_TOOLS") == "1", "run the shell tool's commands without the Landlock sandbox: they reach everything this process's user reaches, toolgate's keys included (env TOOLGATE_UNSANDBOXED_TOOLS=1); without it, a kernel with no Landlock runs no command")
+	fs.BoolVar(&f.unsandboxed, "unsandboxed-tools", os.Getenv("TOOLGATE_UNSANDBOXED_TOOLS") == "1", "run the shell tool's commands and the MCP stdio servers (--mcp) without the Landlock sandbox: they reach everything this process's user reaches, toolgate's keys included (env TOOLGATE_UNSANDBOXED_TOOLS=1); without it, a kernel with no Landlock runs no command and starts no MCP stdio server")
 	f.doors.add(cmd, workspaceDefault == "")
 }
 

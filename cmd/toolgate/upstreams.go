@@ -43,7 +43,8 @@ func (a *app) startUpstreams(ctx context.Context, f workerFlags, tools *tool.Reg
 	if err != nil {
 		return upstreams{}, usageError("%v", err)
 	}
-	ups, err := mcpgate.StartUpstreams(ctx, cfg, mcpgate.UpstreamOptions{Logger: a.logger.Named("mcp"), TrustNewTools: f.trustNewTools})
+	ups, err := mcpgate.StartUpstreams(ctx, cfg, mcpgate.UpstreamOptions{Logger: a.logger.Named("mcp"), TrustNewTools: f.trustNewTools,
+		Unsandboxed: f.unsandboxed, Own: f.own})
 	if err != nil {
 		return upstreams{}, err
 	}

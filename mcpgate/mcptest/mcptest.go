@@ -3,6 +3,8 @@
 // destructive one, and one that kills its own process mid-call. A test
 // binary serves it over stdio when re-run with EnvStdio set
 // (ServeStdioIfAsked), or over HTTP with mcp.NewStreamableHTTPHandler.
+// NewReader is another server, whose tool reads any file it is asked
+// for: what a sandbox must hold.
 package mcptest
 
 import (
@@ -14,8 +16,12 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 )
 
-// EnvStdio, set to any value, makes ServeStdioIfAsked serve over stdio.
+// EnvStdio, set to any value, makes ServeStdioIfAsked serve over stdio:
+// NewReader when the value is StdioReader, NewServer otherwise.
 const EnvStdio = "TOOLGATE_MCPTEST_STDIO"
+
+// StdioReader, as EnvStdio's value, serves NewReader.
+const StdioReader = "reader"
 
 // Tool names of the server.
 const (
@@ -28,6 +34,9 @@ const (
 	Erase = "erase"
 	// Crash (read-only, not idempotent) exits the process mid-call.
 	Crash = "crash"
+	// ReadFile (read-only; NewReader's) answers {"path"} with the file's
+	// contents, or isError with the reason it could not read it.
+	ReadFile = "read_file"
 )
 
 // LookupSchema is the input schema of Lookup (and Fail).
@@ -71,6 +80,11 @@ func NewServer() *mcp.Server {
 	}, func(context.Context, *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: "erased"}}}, nil
 	})
+	addCrash(s)
+	return s
+}
+
+func addCrash(s *mcp.Server) {
 	s.AddTool(&mcp.Tool{
 		Name:        Crash,
 		Description: "Exit the server's process in the middle of the call.",
@@ -81,6 +95,30 @@ func NewServer() *mcp.Server {
 		os.Exit(3)
 		return nil, nil
 	})
+}
+
+// NewReader returns a server whose tool ReadFile reads whatever path it
+// is given, with no checks of its own, beside Crash.
+func NewReader() *mcp.Server {
+	s := mcp.NewServer(&mcp.Implementation{Name: "toolgate-mcptest-reader", Version: "1"}, nil)
+	no := false
+	s.AddTool(&mcp.Tool{
+		Name:        ReadFile,
+		Description: "Read a file.",
+		InputSchema: json.RawMessage(`{"type":"object","properties":{"path":{"type":"string"}},"required":["path"]}`),
+		Annotations: &mcp.ToolAnnotations{ReadOnlyHint: true, OpenWorldHint: &no},
+	}, func(_ context.Context, req *mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		var args struct {
+			Path string `json:"path"`
+		}
+		_ = json.Unmarshal(req.Params.Arguments, &args)
+		b, err := os.ReadFile(args.Path)
+		if err != nil {
+			return &mcp.CallToolResult{IsError: true, Content: []mcp.Content{&mcp.TextContent{Text: err.Error()}}}, nil
+		}
+		return &mcp.CallToolResult{Content: []mcp.Content{&mcp.TextContent{Text: string(b)}}}, nil
+	})
+	addCrash(s)
 	return s
 }
 
@@ -92,14 +130,22 @@ func keyOf(req *mcp.CallToolRequest) string {
 	return args.Key
 }
 
-// ServeStdioIfAsked serves NewServer over stdin and stdout, then exits,
-// when EnvStdio is set; otherwise it returns at once. Call it from a test
-// package's init so that the test binary doubles as a stdio upstream.
+// ServeStdioIfAsked serves NewServer (or NewReader) over stdin and
+// stdout, then exits, when EnvStdio is set; otherwise it returns at once.
+// Call it early in a test binary so that it doubles as a stdio upstream:
+// from init, or, where the test binary also plays toolgate's sandbox
+// role, from TestMain right after sandbox.Enter (an init would serve
+// before the sandbox confines it).
 func ServeStdioIfAsked() {
-	if os.Getenv(EnvStdio) == "" {
+	v := os.Getenv(EnvStdio)
+	if v == "" {
 		return
 	}
-	if err := NewServer().Run(context.Background(), &mcp.StdioTransport{}); err != nil {
+	srv := NewServer()
+	if v == StdioReader {
+		srv = NewReader()
+	}
+	if err := srv.Run(context.Background(), &mcp.StdioTransport{}); err != nil {
 		fmt.Fprintln(os.Stderr, "mcptest:", err)
 		os.Exit(1)
 	}
