@@ -37,7 +37,9 @@ func changingUpstream(t *testing.T, description string) (mcpFile string, change 
 		require.NoError(t, os.Rename(settings+".new", settings))
 	}
 	change(description, false)
-	mcpFile = filepath.Join(dir, "mcp.json")
+	// Apart from the settings: the server's sandbox reads the settings'
+	// directory, which must not hold toolgate's own servers file.
+	mcpFile = filepath.Join(t.TempDir(), "mcp.json")
 	b, err := json.Marshal(map[string]any{"mcpServers": map[string]any{
 		"docs": map[string]any{"command": node, "args": []string{script, settings}, "env": map[string]string{"NODE_PATH": npmModules()}},
 	}})
