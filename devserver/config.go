@@ -1,7 +1,9 @@
 package devserver
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"os"
 	"strconv"
@@ -14,6 +16,9 @@ import (
 	sqliteplugin "go.temporal.io/server/common/persistence/sql/sqlplugin/sqlite"
 	"go.temporal.io/server/common/primitives"
 	"go.temporal.io/server/schema/sqlite"
+	"go.uber.org/zap"
+
+	"github.com/toolgate/toolgate/fsmode"
 )
 
 const (
@@ -209,16 +214,26 @@ func newDynamicConfig() (*dynamicconfig.MemoryClient, func()) {
 	return dc, stopForcing
 }
 
-// preparePersistence creates the schema when the DB file is new, and the
-// namespace if it is missing (a no-op when it exists), before the server
-// starts: a SQLite server has no other way to create its schema.
-func preparePersistence(sqlCfg *config.SQL, namespace string) error {
-	if _, err := os.Stat(sqlCfg.DatabaseName); os.IsNotExist(err) {
+// preparePersistence creates the schema when the DB file is new (missing,
+// or empty: made by fsmode.SQLite and never written), and the namespace if
+// it is missing (a no-op when it exists), before the server starts: a
+// SQLite server has no other way to create its schema. The file and its
+// side files are owner-only (workflow histories hold tool inputs and
+// outputs); looser ones are tightened, and told to log.
+func preparePersistence(sqlCfg *config.SQL, namespace string, log *zap.Logger) error {
+	path := sqlCfg.DatabaseName
+	info, err := os.Stat(path)
+	fresh := errors.Is(err, fs.ErrNotExist) || err == nil && info.Size() == 0
+	if err != nil && !fresh {
+		return fmt.Errorf("devserver: stat database: %w", err)
+	}
+	if err := fsmode.SQLite(log, path); err != nil {
+		return fmt.Errorf("devserver: database file: %w", err)
+	}
+	if fresh {
 		if err := sqlite.SetupSchema(sqlCfg); err != nil {
 			return fmt.Errorf("devserver: set up schema: %w", err)
 		}
-	} else if err != nil {
-		return fmt.Errorf("devserver: stat database: %w", err)
 	}
 	ns, err := sqlite.NewNamespaceConfig(clusterName, namespace, false, nil)
 	if err != nil {
@@ -226,6 +241,10 @@ func preparePersistence(sqlCfg *config.SQL, namespace string) error {
 	}
 	if err := sqlite.CreateNamespaces(sqlCfg, ns); err != nil {
 		return fmt.Errorf("devserver: create namespace: %w", err)
+	}
+	// The database was open: check the side files it made.
+	if err := fsmode.SQLite(log, path); err != nil {
+		return fmt.Errorf("devserver: database file: %w", err)
 	}
 	return nil
 }

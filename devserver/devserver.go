@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"sync"
 	"time"
@@ -15,6 +14,8 @@ import (
 	"go.temporal.io/server/common/log"
 	"go.temporal.io/server/temporal"
 	"go.uber.org/zap"
+
+	"github.com/toolgate/toolgate/fsmode"
 )
 
 // dbFileName is the SQLite file inside Options.DataDir.
@@ -93,7 +94,7 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 	} else {
 		sqlite := sqlConfig(filepath.Join(o.DataDir, dbFileName))
 		cfg = buildConfig(sqlite, sqlite, 1, ports)
-		if err := preparePersistence(sqlite, o.Namespace); err != nil {
+		if err := preparePersistence(sqlite, o.Namespace, o.Logger); err != nil {
 			return nil, err
 		}
 	}
@@ -138,8 +139,12 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 }
 
 // withDefaults validates o and fills in defaults, creating DataDir
-// (owner-only: workflow histories hold tool inputs and outputs).
+// (owner-only: workflow histories hold tool inputs and outputs), or
+// tightening it.
 func withDefaults(o Options) (Options, error) {
+	if o.Logger == nil {
+		o.Logger = zap.NewNop()
+	}
 	switch {
 	case o.SQL != nil:
 		if o.SQL.Store == nil || o.SQL.Visibility == nil {
@@ -151,15 +156,12 @@ func withDefaults(o Options) (Options, error) {
 	case o.DataDir == "":
 		return o, errors.New("devserver: Options.DataDir is required")
 	default:
-		if err := os.MkdirAll(o.DataDir, 0o700); err != nil {
+		if err := fsmode.MkdirAll(o.Logger, o.DataDir); err != nil {
 			return o, fmt.Errorf("devserver: create data dir: %w", err)
 		}
 	}
 	if o.Namespace == "" {
 		o.Namespace = "default"
-	}
-	if o.Logger == nil {
-		o.Logger = zap.NewNop()
 	}
 	return o, nil
 }

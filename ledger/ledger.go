@@ -48,6 +48,8 @@ type Options struct {
 	// Sealer, when set, encrypts what may carry secrets in every entry
 	// appended (Entry.Seal), and Read decrypts it. Optional.
 	Sealer Sealer
+	// Logger receives the ledger's logs, a tightening of its SQLite
+	// file's permissions included. Optional.
 	Logger *zap.Logger
 }
 
@@ -87,7 +89,7 @@ func Open(ctx context.Context, o Options) (*Ledger, error) {
 	if o.CheckpointEvery <= 0 {
 		o.CheckpointEvery = DefaultCheckpointEvery
 	}
-	st, err := openStore(ctx, o.DSN)
+	st, err := openStore(ctx, o.DSN, o.Logger)
 	if err != nil {
 		return nil, err
 	}

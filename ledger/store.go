@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"go.uber.org/zap"
 	"golang.org/x/mod/sumdb/tlog"
 
 	"github.com/toolgate/toolgate/sqldb"
@@ -39,12 +40,13 @@ CREATE TABLE IF NOT EXISTS ledger_checkpoints (size BIGINT PRIMARY KEY, note TEX
 `
 
 // openStore opens (and creates, if need be) the log's tables. dsn is a
-// postgres:// URL or a SQLite file path (optionally "sqlite:PATH").
-func openStore(ctx context.Context, dsn string) (*store, error) {
+// postgres:// URL or a SQLite file path (optionally "sqlite:PATH"); log
+// is told when the file's permissions are tightened.
+func openStore(ctx context.Context, dsn string, log *zap.Logger) (*store, error) {
 	// synchronous(FULL): a commit is on disk before the call goes on,
 	// power loss included (group commit keeps it cheap:
 	// BenchmarkAppendOne/-Concurrent).
-	db, err := sqldb.Open(ctx, dsn, sqldb.Options{Synchronous: "FULL", Schema: schema})
+	db, err := sqldb.Open(ctx, dsn, sqldb.Options{Synchronous: "FULL", Schema: schema, Logger: log})
 	var dbErr *sqldb.Error
 	switch {
 	case errors.As(err, &dbErr) && dbErr.Schema:

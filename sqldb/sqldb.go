@@ -14,7 +14,10 @@ import (
 	"strings"
 
 	_ "github.com/jackc/pgx/v5/stdlib" // driver "pgx"
-	_ "modernc.org/sqlite"             // driver "sqlite", pure Go
+	"go.uber.org/zap"
+	_ "modernc.org/sqlite" // driver "sqlite", pure Go
+
+	"github.com/toolgate/toolgate/fsmode"
 )
 
 // ErrNoDatabase is Open's error for a DSN that names no database.
@@ -32,6 +35,10 @@ type Options struct {
 	// Make them idempotent (CREATE TABLE IF NOT EXISTS …), as every Open
 	// runs them. Optional.
 	Schema string
+	// Logger is told when Open tightens the permissions of an existing
+	// SQLite file (and its -wal, -shm) that group or others could use.
+	// Optional.
+	Logger *zap.Logger
 }
 
 // DB is an open database: a *sql.DB, and whether it is PostgreSQL.
@@ -63,9 +70,10 @@ func (e *Error) Unwrap() error { return e.Err }
 
 // Open opens the database dsn names, and runs o.Schema in it. dsn is a
 // postgres:// (or postgresql://) URL, opened with pgx, or else a SQLite
-// file path, optionally written "sqlite:PATH"; the file and its directory
-// are created when missing. Its errors are ErrNoDatabase, the error of
-// creating the directory, or an *Error.
+// file path, optionally written "sqlite:PATH"; the file (mode 0600) and
+// its directory (0700) are created when missing, and an existing file and
+// its side files are made owner-only (fsmode.SQLite). Its errors are
+// ErrNoDatabase, the error of creating the directory, or an *Error.
 func Open(ctx context.Context, dsn string, o Options) (*DB, error) {
 	db := &DB{}
 	var err error
@@ -83,6 +91,9 @@ func Open(ctx context.Context, dsn string, o Options) (*DB, error) {
 			return nil, err
 		}
 		db.where = path
+		if err := fsmode.SQLite(o.Logger, path); err != nil {
+			return nil, &Error{Where: db.where, Err: err}
+		}
 		// One writer at a time (immediate transactions), readers alongside
 		// it (WAL); a second process waits for the lock instead of failing.
 		source := "file:" + path + "?_txlock=immediate&_pragma=journal_mode(WAL)&_pragma=busy_timeout(30000)"
@@ -105,6 +116,13 @@ func Open(ctx context.Context, dsn string, o Options) (*DB, error) {
 		if _, err := db.ExecContext(ctx, stmt); err != nil {
 			_ = db.Close()
 			return nil, &Error{Where: db.where, Schema: true, Err: err}
+		}
+	}
+	if !db.postgres {
+		// The schema opened the database: its side files are there now.
+		if err := fsmode.SQLite(o.Logger, db.where); err != nil {
+			_ = db.Close()
+			return nil, &Error{Where: db.where, Err: err}
 		}
 	}
 	return db, nil

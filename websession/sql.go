@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"time"
 
+	"go.uber.org/zap"
+
 	"github.com/toolgate/toolgate/sqldb"
 )
 
@@ -33,6 +35,9 @@ type Options struct {
 	Sealer Sealer
 	// Now is the clock sessions expire by. Default time.Now.
 	Now func() time.Time
+	// Logger is told when Open tightens the permissions of an existing
+	// SQLite file that group or others could use. Optional.
+	Logger *zap.Logger
 }
 
 // DB is a Store in a SQL database, table inbox_sessions: every process
@@ -67,7 +72,7 @@ func Open(ctx context.Context, o Options) (*DB, error) {
 	}
 	// A session lost to a power cut is a sign-in to make again, so commits
 	// need not wait for the disk (the ledger's do).
-	db, err := sqldb.Open(ctx, o.DSN, sqldb.Options{Synchronous: "NORMAL", Schema: schema})
+	db, err := sqldb.Open(ctx, o.DSN, sqldb.Options{Synchronous: "NORMAL", Schema: schema, Logger: o.Logger})
 	var dbErr *sqldb.Error
 	switch {
 	case errors.As(err, &dbErr) && dbErr.Schema:

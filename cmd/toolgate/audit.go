@@ -516,7 +516,8 @@ carries its inclusion proof against the latest checkpoint.`,
 }
 
 // writeOut writes to path, or to stdout when path is empty; a file is
-// written whole or not at all.
+// written whole or not at all, and is owner-only (os.CreateTemp makes it
+// 0600): exports and receipts hold what calls did.
 func writeOut(stdout io.Writer, path string, write func(io.Writer) error) error {
 	if path == "" {
 		return write(stdout)
@@ -525,11 +526,16 @@ func writeOut(stdout io.Writer, path string, write func(io.Writer) error) error 
 	if err := write(&b); err != nil {
 		return err
 	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, b.Bytes(), 0o644); err != nil {
+	tmp, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".tmp*")
+	if err != nil {
 		return err
 	}
-	return os.Rename(tmp, path)
+	defer os.Remove(tmp.Name())
+	_, werr := tmp.Write(b.Bytes())
+	if err := errors.Join(werr, tmp.Close()); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), path)
 }
 
 func (a *app) auditBackfillCommand() *cobra.Command {

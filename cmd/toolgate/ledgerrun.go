@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/toolgate/toolgate/activities"
+	"github.com/toolgate/toolgate/fsmode"
 	"github.com/toolgate/toolgate/ledger"
 	"github.com/toolgate/toolgate/notify"
 	"github.com/toolgate/toolgate/server"
@@ -111,6 +112,9 @@ func (a *app) openLedger(ctx context.Context, f ledgerFlags, dev bool, webhook *
 		})
 	}
 	if f.checkpoints != "" {
+		if _, err := fsmode.Tighten(a.logger, f.checkpoints, fsmode.File); err != nil {
+			return nil, fmt.Errorf("--ledger-checkpoints: %w", err)
+		}
 		opts.Publish = append(opts.Publish, appendCheckpointTo(f.checkpoints))
 	}
 	l, err := ledger.Open(ctx, opts)
@@ -122,13 +126,14 @@ func (a *app) openLedger(ctx context.Context, f ledgerFlags, dev bool, webhook *
 }
 
 // appendCheckpointTo appends each checkpoint to a file, a note after the
-// other, each followed by a blank line.
+// other, each followed by a blank line. A new file is owner-only (an
+// existing one is tightened when the ledger opens).
 func appendCheckpointTo(path string) func(context.Context, ledger.Checkpoint) error {
 	var mu sync.Mutex
 	return func(_ context.Context, c ledger.Checkpoint) error {
 		mu.Lock()
 		defer mu.Unlock()
-		f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+		f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, fsmode.File)
 		if err != nil {
 			return err
 		}

@@ -62,8 +62,8 @@ in the environment (SLACK_*, SMTP_*, TOOLGATE_*; see docs/channels.md).`,
 			if err != nil {
 				return err
 			}
-			if err := os.MkdirAll(dataDir, 0o700); err != nil {
-				return fmt.Errorf("create data dir: %w", err)
+			if err := a.devDataDir(dataDir); err != nil {
+				return err
 			}
 			// Bound first: a taken address fails before Temporal starts,
 			// and the embedded server's own free ports never take it.
