@@ -18,7 +18,7 @@ func toolsConfinement(unsandboxed bool) (words string, confined bool) {
 	case abi == 0:
 		return "This kernel offers no Landlock: the shell tool and MCP stdio servers refuse to run (--unsandboxed-tools runs them unconfined)", false
 	}
-	return fmt.Sprintf("Tools run sandboxed (Landlock ABI %d): a shell command reads and writes its workspace only", abi), true
+	return fmt.Sprintf("Tools run sandboxed (Landlock ABI %d): a shell command reads and writes its workspace only, an MCP stdio server its roots", abi), true
 }
 
 // logSandbox says how the tools' processes run: confined, with which
