@@ -16,6 +16,7 @@ COPY go.mod go.sum ./
 RUN go mod download
 COPY . .
 RUN go build -ldflags="-s -w" -o /out/toolgate ./cmd/toolgate \
+ && go build -ldflags="-s -w" -o /out/toolgate-sandbox ./cmd/toolgate-sandbox \
  && /out/toolgate --help >/dev/null
 
 # Debian slim, not distroless: the built-in shell tool runs /bin/sh -c in the
@@ -26,7 +27,8 @@ COPY --from=build /etc/ssl/certs/ca-certificates.crt /etc/ssl/certs/ca-certifica
 RUN useradd --uid 10001 --user-group --home-dir /workspace --no-create-home --shell /usr/sbin/nologin toolgate \
  && mkdir -p /workspace /etc/toolgate \
  && chown toolgate:toolgate /workspace
-COPY --from=build /out/toolgate /usr/local/bin/toolgate
+# toolgate-sandbox beside toolgate: it starts each tool's sandboxed process.
+COPY --from=build /out/toolgate /out/toolgate-sandbox /usr/local/bin/
 USER 10001:10001
 WORKDIR /workspace
 # 7700: `toolgate serve` (API, inbox, Slack/email endpoints, /metrics);

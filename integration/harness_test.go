@@ -60,6 +60,13 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "build toolgate-hook:", err)
 		os.Exit(1)
 	}
+	// The sandbox's launcher, next to toolgate, as go install puts it.
+	build = exec.Command("go", "build", "-o", filepath.Join(dir, "toolgate-sandbox"), "github.com/toolgate/toolgate/cmd/toolgate-sandbox")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "build toolgate-sandbox:", err)
+		os.Exit(1)
+	}
 	spareKeys = filepath.Join(dir, "spare-keys.json")
 	if _, _, err := keyring.LoadOrCreate(spareKeys); err != nil {
 		fmt.Fprintln(os.Stderr, "keyring:", err)

@@ -7,9 +7,12 @@
 // root.
 //
 // Landlock confines the process that asks, so the worker does not confine
-// itself: Command starts toolgate's own binary in its sandbox role
-// (Enter), which confines itself with the highest Landlock ABI the kernel
-// offers and then becomes the tool's program (execve).
+// itself: Command starts a small program in the sandbox role (Enter),
+// which confines itself with the highest Landlock ABI the kernel offers
+// and then becomes the tool's program (execve). That program is
+// toolgate-sandbox beside toolgate's binary when it is there (it starts
+// in a millisecond), or else toolgate's own binary (which starts in
+// hundreds: it links the embedded Temporal server).
 package sandbox
 
 import (
@@ -20,6 +23,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 
 	"github.com/landlock-lsm/go-landlock/landlock"
@@ -123,16 +127,52 @@ func Command(p Policy, name string, args ...string) (*exec.Cmd, error) {
 	if ABI() == 0 {
 		return nil, ErrNoLandlock
 	}
-	self, err := os.Executable()
+	launcher, _, err := Launcher()
 	if err != nil {
-		return nil, fmt.Errorf("sandbox: find toolgate's own program: %w", err)
+		return nil, err
 	}
 	b, err := json.Marshal(p)
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(self, append([]string{role, string(b), "--", name}, args...)...)
+	cmd := exec.Command(launcher, append([]string{role, string(b), "--", name}, args...)...)
 	return cmd, nil
+}
+
+// LauncherName is the small program, beside toolgate's binary, that
+// Command starts in the sandbox role when it is there.
+const LauncherName = "toolgate-sandbox"
+
+var launcher struct {
+	once  sync.Once
+	path  string
+	small bool
+	err   error
+}
+
+// Launcher is the program Command starts in the sandbox role: small says
+// it is toolgate-sandbox, found beside this process's binary (never on
+// PATH, where a tool could put one), rather than this binary itself.
+func Launcher() (path string, small bool, err error) {
+	launcher.once.Do(func() {
+		self, err := os.Executable()
+		if err != nil {
+			launcher.err = fmt.Errorf("sandbox: find toolgate's own program: %w", err)
+			return
+		}
+		launcher.path, launcher.small = launcherFor(self)
+	})
+	return launcher.path, launcher.small, launcher.err
+}
+
+// launcherFor is the launcher of the program self: the executable
+// toolgate-sandbox beside it, or self.
+func launcherFor(self string) (path string, small bool) {
+	beside := filepath.Join(filepath.Dir(self), LauncherName)
+	if fi, err := os.Stat(beside); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
+		return beside, true
+	}
+	return self, false
 }
 
 // Enter is the sandbox role: when toolgate's binary was started by

@@ -127,3 +127,20 @@ func TestNoLandlockVarReportsABIZero(t *testing.T) {
 	_, err := Command(Policy{}, "true")
 	assert.ErrorIs(t, err, ErrNoLandlock)
 }
+
+func TestTheLauncherIsToolgateSandboxBesideTheBinaryOrTheBinaryItself(t *testing.T) {
+	dir := t.TempDir()
+	self := filepath.Join(dir, "toolgate")
+	path, small := launcherFor(self)
+	assert.Equal(t, self, path, "none beside it: toolgate's own binary")
+	assert.False(t, small)
+
+	beside := filepath.Join(dir, LauncherName)
+	require.NoError(t, os.WriteFile(beside, []byte("#!/bin/sh\n"), 0o644))
+	_, small = launcherFor(self)
+	assert.False(t, small, "one that cannot be executed is not taken")
+	require.NoError(t, os.Chmod(beside, 0o755))
+	path, small = launcherFor(self)
+	assert.Equal(t, beside, path)
+	assert.True(t, small)
+}

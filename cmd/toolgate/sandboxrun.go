@@ -18,7 +18,11 @@ func toolsConfinement(unsandboxed bool) (words string, confined bool) {
 	case abi == 0:
 		return "This kernel offers no Landlock: the shell tool and MCP stdio servers refuse to run (--unsandboxed-tools runs them unconfined)", false
 	}
-	return fmt.Sprintf("Tools run sandboxed (Landlock ABI %d): a shell command reads and writes its workspace only, an MCP stdio server its roots", abi), true
+	words = fmt.Sprintf("Tools run sandboxed (Landlock ABI %d): a shell command reads and writes its workspace only, an MCP stdio server its roots", abi)
+	if _, small, err := sandbox.Launcher(); err == nil && !small {
+		words += "; each starts through toolgate's own binary, hundreds of milliseconds: put " + sandbox.LauncherName + " beside toolgate (go install ./cmd/" + sandbox.LauncherName + ")"
+	}
+	return words, true
 }
 
 // logSandbox says how the tools' processes run: confined, with which
