@@ -19,6 +19,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -80,6 +81,8 @@ type hydra struct {
 	users           map[string]*idpUser
 	forgeKey        jose.JSONWebKey
 	toolgateBaseURL string
+	// refreshes counts the tokens Hydra issued for a refresh grant.
+	refreshes atomic.Int64
 }
 
 // startHydra runs Hydra for toolgate at publicURL, with a client that
@@ -257,8 +260,14 @@ func (h *hydra) serveApp(w http.ResponseWriter, r *http.Request) {
 					Subject string `json:"subject"`
 				} `json:"id_token"`
 			} `json:"session"`
+			Request struct {
+				GrantTypes []string `json:"grant_types"`
+			} `json:"request"`
 		}
 		_ = json.NewDecoder(r.Body).Decode(&hook)
+		if slices.Contains(hook.Request.GrantTypes, "refresh_token") {
+			h.refreshes.Add(1)
+		}
 		u, ok := h.user(hook.Session.IDToken.Subject)
 		if !ok || u.disabled {
 			w.WriteHeader(http.StatusForbidden)

@@ -117,9 +117,14 @@ func TestSignInWithHydra(t *testing.T) {
 			return strings.Contains(d.cli("audit", "show", "idp-ops", "--ledger", ledgerDB, "--ledger-key", filepath.Join(d.dataDir, "ledger.key")).stdout, "olga at "+h.issuer)
 		}, 10*time.Second, 200*time.Millisecond, "the ledger's call.decided names the identity: %+v", d.cli("audit", "show", "idp-ops", "--ledger", ledgerDB, "--ledger-key", filepath.Join(d.dataDir, "ledger.key")))
 
-		// Sign out from the waiting list: the call's page reloads itself
-		// once its call finishes, which could swallow the click.
+		// Sign out from the waiting list (the call's page reloads itself
+		// once its call finishes, which could swallow the click), after
+		// the sign-in was renewed: Hydra's renewed ID tokens carry no sid,
+		// which its sign-out needs.
+		renewed := h.refreshes.Load()
+		time.Sleep(2100 * time.Millisecond) // --oidc-refresh-every 2s
 		b.do(chromedp.Navigate(base+"/"), chromedp.WaitVisible(chromedp.CSS(".signout button")))
+		require.Eventually(t, func() bool { return h.refreshes.Load() > renewed }, 10*time.Second, 100*time.Millisecond, "the page load renewed the sign-in")
 		b.do(chromedp.Click(chromedp.CSS(".signout button")))
 		b.waitJS(`location.pathname === "/login" && document.body.textContent.includes("You are signed out.")`, "signed out, back from the provider's end-session page")
 		req, _ := http.NewRequest("GET", base+"/inbox/pending.json", nil)

@@ -179,6 +179,10 @@ func (a *authenticator) person(ctx context.Context, raw string) (Principal, erro
 // session store (sealed there, in a database), to renew itself and to
 // sign out at the provider.
 type oidcSession struct {
+	// IDToken is the sign-in's own ID token, kept through renewals as the
+	// hint of the provider's sign-out: a renewed one may lack the session
+	// ID (sid) the provider's sign-out needs (Ory Hydra's refreshed tokens
+	// do), and providers take an expired hint.
 	IDToken      string `json:"id_token"`
 	RefreshToken string `json:"refresh_token,omitempty"`
 	// RefreshAt is when the sign-in is renewed next; zero: it has no
@@ -364,7 +368,7 @@ func (i *inbox) refresh(ctx context.Context, s *inboxSession) (*inboxSession, er
 		if err == nil {
 			renewed := *s
 			renewed.principal = p
-			renewed.oidc = &oidcSession{IDToken: tokens.IDToken, RefreshToken: tokens.RefreshToken,
+			renewed.oidc = &oidcSession{IDToken: s.oidc.IDToken, RefreshToken: tokens.RefreshToken,
 				RefreshAt: earliest(i.now().Add(i.signIn.RefreshEvery), tokens.Expiry)}
 			if err := i.sessions.save(ctx, &renewed); errors.Is(err, websession.ErrStale) {
 				// Signed out while the provider answered (never brought
