@@ -142,6 +142,7 @@ type Report struct {
 	Ledger              LedgerFigures `json:"ledger"`
 	Statements          StatementCost `json:"statements"`
 	Hooks               HookFigures   `json:"hooks"`
+	Sandbox             SandboxCost   `json:"sandbox"`
 	Ratios              Ratios        `json:"ratios"`
 }
 
@@ -188,6 +189,10 @@ type Ratios struct {
 	// AutoAPIBaseAPIP50: an auto-approved call over the HTTP API over the
 	// bare workflow started through the same HTTP server (target ≤ 1.15).
 	AutoAPIBaseAPIP50 float64 `json:"auto_api_base_api_p50"`
+	// SandboxUnsandboxedP50: an auto-approved call of the shell tool
+	// running `echo hi` sandboxed over unsandboxed (target ≤ 1.1; 0 when
+	// the kernel offers no Landlock).
+	SandboxUnsandboxedP50 float64 `json:"sandbox_unsandboxed_p50"`
 }
 
 // Tools and sessions of the run.
@@ -283,6 +288,7 @@ func Run(ctx context.Context, o Options, out io.Writer) (Report, error) {
 		{"pending list", b.pendingList},
 		{"ledger appends", b.ledgerAppends},
 		{"coding-agent hooks", b.hooks},
+		{"sandbox", b.sandboxCost},
 	}
 	for _, s := range steps {
 		o.Logger.Info("Bench step", zap.String("step", s.name))
@@ -310,6 +316,9 @@ func Run(ctx context.Context, o Options, out io.Writer) (Report, error) {
 	}
 	if r.Hooks.Command.N > 0 {
 		r.Ratios.HookCommandBaseP50 = r.Hooks.Command.P50 / r.Hooks.Baseline.P50
+	}
+	if r.Sandbox.Sandboxed.N > 0 {
+		r.Ratios.SandboxUnsandboxedP50 = r.Sandbox.Sandboxed.P50 / r.Sandbox.Unsandboxed.P50
 	}
 	data, _ := json.MarshalIndent(r, "", "  ")
 	if err := os.WriteFile(o.JSONPath, append(data, '\n'), 0o644); err != nil {
@@ -732,11 +741,12 @@ func printReport(w io.Writer, r Report) {
 	fmt.Fprintf(w, "payload encryption (AES-256-GCM): auto-approved call encrypted / plaintext: %.2f (p50); throughput encrypted / plaintext: %.2f\n",
 		r.Ratios.AutoEncryptedAutoP50, r.Ratios.ThroughputEncryptedPlain)
 	printHooks(w, r.Hooks)
+	printSandbox(w, r.Sandbox, r.Ratios.SandboxUnsandboxedP50)
 	fmt.Fprintf(w, "figures in %s\n", r.Options.JSONPath)
 	q := r.Ratios
 	fmt.Fprintf(w, "statements: decision %.3f ms p50 (door reads the call, signs; worker checks), submission %.3f ms p50; decide_statements_p50=%.3f auto_statements_p50=%.3f\n",
 		r.Statements.Decide.P50, r.Statements.Submit.P50, q.DecideStatementsP50, q.AutoStatementsP50)
-	fmt.Fprintf(w, "ratios: auto/base_p50=%.2f sticky/base_p50=%.2f decide/signal_p50=%.2f decide/signal_activity_p50=%.2f throughput/base=%.2f park_one_session/base_rate=%.2f fanout/base_time=%.2f parked_kib_per_call=%.1f encrypted/plain_p50=%.2f throughput_encrypted/plain=%.2f hook_http/base_p50=%.2f hook_command/base_p50=%.2f auto_api/base_api_p50=%.2f\n",
+	fmt.Fprintf(w, "ratios: auto/base_p50=%.2f sticky/base_p50=%.2f decide/signal_p50=%.2f decide/signal_activity_p50=%.2f throughput/base=%.2f park_one_session/base_rate=%.2f fanout/base_time=%.2f parked_kib_per_call=%.1f encrypted/plain_p50=%.2f throughput_encrypted/plain=%.2f sandbox/unsandboxed_p50=%.2f hook_http/base_p50=%.2f hook_command/base_p50=%.2f auto_api/base_api_p50=%.2f\n",
 		q.AutoBaseP50, q.StickyBaseP50, q.DecideSignalP50, q.DecideSignalActivityP50, q.ThroughputBase, q.ParkOneSessionBaseRate, q.FanoutBaseTime, q.ParkedKiBCall,
-		q.AutoEncryptedAutoP50, q.ThroughputEncryptedPlain, q.HookHTTPBaseP50, q.HookCommandBaseP50, q.AutoAPIBaseAPIP50)
+		q.AutoEncryptedAutoP50, q.ThroughputEncryptedPlain, q.SandboxUnsandboxedP50, q.HookHTTPBaseP50, q.HookCommandBaseP50, q.AutoAPIBaseAPIP50)
 }

@@ -12,6 +12,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/toolgate/toolgate/sandbox"
 )
 
 // TestBenchQuick runs `toolgate bench --quick` once as a smoke test: it
@@ -25,7 +27,7 @@ func TestBenchQuick(t *testing.T) {
 
 	// The report is on stdout; the worker's log lines go to stderr.
 	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
-	assert.Regexp(t, regexp.MustCompile(`^ratios: auto/base_p50=[0-9.]+ sticky/base_p50=[0-9.]+ decide/signal_p50=[0-9.]+ decide/signal_activity_p50=[0-9.]+ throughput/base=[0-9.]+ park_one_session/base_rate=[0-9.]+ fanout/base_time=[0-9.]+ parked_kib_per_call=[0-9.]+ encrypted/plain_p50=[0-9.]+ throughput_encrypted/plain=[0-9.]+ hook_http/base_p50=[0-9.]+ hook_command/base_p50=[0-9.]+ auto_api/base_api_p50=[0-9.]+$`), lines[len(lines)-1])
+	assert.Regexp(t, regexp.MustCompile(`^ratios: auto/base_p50=[0-9.]+ sticky/base_p50=[0-9.]+ decide/signal_p50=[0-9.]+ decide/signal_activity_p50=[0-9.]+ throughput/base=[0-9.]+ park_one_session/base_rate=[0-9.]+ fanout/base_time=[0-9.]+ parked_kib_per_call=[0-9.]+ encrypted/plain_p50=[0-9.]+ throughput_encrypted/plain=[0-9.]+ sandbox/unsandboxed_p50=[0-9.]+ hook_http/base_p50=[0-9.]+ hook_command/base_p50=[0-9.]+ auto_api/base_api_p50=[0-9.]+$`), lines[len(lines)-1])
 
 	data, err := os.ReadFile(jsonPath)
 	require.NoError(t, err)
@@ -56,6 +58,16 @@ func TestBenchQuick(t *testing.T) {
 			BaselineAPI             latency `json:"baseline_api"`
 			CommandMissing          string  `json:"command_missing"`
 		} `json:"hooks"`
+		// The shell tool sandboxed and unsandboxed, and the sandbox's start.
+		Sandbox struct {
+			LandlockABI     int     `json:"landlock_abi"`
+			Skipped         string  `json:"skipped"`
+			Sandboxed       latency `json:"sandboxed"`
+			Unsandboxed     latency `json:"unsandboxed"`
+			SandboxedMean   float64 `json:"sandboxed_mean_ms"`
+			UnsandboxedMean float64 `json:"unsandboxed_mean_ms"`
+			Start, Exec     latency
+		} `json:"sandbox"`
 		Sticky         latency `json:"sticky"`
 		Decide         latency `json:"decide"`
 		SignalBaseline latency `json:"signal_baseline"`
@@ -113,4 +125,15 @@ func TestBenchQuick(t *testing.T) {
 		assert.Positive(t, l.P50, name)
 	}
 	assert.Contains(t, stdout.String(), "pending list, 200 waiting")
+
+	require.Positive(t, sandbox.ABI(), "the sandbox case needs a kernel with Landlock")
+	assert.Equal(t, sandbox.ABI(), r.Sandbox.LandlockABI)
+	assert.Empty(t, r.Sandbox.Skipped)
+	for name, l := range map[string]latency{"shell sandboxed": r.Sandbox.Sandboxed, "shell unsandboxed": r.Sandbox.Unsandboxed, "the sandbox's start": r.Sandbox.Start, "/bin/true": r.Sandbox.Exec} {
+		assert.Equal(t, 30, l.N, name)
+		assert.Positive(t, l.P50, name)
+	}
+	assert.Positive(t, r.Sandbox.SandboxedMean)
+	assert.Positive(t, r.Sandbox.UnsandboxedMean)
+	assert.Contains(t, stdout.String(), "shell tool `echo hi`, auto-approved call")
 }

@@ -21,7 +21,9 @@ with every payload encrypted) and a call decided by a sticky decision; a decisio
 concurrency; the cost of calls parked waiting for a person; and the first
 page of the pending list with W calls waiting against a bare visibility
 listing of a page; and a coding agent's PreToolUse for an auto-allowed
-tool over the HTTP hook and through a fresh toolgate-hook process. Prints a table, writes every figure as JSON, and ends
+tool over the HTTP hook and through a fresh toolgate-hook process; and the
+built-in shell tool's call sandboxed (Landlock) against unsandboxed, with
+the sandbox's start against a bare exec. Prints a table, writes every figure as JSON, and ends
 with one line of ratios.
 
 With --temporal-address the same cases run against that cluster instead
