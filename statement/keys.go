@@ -94,13 +94,14 @@ func LoadDoors(path string) (*Doors, error) {
 	return NewDoors(f.Doors...), nil
 }
 
-// WriteDoors writes a doors file (0644: it holds public keys only).
+// WriteDoors writes a doors file, 0600 as every file toolgate makes (it
+// holds public keys only: copy it to workers and auditors freely).
 func WriteDoors(path string, d *Doors) error {
 	b, err := json.MarshalIndent(doorsFile{Doors: d.keys}, "", "  ")
 	if err != nil {
 		return err
 	}
-	return writeAtomic(path, append(b, '\n'), 0o644)
+	return writeAtomic(path, append(b, '\n'), 0o600)
 }
 
 // Trust returns the doors with k trusted too (k replaces a key of its ID).

@@ -47,7 +47,7 @@ func (a *app) openSessions(ctx context.Context, f sessionFlags, ledgerDSN string
 		a.logger.Warn("Inbox sign-ins are kept in this process's memory, not in the ledger's database: they are sealed there with the payload keyring, which --insecure-plaintext-payloads turns off; a restart signs everyone out, and other replicas do not see them")
 		return nil, nil
 	}
-	s, err := websession.Open(ctx, websession.Options{DSN: dsn, Sealer: ring})
+	s, err := websession.Open(ctx, websession.Options{DSN: dsn, Sealer: ring, Logger: a.logger.Named("sessions")})
 	if err != nil {
 		return nil, err
 	}
