@@ -71,6 +71,10 @@ type Activities struct {
 	MaxOutputBytes int
 	// Ledger receives the workflows' ledger entries; nil: none kept.
 	Ledger Ledger
+
+	// reads shares the describes of busy sessions among this worker's
+	// calls.
+	reads sessionReads
 }
 
 // MetricStatementsRefused counts the messages refused for their statement
@@ -220,8 +224,12 @@ func (a *Activities) Evaluate(ctx context.Context, in EvaluateInput) (Evaluation
 		if req != nil {
 			key = req.StickyKeyFor(call)
 		}
-		word, err := a.readSession(ctx, in.Session, key)
-		if err != nil {
+		var word SessionWord
+		if owner, known := a.reads.ownerFor(in.Session, time.Now()); known && req == nil {
+			// Nobody is asked, so only the owner matters, and it was
+			// read moments ago: the busy session is not described again.
+			word.Owner = owner
+		} else if word, err = a.readSession(ctx, in.Session, key); err != nil {
 			return Evaluation{}, err // retried: the owner must be known
 		}
 		ev.Sticky, ev.SessionEnded, ev.SessionOwner = word.Sticky, word.End != nil, word.Owner

@@ -9,6 +9,7 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
 	workflowpb "go.temporal.io/api/workflow/v1"
+	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
@@ -83,7 +84,18 @@ func (a *Activities) readSession(ctx context.Context, workflowID, key string) (S
 	}
 	ctx, cancel := context.WithTimeout(ctx, sessionReadTimeout)
 	defer cancel()
-	desc, err := a.Client.DescribeWorkflowExecution(ctx, workflowID, "")
+	return a.describeSession(ctx, workflowID, key)
+}
+
+// describeSession reads what the session says to a call of key with a
+// describe of its run sent after this call (shared with the worker's
+// other calls that read it at once: sessionReads), and remembers its
+// owner.
+func (a *Activities) describeSession(ctx context.Context, workflowID, key string) (SessionWord, error) {
+	sent := time.Now()
+	desc, err := a.reads.read(ctx, workflowID, func(ctx context.Context, id string) (*workflowservice.DescribeWorkflowExecutionResponse, error) {
+		return a.Client.DescribeWorkflowExecution(ctx, id, "")
+	})
 	var nf *serviceerror.NotFound
 	switch {
 	case errors.As(err, &nf):
@@ -91,7 +103,11 @@ func (a *Activities) readSession(ctx context.Context, workflowID, key string) (S
 	case err != nil:
 		return SessionWord{}, fmt.Errorf("read session %s: %w", workflowID, err)
 	}
-	return sessionWordOf(a.dataConverter(), desc.GetWorkflowExecutionInfo(), key)
+	word, err := sessionWordOf(a.dataConverter(), desc.GetWorkflowExecutionInfo(), key)
+	if err == nil {
+		a.reads.sawOwner(workflowID, word.Owner, sent)
+	}
+	return word, err
 }
 
 // ReadSessionInput is the argument of ReadSession.
@@ -207,15 +223,7 @@ func (a *Activities) JoinWaitingRoom(ctx context.Context, in JoinInput) (Session
 	if err := a.SignalWithStart(ctx, in.Room); err != nil {
 		return SessionWord{}, err
 	}
-	desc, err := a.Client.DescribeWorkflowExecution(ctx, in.Session, "")
-	var nf *serviceerror.NotFound
-	switch {
-	case errors.As(err, &nf):
-		return SessionWord{}, nil
-	case err != nil:
-		return SessionWord{}, fmt.Errorf("read session %s: %w", in.Session, err)
-	}
-	return sessionWordOf(a.dataConverter(), desc.GetWorkflowExecutionInfo(), in.Key)
+	return a.describeSession(ctx, in.Session, in.Key) // sent after the registration
 }
 
 // Census counts the calls waiting in a session's rooms, with the groups

@@ -98,7 +98,9 @@ func TestEvaluateReadsTheOwnerOfAnAutoApprovedCall(t *testing.T) {
 	require.Nil(t, ev.Ask, "policy.Base approves without asking")
 	assert.Equal(t, "agentA", ev.SessionOwner)
 
-	s.err = serviceerror.NewUnavailable("frontend down")
-	err := run(t, a, a.Evaluate, in, &ev)
+	// A worker that has not read this session's owner yet (another one,
+	// or this one past ownerTTL) must read it.
+	down := &Activities{Client: &sessionServer{err: serviceerror.NewUnavailable("frontend down")}, Policy: policy.Base{}, Tools: registry(t)}
+	err := run(t, down, down.Evaluate, in, &ev)
 	require.Error(t, err, "an owner that cannot be read fails the evaluation, which Temporal retries")
 }

@@ -1,0 +1,122 @@
+package activities
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"go.temporal.io/api/workflowservice/v1"
+)
+
+// sessionReads shares the describes of a session's run among the calls of
+// one worker that read it at once. A thousand calls arriving in one
+// session would otherwise describe the same run a thousand times, and the
+// server throttles describes of a busy run (BusyWorkflow).
+//
+// Sharing keeps each read as fresh as a describe of its own: a caller
+// joins only a describe not yet sent when it arrived (never one already
+// in flight, which may have been answered before the caller's own
+// registration), so what it reads is never older than its arrival. At
+// most one describe of a run is in flight per worker, and one queued.
+//
+// It also remembers the sessions' owners for ownerFor: an owner never
+// changes while its session's runs exist.
+type sessionReads struct {
+	mu       sync.Mutex
+	queued   map[string]*sessionRead // sent once the run's flight lands
+	inFlight map[string]bool
+	owners   map[string]knownOwner
+}
+
+// sessionRead is one describe that any number of callers wait for.
+type sessionRead struct {
+	done chan struct{}
+	resp *workflowservice.DescribeWorkflowExecutionResponse
+	err  error
+}
+
+// knownOwner is a session's owner as a describe read it.
+type knownOwner struct {
+	owner string
+	at    time.Time
+}
+
+// ownerTTL bounds how long an owner is taken from memory: a session's
+// owner changes only when its runs are gone (retention) and another
+// agent opens it anew; maxKnownOwners bounds the memory.
+const (
+	ownerTTL       = 30 * time.Second
+	maxKnownOwners = 10000
+)
+
+// describeFunc describes a workflow's latest run.
+type describeFunc func(ctx context.Context, workflowID string) (*workflowservice.DescribeWorkflowExecutionResponse, error)
+
+// read describes workflowID with a describe sent after this call arrived,
+// shared with the callers that arrived before it was sent.
+func (s *sessionReads) read(ctx context.Context, workflowID string, describe describeFunc) (*workflowservice.DescribeWorkflowExecutionResponse, error) {
+	s.mu.Lock()
+	if s.queued == nil {
+		s.queued, s.inFlight = map[string]*sessionRead{}, map[string]bool{}
+	}
+	r := s.queued[workflowID]
+	if r == nil {
+		r = &sessionRead{done: make(chan struct{})}
+		s.queued[workflowID] = r
+		if !s.inFlight[workflowID] {
+			s.sendLocked(workflowID, describe)
+		}
+	}
+	s.mu.Unlock()
+	select {
+	case <-r.done:
+		return r.resp, r.err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// sendLocked sends the queued describe of workflowID; when it lands, the
+// one queued meanwhile is sent. s.mu is held.
+func (s *sessionReads) sendLocked(workflowID string, describe describeFunc) {
+	r := s.queued[workflowID]
+	delete(s.queued, workflowID)
+	s.inFlight[workflowID] = true
+	go func() {
+		// Not any one caller's context: they all wait for it.
+		ctx, cancel := context.WithTimeout(context.Background(), sessionReadTimeout)
+		r.resp, r.err = describe(ctx, workflowID)
+		cancel()
+		s.mu.Lock()
+		delete(s.inFlight, workflowID)
+		close(r.done)
+		if s.queued[workflowID] != nil {
+			s.sendLocked(workflowID, describe)
+		}
+		s.mu.Unlock()
+	}()
+}
+
+// ownerFor is the owner a describe read for the session within ownerTTL.
+func (s *sessionReads) ownerFor(workflowID string, now time.Time) (string, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	o, ok := s.owners[workflowID]
+	if !ok || now.Sub(o.at) > ownerTTL {
+		return "", false
+	}
+	return o.owner, true
+}
+
+// sawOwner remembers a session's owner, as a describe read it at.
+func (s *sessionReads) sawOwner(workflowID, owner string, at time.Time) {
+	if owner == "" {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.owners == nil || len(s.owners) >= maxKnownOwners {
+		s.owners = map[string]knownOwner{} // forgetting is always safe
+	}
+	s.owners[workflowID] = knownOwner{owner: owner, at: at}
+}
