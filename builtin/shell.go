@@ -101,23 +101,15 @@ func (w Workspace) runShell(ctx context.Context, in tool.Input) (json.RawMessage
 	defer stopSentinel()
 	killGroup := func() { _ = syscall.Kill(-pgid, syscall.SIGKILL) }
 
-	// Our own pipes, not cmd.Stdout = writer: Wait then returns when the
-	// shell exits, instead of waiting for every process holding the pipe.
-	cmd, tmp, err := w.shellCommand(root, args.Command, in.Sandbox)
-	if err != nil {
-		closeAll(stdoutW, stderrW)
-		return nil, tool.Permanent(err)
-	}
-	defer os.RemoveAll(tmp)
-	cmd.Dir = root
-	cmd.Env = append(shellEnv(root), "TMPDIR="+tmp)
-	cmd.Stdout, cmd.Stderr = stdoutW, stderrW
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pgid: pgid}
-	err = cmd.Start()
+	// Our own pipes, not cmd.Stdout = writer: the wait then returns when
+	// the shell exits, instead of waiting for every process holding them.
+	sh := shellStart{root: root, command: args.Command, pgid: pgid, stdout: stdoutW, stderr: stderrW}
+	wait, tmp, err := w.startShell(sh, in.Sandbox)
 	closeAll(stdoutW, stderrW) // the child has its copies
 	if err != nil {
-		return nil, fmt.Errorf("shell: start: %w", err)
+		return nil, err
 	}
+	defer os.RemoveAll(tmp)
 
 	var stdout, stderr cappedBuffer
 	var readers sync.WaitGroup
@@ -138,7 +130,7 @@ func (w Workspace) runShell(ctx context.Context, in tool.Input) (json.RawMessage
 		case <-exited:
 		}
 	}()
-	waitErr := cmd.Wait()
+	code, waitErr := wait()
 	close(exited)
 	<-watcherDone
 	// Kill what the command left running in its group.
@@ -159,12 +151,11 @@ func (w Workspace) runShell(ctx context.Context, in tool.Input) (json.RawMessage
 	if killed.Load() && ctx.Err() != nil {
 		return nil, fmt.Errorf("shell: %w", context.Cause(ctx))
 	}
-	var exitErr *exec.ExitError
-	if waitErr != nil && !errors.As(waitErr, &exitErr) {
+	if waitErr != nil {
 		return nil, fmt.Errorf("shell: wait: %w", waitErr)
 	}
 	out := shellOutput{
-		ExitCode:  exitCode(cmd.ProcessState),
+		ExitCode:  code,
 		Stdout:    stdout.String(),
 		Stderr:    stderr.String(),
 		Truncated: stdout.truncated || stderr.truncated,
@@ -206,41 +197,111 @@ func startSentinel() (pgid int, stop func(), err error) {
 	}, nil
 }
 
-// exitCode reports a process's exit status the way shells do: 128+signal
-// for a process killed by a signal.
-func exitCode(ps *os.ProcessState) int {
-	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-		return 128 + int(ws.Signal())
-	}
-	return ps.ExitCode()
+// shellStart is one shell command to start: in root, joining process
+// group pgid, writing to stdout and stderr.
+type shellStart struct {
+	root, command  string
+	pgid           int
+	stdout, stderr *os.File
 }
 
-// shellCommand is the command that runs a shell command in the workspace
-// root, with a private temporary directory (tmp, removed by the caller):
-// confined by the sandbox to both, to the system's directories and to
-// what the call's rule grants, or, with Unsandboxed, not at all.
-func (w Workspace) shellCommand(root, command string, grant *policy.SandboxGrant) (cmd *exec.Cmd, tmp string, err error) {
-	tmp, err = os.MkdirTemp("", "toolgate-shell-")
-	if err != nil {
-		return nil, "", fmt.Errorf("shell: make its temporary directory: %w", err)
-	}
+// startShell starts a shell command with a private temporary directory
+// (tmp, removed by the caller): confined by the sandbox to the workspace,
+// tmp, the system's directories and what the call's rule grants, or, with
+// Unsandboxed, not at all. wait returns its exit status as shells say it.
+func (w Workspace) startShell(sh shellStart, grant *policy.SandboxGrant) (wait func() (int, error), tmp string, err error) {
+	argv := []string{"/bin/sh", "-c", sh.command}
 	if w.Unsandboxed {
-		return exec.Command("/bin/sh", "-c", command), tmp, nil
+		if tmp, err = os.MkdirTemp("", "toolgate-shell-"); err != nil {
+			return nil, "", fmt.Errorf("shell: make its temporary directory: %w", err)
+		}
+		cmd := exec.Command(argv[0], argv[1:]...)
+		cmd.Dir, cmd.Env = sh.root, append(shellEnv(sh.root), "TMPDIR="+tmp)
+		cmd.Stdout, cmd.Stderr = sh.stdout, sh.stderr
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pgid: sh.pgid}
+		if err := cmd.Start(); err != nil {
+			_ = os.RemoveAll(tmp)
+			return nil, "", fmt.Errorf("shell: start: %w", err)
+		}
+		return func() (int, error) {
+			var exitErr *exec.ExitError
+			if err := cmd.Wait(); err != nil && !errors.As(err, &exitErr) {
+				return 0, err
+			}
+			return sandbox.ExitCode(cmd.ProcessState), nil
+		}, tmp, nil
+	}
+	sp, err := shellSpawners.get(sh.root, grant)
+	if err == nil {
+		tmp, err = os.MkdirTemp(sp.tmp, "call-")
+	}
+	if err != nil {
+		return nil, "", tool.Permanent(fmt.Errorf("shell: make its sandbox: %w", err))
+	}
+	_, exited, err := sp.Start(sandbox.Spec{Path: argv[0], Args: argv, Dir: sh.root, Env: append(shellEnv(sh.root), "TMPDIR="+tmp),
+		Pgid: sh.pgid, Stdout: sh.stdout, Stderr: sh.stderr})
+	if errors.Is(err, sandbox.ErrNoLandlock) {
+		err = fmt.Errorf("%w; toolgate runs no command unconfined unless its worker was started with --unsandboxed-tools", err)
+	}
+	if err != nil {
+		_ = os.RemoveAll(tmp)
+		return nil, "", tool.Permanent(fmt.Errorf("shell: %w", err))
+	}
+	return func() (int, error) {
+		e := <-exited
+		if e.Err != "" {
+			return 0, errors.New(e.Err)
+		}
+		return e.Code, nil
+	}, tmp, nil
+}
+
+// shellSpawners are the sandboxes the shell tool's commands start in, one
+// per workspace and grant, each set once for the worker's life
+// (sandbox.Spawner): a command then costs a fork and an exec, as
+// unconfined. Every command of one sandbox reads and writes the same
+// temporary root, each in a directory of its own.
+var shellSpawners = spawnerSet{byPolicy: map[string]*shellSpawner{}}
+
+type spawnerSet struct {
+	mu       sync.Mutex
+	byPolicy map[string]*shellSpawner
+}
+
+type shellSpawner struct {
+	*sandbox.Spawner
+	tmp string // the root of its commands' TMPDIRs
+}
+
+// get returns the sandbox for commands in root under grant.
+func (s *spawnerSet) get(root string, grant *policy.SandboxGrant) (*shellSpawner, error) {
+	key, err := json.Marshal(struct {
+		Root  string               `json:"root"`
+		Grant *policy.SandboxGrant `json:"grant"`
+	}{root, grant})
+	if err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if sp := s.byPolicy[string(key)]; sp != nil {
+		if _, err := os.Stat(sp.tmp); err == nil {
+			return sp, nil
+		}
+		sp.Close() // its temporary root was removed: start afresh
+	}
+	tmp, err := os.MkdirTemp("", "toolgate-shell-")
+	if err != nil {
+		return nil, err
 	}
 	p := sandbox.Policy{ReadWrite: []string{root, tmp}}
 	if grant != nil {
 		p.ReadWrite = append(p.ReadWrite, grant.Write...)
 		p.ReadOnly, p.NoNetwork = grant.Read, grant.NoNetwork
 	}
-	cmd, err = sandbox.Command(p, "/bin/sh", "-c", command)
-	if errors.Is(err, sandbox.ErrNoLandlock) {
-		err = fmt.Errorf("shell: %w; toolgate runs no command unconfined unless its worker was started with --unsandboxed-tools", err)
-	}
-	if err != nil {
-		_ = os.RemoveAll(tmp)
-		return nil, "", err
-	}
-	return cmd, tmp, nil
+	sp := &shellSpawner{Spawner: sandbox.NewSpawner(p), tmp: tmp}
+	s.byPolicy[string(key)] = sp
+	return sp, nil
 }
 
 // process is how the shell tool's commands run (tool.Process).

@@ -179,6 +179,9 @@ func launcherFor(self string) (path string, small bool) {
 // Command, it confines itself and becomes the tool's program, and never
 // returns; otherwise it returns at once. Call it first in main.
 func Enter() {
+	if len(os.Args) == 3 && os.Args[1] == spawnerRole {
+		serveSpawner() // a Spawner's helper; never returns
+	}
 	if len(os.Args) < 5 || os.Args[1] != role || os.Args[3] != "--" {
 		return
 	}

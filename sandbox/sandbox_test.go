@@ -1,13 +1,16 @@
 package sandbox
 
 import (
+	"io"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -143,4 +146,93 @@ func TestTheLauncherIsToolgateSandboxBesideTheBinaryOrTheBinaryItself(t *testing
 	path, small = launcherFor(self)
 	assert.Equal(t, beside, path)
 	assert.True(t, small)
+}
+
+// spawn runs script through s in workspace and returns its output and exit.
+func spawn(t *testing.T, s *Spawner, workspace, script string) (string, Exit) {
+	t.Helper()
+	r, w, err := os.Pipe()
+	require.NoError(t, err)
+	defer r.Close()
+	pid, exited, err := s.Start(Spec{Path: "/bin/sh", Args: []string{"/bin/sh", "-c", script}, Dir: workspace, Env: []string{"PATH=/usr/bin:/bin"},
+		Pgid: 0, Stdout: w, Stderr: w})
+	w.Close()
+	require.NoError(t, err)
+	assert.Positive(t, pid)
+	out, _ := io.ReadAll(r)
+	return string(out), <-exited
+}
+
+// A Spawner's helper is confined once; every command it starts is held
+// to the same sandbox, however many run, and a helper that dies is
+// replaced.
+func TestASpawnersCommandsAreConfinedOnce(t *testing.T) {
+	keys, workspace := keysBeside(t)
+	s := NewSpawner(Policy{ReadWrite: []string{workspace}})
+	defer s.Close()
+
+	out, exit := spawn(t, s, workspace, "cat ../ledger.key; sh -c 'cat ../ledger.key'; echo made > out.txt; ls /usr/bin >/dev/null && echo listed")
+	assert.NotContains(t, out, secret)
+	assert.Equal(t, 2, strings.Count(out, "Permission denied"), out)
+	assert.Contains(t, out, "listed")
+	assert.Zero(t, exit.Code)
+	made, err := os.ReadFile(filepath.Join(workspace, "out.txt"))
+	require.NoError(t, err)
+	assert.Equal(t, "made\n", string(made))
+
+	_, exit = spawn(t, s, workspace, "exit 3")
+	assert.Equal(t, 3, exit.Code)
+	_, exit = spawn(t, s, workspace, "kill -9 $$")
+	assert.Equal(t, 128+9, exit.Code, "killed by a signal, as shells say it")
+
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Go(func() {
+			out, exit := spawn(t, s, workspace, "cat "+keys+" 2>&1; echo n"+strconv.Itoa(i))
+			assert.NotContains(t, out, secret)
+			assert.Contains(t, out, "n"+strconv.Itoa(i))
+			assert.Zero(t, exit.Code, out)
+		})
+	}
+	wg.Wait()
+
+	s.mu.Lock()
+	helper := s.helper
+	s.mu.Unlock()
+	require.NoError(t, helper.Process.Kill())
+	require.Eventually(t, func() bool {
+		out, _ := spawnOnce(s, workspace, "echo again")
+		return strings.Contains(out, "again")
+	}, 5*time.Second, 50*time.Millisecond, "a new helper takes over")
+	out, _ = spawn(t, s, workspace, "cat ../ledger.key")
+	assert.NotContains(t, out, secret, "and is confined the same")
+}
+
+// spawnOnce is spawn for a poll: errors are results.
+func spawnOnce(s *Spawner, workspace, script string) (string, error) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return "", err
+	}
+	defer r.Close()
+	_, exited, err := s.Start(Spec{Path: "/bin/sh", Args: []string{"/bin/sh", "-c", script}, Dir: workspace, Stdout: w, Stderr: w})
+	w.Close()
+	if err != nil {
+		return "", err
+	}
+	out, _ := io.ReadAll(r)
+	<-exited
+	return string(out), nil
+}
+
+func TestASpawnerWhoseSandboxCannotBeSetRefusesEveryCommand(t *testing.T) {
+	s := NewSpawner(Policy{ReadOnly: []string{"/no/such/dir"}})
+	defer s.Close()
+	_, err := spawnOnce(s, t.TempDir(), "echo ran")
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "the sandbox cannot be set")
+
+	t.Setenv(NoLandlockVar, "1")
+	_, err = spawnOnce(NewSpawner(Policy{}), t.TempDir(), "echo ran")
+	assert.ErrorIs(t, err, ErrNoLandlock)
 }
