@@ -137,4 +137,3 @@ func tightenedIn(logs, file string) bool {
 	}
 	return false
 }
-
