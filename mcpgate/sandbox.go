@@ -144,7 +144,7 @@ func programDirs(s UpstreamServer, env []string) ([]string, error) {
 	home, _ := os.UserHomeDir()
 	var dirs []string
 	for _, f := range files {
-		f = resolved(f)
+		f = sandbox.Resolved(f)
 		if reaches(reached, f) {
 			continue
 		}
@@ -156,8 +156,8 @@ func programDirs(s UpstreamServer, env []string) ([]string, error) {
 	}
 	for _, v := range pathVars {
 		for _, dir := range filepath.SplitList(s.Env[v]) {
-			if fi, err := os.Stat(dir); err == nil && fi.IsDir() && filepath.IsAbs(dir) && !reaches(reached, resolved(dir)) {
-				dirs = append(dirs, resolved(dir))
+			if fi, err := os.Stat(dir); err == nil && fi.IsDir() && filepath.IsAbs(dir) && !reaches(reached, sandbox.Resolved(dir)) {
+				dirs = append(dirs, sandbox.Resolved(dir))
 			}
 		}
 	}
@@ -175,7 +175,7 @@ func programDir(file, home string) (string, error) {
 		return file[:i+len("/node_modules")], nil
 	}
 	tooWide := func(dir string) bool {
-		return dir == "/" || (home != "" && within(resolved(home), dir))
+		return dir == "/" || (home != "" && sandbox.Within(sandbox.Resolved(home), dir))
 	}
 	own := filepath.Dir(file)
 	for dir := own; !tooWide(dir); dir = filepath.Dir(dir) {
@@ -231,27 +231,9 @@ func envValue(env []string, name string) string {
 	return v
 }
 
-// resolved is path made absolute, its symlinks resolved when it exists.
-func resolved(path string) string {
-	abs, err := filepath.Abs(path)
-	if err != nil {
-		return filepath.Clean(path)
-	}
-	if r, err := filepath.EvalSymlinks(abs); err == nil {
-		return r
-	}
-	return abs
-}
-
 // reaches reports whether path lies in one of dirs.
 func reaches(dirs []string, path string) bool {
-	return slices.ContainsFunc(dirs, func(d string) bool { return within(path, resolved(d)) })
-}
-
-// within reports whether path is dir or lies inside it.
-func within(path, dir string) bool {
-	rel, err := filepath.Rel(dir, path)
-	return err == nil && rel != ".." && !strings.HasPrefix(rel, "../")
+	return slices.ContainsFunc(dirs, func(d string) bool { return sandbox.Within(path, sandbox.Resolved(d)) })
 }
 
 // dedupe is list without repeats, in order.

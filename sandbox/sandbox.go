@@ -55,7 +55,7 @@ func (p Policy) Overlap(own []string) error {
 			if o == "" {
 				continue
 			}
-			if within(resolved(g), resolved(o)) || within(resolved(o), resolved(g)) {
+			if Within(Resolved(g), Resolved(o)) || Within(Resolved(o), Resolved(g)) {
 				return fmt.Errorf("%s overlaps toolgate's own files: a tool given it could read toolgate's keys or databases", g)
 			}
 		}
@@ -63,9 +63,9 @@ func (p Policy) Overlap(own []string) error {
 	return nil
 }
 
-// resolved is path made absolute and clean, its symlinks resolved when it
+// Resolved is path made absolute and clean, its symlinks resolved when it
 // exists.
-func resolved(path string) string {
+func Resolved(path string) string {
 	abs, err := filepath.Abs(path)
 	if err != nil {
 		return filepath.Clean(path)
@@ -76,8 +76,9 @@ func resolved(path string) string {
 	return abs
 }
 
-// within reports whether path is dir or lies inside it.
-func within(path, dir string) bool {
+// Within reports whether path is dir or lies inside it (both absolute
+// and clean, as Resolved makes them).
+func Within(path, dir string) bool {
 	rel, err := filepath.Rel(dir, path)
 	return err == nil && rel != ".." && !strings.HasPrefix(rel, "../")
 }
