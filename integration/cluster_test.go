@@ -724,7 +724,9 @@ func benchOnCluster(t *testing.T, c *cluster.Cluster) {
 	jsonPath := filepath.Join(t.TempDir(), "bench.json")
 	args, limit := []string{"--quick"}, 5*time.Minute
 	if os.Getenv("TOOLGATE_CLUSTER_BENCH") == "full" {
-		args, limit = nil, time.Hour
+		// At its default sizes, or the sizes TOOLGATE_CLUSTER_BENCH_ARGS
+		// gives (e.g. "--concurrency 20": twenty parallel submitters).
+		args, limit = strings.Fields(os.Getenv("TOOLGATE_CLUSTER_BENCH_ARGS")), time.Hour
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), limit)
 	defer cancel()
