@@ -301,6 +301,10 @@ func TestKillDuringWaitThenRestartLosesNothing(t *testing.T) {
 	d.dev.stop()
 }
 
+// workerPIDCommand is a shell call that prints the PID of the worker that
+// runs it: the parent of the shell's parent, the worker's sandbox helper.
+var workerPIDCommand = json.RawMessage(`{"command":"sed -n 's/^PPid:[[:space:]]*//p' /proc/$PPID/status"}`)
+
 func TestTwoWorkerProcessesShareCalls(t *testing.T) {
 	d := newDev(t)
 	second := start(t, "Worker running", "worker", "--temporal-address", d.address(), "--keys", d.keysFile(), "--doors", d.doorsFile(), "--workspace", d.workspace)
@@ -308,8 +312,9 @@ func TestTwoWorkerProcessesShareCalls(t *testing.T) {
 	ctx := context.Background()
 
 	// One approval for the session, then calls that report which process
-	// ran them: the shell's parent is the worker.
-	first, err := c.Submit(ctx, tgclient.CallRequest{Session: "s-pool", Tool: "shell", Args: json.RawMessage(`{"command":"echo $PPID"}`)})
+	// ran them: the shell's parent is the worker's sandbox helper, whose
+	// parent is the worker.
+	first, err := c.Submit(ctx, tgclient.CallRequest{Session: "s-pool", Tool: "shell", Args: workerPIDCommand})
 	require.NoError(t, err)
 	d.waitPending(c, first)
 	_, err = c.Decide(ctx, first, approvedForSession("alice"))
@@ -323,7 +328,7 @@ func TestTwoWorkerProcessesShareCalls(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			r, err := c.Call(ctx, tgclient.CallRequest{Session: "s-pool", Tool: "shell", Args: json.RawMessage(`{"command":"echo $PPID"}`)})
+			r, err := c.Call(ctx, tgclient.CallRequest{Session: "s-pool", Tool: "shell", Args: workerPIDCommand})
 			if !assert.NoError(t, err) || !assert.Equal(t, workflows.StatusOK, r.Status, r.Reason) {
 				return
 			}

@@ -480,9 +480,10 @@ func TestClusterWalkthrough(t *testing.T) {
 	})
 
 	t.Run("SIGTERM lets a running tool finish", func(t *testing.T) {
-		// The command writes the PID of the worker running it, then runs on
-		// while that worker is told to stop.
-		args := `{"command":"echo $PPID > term.pid; sleep 2; echo finished"}`
+		// The command writes the PID of the worker running it (the parent
+		// of its sandbox helper), then runs on while that worker is told
+		// to stop.
+		args := `{"command":"sed -n 's/^PPid:[[:space:]]*//p' /proc/$PPID/status > term.pid; sleep 2; echo finished"}`
 		_, err := c.Submit(context.Background(), tgclient.CallRequest{CallID: "term-1", Session: "fault-term", Tool: "shell", Requester: "agent-1", Args: json.RawMessage(args)})
 		require.NoError(t, err)
 		awaitAllPending(t, c, []string{"term-1"}, time.Minute)

@@ -157,6 +157,10 @@ func (s *Spawner) startHelper() error {
 	helper.ExtraFiles = []*os.File{theirs} // fd 3
 	helper.Env = []string{}
 	helper.Stderr = os.Stderr
+	// A group of its own: a terminal's Ctrl-C or a signal to the worker's
+	// group does not end it under running commands; it ends when the
+	// worker's end closes the socket.
+	helper.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := helper.Start(); err != nil {
 		fc.Close()
 		return fmt.Errorf("sandbox: start the spawner: %w", err)
