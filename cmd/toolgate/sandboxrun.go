@@ -20,7 +20,7 @@ func toolsConfinement(unsandboxed bool) (words string, confined bool) {
 	}
 	words = fmt.Sprintf("Tools run sandboxed (Landlock ABI %d): a shell command reads and writes its workspace only, an MCP stdio server its roots", abi)
 	if _, small, err := sandbox.Launcher(); err == nil && !small {
-		words += "; each starts through toolgate's own binary, hundreds of milliseconds: put " + sandbox.LauncherName + " beside toolgate (go install ./cmd/" + sandbox.LauncherName + ")"
+		words += "; the sandbox's helper is toolgate's own binary (slow to start, 160 MB each): put " + sandbox.LauncherName + " beside toolgate (go install ./cmd/" + sandbox.LauncherName + ")"
 	}
 	return words, true
 }
