@@ -219,11 +219,30 @@ func (d *devEnv) door() *statement.Signer {
 	return s
 }
 
+// handedOut holds every port freePort has returned in this test process:
+// the kernel may hand a just-closed port out again at once, and a test that
+// asked twice (a Temporal port and an HTTP port) must not get one port for
+// both.
+var handedOut = struct {
+	sync.Mutex
+	ports map[int]bool
+}{ports: map[int]bool{}}
+
+// freePort returns a port that was free a moment ago and that no earlier
+// call in this process returned.
 func freePort(t *testing.T) int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	handedOut.Lock()
+	defer handedOut.Unlock()
+	for {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		port := l.Addr().(*net.TCPAddr).Port
+		_ = l.Close()
+		if !handedOut.ports[port] {
+			handedOut.ports[port] = true
+			return port
+		}
+	}
 }
 
 func newDev(t *testing.T) *devEnv {
