@@ -41,7 +41,7 @@ func (a *Activities) preview(ctx context.Context, call policy.Call, req *policy.
 		}
 		if t.Process != tool.NoProcess {
 			// What a person approves says how it runs: it is what runs.
-			// Added after the bound, so a long command cannot cut it off.
+			// Kept whole by the bound, so a long command cannot cut it off.
 			process = "\n" + grant.Describe(t.Process == tool.Unsandboxed)
 		}
 		p.ComputedBy = policy.ComputedByToolgate
@@ -49,8 +49,7 @@ func (a *Activities) preview(ctx context.Context, call policy.Call, req *policy.
 		return nil
 	}
 	p.Text = a.redactText(ctx, call, p.Text)
-	p = p.Bounded()
-	p.Text += process
+	p = p.BoundedWith(process)
 	return &p
 }
 

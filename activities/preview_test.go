@@ -164,6 +164,7 @@ func TestThePreviewSaysHowTheCallsProcessRuns(t *testing.T) {
 	ev = evaluate(&Activities{Policy: grantsOffline{}, Tools: reg(tool.Sandboxed, strings.Repeat("x", policy.MaxPreviewBytes))})
 	assert.True(t, ev.Preview.Truncated)
 	assert.True(t, strings.HasSuffix(ev.Preview.Text, "\nruns sandboxed: writes only the workspace; also reads /opt/sdk; no network"), ev.Preview.Text[len(ev.Preview.Text)-200:])
+	assert.LessOrEqual(t, len(ev.Preview.Text), policy.MaxPreviewBytes, "the line is kept within the bound")
 	assert.Equal(t, &policy.SandboxGrant{Read: []string{"/opt/sdk"}, NoNetwork: true}, ev.Sandbox)
 
 	ev = evaluate(&Activities{Policy: askButEcho{}, Tools: reg(tool.Unsandboxed, "make")})

@@ -8,7 +8,9 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -108,4 +110,77 @@ func TestARulesGrantWidensOrNarrowsTheShellsSandbox(t *testing.T) {
 	made, err := os.ReadFile(filepath.Join(cache, "out"))
 	require.NoError(t, err)
 	assert.Equal(t, "built\n", string(made))
+}
+
+// Two shell calls running at once in one workspace share a sandbox, but
+// neither reaches the other's temporary directory nor ends the other.
+// Unsandboxed (the control), one reads the other's.
+func TestConcurrentShellCallsCannotReachEachOther(t *testing.T) {
+	for _, unsandboxed := range []bool{true, false} {
+		root := t.TempDir()
+		ws := Workspace{Root: root, Unsandboxed: unsandboxed}
+		first := make(chan string, 1)
+		go func() {
+			out, err := run(t, ws, ShellTool, "a", map[string]any{"command": "echo its-secret > $TMPDIR/f; echo $TMPDIR > a-tmp; echo $$ > a-pid; sleep 3; echo a-finished"})
+			assert.NoError(t, err)
+			first <- string(out)
+		}()
+		require.Eventually(t, func() bool { b, _ := os.ReadFile(filepath.Join(root, "a-pid")); return len(b) > 0 }, 10*time.Second, 20*time.Millisecond)
+		out, err := run(t, ws, ShellTool, "b", map[string]any{"command": "cat $(cat a-tmp)/f; ls $(dirname $(cat a-tmp)); kill -9 $(cat a-pid) || echo not-killed"})
+		require.NoError(t, err)
+		a := <-first
+		if unsandboxed {
+			assert.Contains(t, string(out), "its-secret", "the control reads the other call's file: the test can fail")
+			continue
+		}
+		assert.NotContains(t, string(out), "its-secret", string(out))
+		assert.Contains(t, string(out), "cannot open directory", "nor lists its neighbours' directories")
+		assert.Contains(t, string(out), "not-killed")
+		assert.Contains(t, a, "a-finished", "the other call ran to its end")
+	}
+}
+
+// A shell command whose sandbox's helper ends under it has an unknown
+// outcome: toolgate does not run it again.
+func TestAShellCommandWhoseSandboxHelperEndsHasAnUnknownOutcome(t *testing.T) {
+	root := t.TempDir()
+	done := make(chan error, 1)
+	go func() {
+		_, err := run(t, Workspace{Root: root}, ShellTool, "lost", map[string]any{"command": "echo $PPID > helper-pid; sleep 30"})
+		done <- err
+	}()
+	var helper int
+	require.Eventually(t, func() bool {
+		b, _ := os.ReadFile(filepath.Join(root, "helper-pid"))
+		helper, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+		return helper > 0
+	}, 10*time.Second, 20*time.Millisecond)
+	require.NoError(t, syscall.Kill(helper, syscall.SIGKILL))
+	err := <-done
+	var unknown *tool.OutcomeUnknownError
+	require.ErrorAs(t, err, &unknown)
+	assert.Contains(t, err.Error(), "may or may not have had its effect")
+}
+
+// When the worker stops, the shell's sandboxes end and leave no temporary
+// directories; a call after that starts a new one.
+func TestClosingTheSandboxesLeavesNoTemporaryRoot(t *testing.T) {
+	root := t.TempDir()
+	_, err := run(t, Workspace{Root: root}, ShellTool, "c1", map[string]any{"command": "true"})
+	require.NoError(t, err)
+	var tmps []string
+	shellSpawners.mu.Lock()
+	for _, sp := range shellSpawners.byPolicy {
+		tmps = append(tmps, sp.tmp)
+	}
+	shellSpawners.mu.Unlock()
+	require.NotEmpty(t, tmps)
+
+	CloseSandboxes()
+	for _, tmp := range tmps {
+		assert.NoDirExists(t, tmp)
+	}
+	out, err := run(t, Workspace{Root: root}, ShellTool, "c2", map[string]any{"command": "echo after"})
+	require.NoError(t, err)
+	assert.Contains(t, string(out), "after")
 }

@@ -238,29 +238,58 @@ func (w Workspace) startShell(sh shellStart, grant *policy.SandboxGrant) (wait f
 	if err != nil {
 		return nil, "", tool.Permanent(fmt.Errorf("shell: make its sandbox: %w", err))
 	}
+	own := shellPolicy(sh.root, tmp, grant) // its own temporary directory, not its neighbours'
 	_, exited, err := sp.Start(sandbox.Spec{Path: argv[0], Args: argv, Dir: sh.root, Env: append(shellEnv(sh.root), "TMPDIR="+tmp),
-		Pgid: sh.pgid, Stdout: sh.stdout, Stderr: sh.stderr})
-	if errors.Is(err, sandbox.ErrNoLandlock) {
-		err = fmt.Errorf("%w; toolgate runs no command unconfined unless its worker was started with --unsandboxed-tools", err)
-	}
+		Pgid: sh.pgid, Stdout: sh.stdout, Stderr: sh.stderr, Policy: &own})
 	if err != nil {
 		_ = os.RemoveAll(tmp)
-		return nil, "", tool.Permanent(fmt.Errorf("shell: %w", err))
+		return nil, "", startError(err)
 	}
 	return func() (int, error) {
 		e := <-exited
-		if e.Err != "" {
+		switch {
+		case e.Lost:
+			return 0, tool.OutcomeUnknown(errors.New("shell: the sandbox's helper ended while the command ran: it may or may not have had its effect"))
+		case e.Err != "":
 			return 0, errors.New(e.Err)
 		}
 		return e.Code, nil
 	}, tmp, nil
 }
 
+// startError is the shell tool's error for a sandboxed command that did
+// not start: one the helper never received is tried again, in a new
+// helper; one it received before it ended may have run; a refusal is
+// final.
+func startError(err error) error {
+	var sent *sandbox.SendError
+	switch {
+	case errors.As(err, &sent):
+		return fmt.Errorf("shell: %w", err)
+	case errors.Is(err, sandbox.ErrLost):
+		return tool.OutcomeUnknown(fmt.Errorf("shell: %w", err))
+	case errors.Is(err, sandbox.ErrNoLandlock):
+		err = fmt.Errorf("%w; toolgate runs no command unconfined unless its worker was started with --unsandboxed-tools", err)
+	}
+	return tool.Permanent(fmt.Errorf("shell: %w", err))
+}
+
+// shellPolicy is the sandbox of shell commands in root under grant, with
+// tmp as their temporary directory.
+func shellPolicy(root, tmp string, grant *policy.SandboxGrant) sandbox.Policy {
+	p := sandbox.Policy{ReadWrite: []string{root, tmp}}
+	if grant != nil {
+		p.ReadWrite = append(p.ReadWrite, grant.Write...)
+		p.ReadOnly, p.NoNetwork = grant.Read, grant.NoNetwork
+	}
+	return p
+}
+
 // shellSpawners are the sandboxes the shell tool's commands start in, one
 // per workspace and grant, each set once for the worker's life
 // (sandbox.Spawner): a command then costs a fork and an exec, as
-// unconfined. Every command of one sandbox reads and writes the same
-// temporary root, each in a directory of its own.
+// unconfined. Each command is held, within it, to its own temporary
+// directory under the sandbox's temporary root.
 var shellSpawners = spawnerSet{byPolicy: map[string]*shellSpawner{}}
 
 type spawnerSet struct {
@@ -294,14 +323,22 @@ func (s *spawnerSet) get(root string, grant *policy.SandboxGrant) (*shellSpawner
 	if err != nil {
 		return nil, err
 	}
-	p := sandbox.Policy{ReadWrite: []string{root, tmp}}
-	if grant != nil {
-		p.ReadWrite = append(p.ReadWrite, grant.Write...)
-		p.ReadOnly, p.NoNetwork = grant.Read, grant.NoNetwork
-	}
-	sp := &shellSpawner{Spawner: sandbox.NewSpawner(p), tmp: tmp}
+	sp := &shellSpawner{Spawner: sandbox.NewSpawner(shellPolicy(root, tmp, grant)), tmp: tmp}
 	s.byPolicy[string(key)] = sp
 	return sp, nil
+}
+
+// CloseSandboxes ends the shell tool's sandbox helpers and removes their
+// temporary roots, when the worker stops. Commands still running are not
+// killed here: each call's own process group ends them.
+func CloseSandboxes() {
+	shellSpawners.mu.Lock()
+	defer shellSpawners.mu.Unlock()
+	for key, sp := range shellSpawners.byPolicy {
+		sp.Close()
+		_ = os.RemoveAll(sp.tmp)
+		delete(shellSpawners.byPolicy, key)
+	}
 }
 
 // process is how the shell tool's commands run (tool.Process).

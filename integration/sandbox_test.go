@@ -268,6 +268,26 @@ func TestSandbox(t *testing.T) {
 		assert.Equal(t, open.bashrc+"evil\nevil\nevil", string(got), "the control writes it")
 	})
 
+	// The worker is the sandbox helper's parent, as workerPIDCommand finds
+	// it; unsandboxed, the command's own parent.
+	t.Run("signalling or reading the worker", func(t *testing.T) {
+		const probe = "cat /proc/$w/environ | tr '\\0' '\\n' | grep -c '^PATH=' && echo read-environ; " +
+			"kill -0 $w && echo could-signal; grep -E '^CapEff' /proc/self/status"
+		e := sb.shell(t, "w=$(sed -n 's/^PPid:[[:space:]]*//p' /proc/$PPID/status); "+probe+"; kill -9 $w || echo not-killed")
+		require.Equal(t, "ok", e.status, "%s", e)
+		assert.NotContains(t, e.stdout, "read-environ", "%s", e)
+		assert.Contains(t, e.stderr, "Permission denied", "%s", e)
+		assert.NotContains(t, e.stdout, "could-signal", "%s", e)
+		assert.Contains(t, e.stdout, "not-killed", "%s", e)
+		assert.Contains(t, e.stdout, "CapEff:\t0000000000000000", "no capabilities: %s", e)
+		assert.Equal(t, "ok", sb.shell(t, "echo alive").status, "the worker lives on")
+
+		ctl := open.shell(t, "w=$PPID; "+probe)
+		require.Equal(t, "ok", ctl.status, "%s", ctl)
+		assert.Contains(t, ctl.stdout, "read-environ", "the control reads it: %s", ctl)
+		assert.Contains(t, ctl.stdout, "could-signal", "the control could signal it: %s", ctl)
+	})
+
 	t.Run("ordinary work runs sandboxed", func(t *testing.T) {
 		ws := sb.workspace
 		write := func(name, content string) {

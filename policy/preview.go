@@ -32,6 +32,11 @@ const (
 // MaxPreviewBytes bounds a Preview's text.
 const MaxPreviewBytes = 16 << 10
 
+// MaxSandboxLine bounds the line a preview gives to how the call's
+// process runs (SandboxGrant.Describe): a rule's grant longer than that
+// is refused when the rules load.
+const MaxSandboxLine = 2 << 10
+
 // Preview is what a call will change, for the person who decides it.
 type Preview struct {
 	Kind       string `json:"kind"`
@@ -62,18 +67,23 @@ type PreviewTarget struct {
 
 // Bounded cuts the text to MaxPreviewBytes, at the end of a line where
 // there is one, and marks it truncated.
-func (p Preview) Bounded() Preview {
-	if len(p.Text) <= MaxPreviewBytes {
-		return p
+func (p Preview) Bounded() Preview { return p.BoundedWith("") }
+
+// BoundedWith is Bounded with tail appended whole after the cut, which
+// leaves room for it: a line a person must see (how the call runs) that
+// a long text cannot push out. tail is at most MaxSandboxLine bytes.
+func (p Preview) BoundedWith(tail string) Preview {
+	if limit := MaxPreviewBytes - len(tail); len(p.Text) > limit {
+		cut := p.Text[:limit]
+		if i := strings.LastIndexByte(cut, '\n'); i > 0 {
+			cut = cut[:i+1]
+		}
+		for !utf8.ValidString(cut) { // a rune cut in two
+			cut = cut[:len(cut)-1]
+		}
+		p.Text, p.Truncated = cut, true
 	}
-	cut := p.Text[:MaxPreviewBytes]
-	if i := strings.LastIndexByte(cut, '\n'); i > 0 {
-		cut = cut[:i+1]
-	}
-	for !utf8.ValidString(cut) { // a rune cut in two
-		cut = cut[:len(cut)-1]
-	}
-	p.Text, p.Truncated = cut, true
+	p.Text += tail
 	return p
 }
 

@@ -22,6 +22,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -89,7 +90,9 @@ func Within(path, dir string) bool {
 var System = []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt", "/proc", "/sys"}
 
 // devices a sandboxed process may read and write.
-var devices = []string{"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom", "/dev/tty"}
+// Not /dev/tty: a tool has no terminal to talk to, and the worker's own
+// could be fed keystrokes.
+var devices = []string{"/dev/null", "/dev/zero", "/dev/full", "/dev/random", "/dev/urandom"}
 
 // NoLandlockVar, set to 1, makes ABI report 0 as a kernel without
 // Landlock would: the tests' way to see toolgate refuse to run tools
@@ -195,6 +198,10 @@ func Enter() {
 	if err != nil {
 		fail(err)
 	}
+	runtime.LockOSThread() // the thread that drops its capabilities executes the tool
+	if err := dropCapabilities(); err != nil {
+		fail(err)
+	}
 	if err := restrict(p); err != nil {
 		fail(err)
 	}
@@ -204,9 +211,42 @@ func Enter() {
 // restrict confines this process (every thread) to p, with the highest
 // ABI the kernel offers: all of it, or an error.
 func restrict(p Policy) error {
-	cfg, err := configFor(ABI())
+	cfg, rules, err := landlockOf(p)
 	if err != nil {
 		return err
+	}
+	return cfg.Restrict(rules...)
+}
+
+// restrictThread confines the calling thread, only, to p: a Landlock
+// domain nested in the process's own, which a process forked from this
+// thread is born in. The caller has locked the goroutine to its thread
+// (runtime.LockOSThread) and never unlocks it, so the Go runtime ends the
+// thread with the goroutine instead of reusing it.
+func restrictThread(p Policy) error {
+	cfg, rules, err := landlockOf(p)
+	if err != nil {
+		return err
+	}
+	fd, flags, err := cfg.NewRulesetFD(rules...)
+	if err != nil {
+		return err
+	}
+	defer syscall.Close(fd)
+	// no_new_privs, which Landlock requires, is already set: threads
+	// inherit it from the process's own confinement.
+	return llsyscall.LandlockRestrictSelf(fd, flags)
+}
+
+// landlockOf is p as Landlock's configuration and rules, at the highest
+// ABI the kernel offers. From ABI 6 the sandbox is also scoped: a process
+// in it cannot signal, nor reach by an abstract socket, anything outside
+// it (the worker, the server, another tool's sandbox). Landlock keeps it
+// from tracing those, from ABI 1.
+func landlockOf(p Policy) (landlock.Config, []landlock.Rule, error) {
+	cfg, err := configFor(ABI())
+	if err != nil {
+		return cfg, nil, err
 	}
 	rules := []landlock.Rule{
 		landlock.RODirs(System...).IgnoreIfMissing(),
@@ -222,16 +262,14 @@ func restrict(p Policy) error {
 		}
 		rules = append(rules, rw)
 	}
-	if err := cfg.RestrictPaths(rules...); err != nil {
-		return err
+	switch {
+	case !p.NoNetwork:
+		cfg.HandledAccessNet = 0 // the network is not restricted
+	case ABI() < NetworkABI:
+		return cfg, nil, fmt.Errorf("this kernel's Landlock (ABI %d) cannot turn the network off: ABI %d is needed", ABI(), NetworkABI)
 	}
-	if !p.NoNetwork {
-		return nil
-	}
-	if ABI() < NetworkABI {
-		return fmt.Errorf("this kernel's Landlock (ABI %d) cannot turn the network off: ABI %d is needed", ABI(), NetworkABI)
-	}
-	return cfg.RestrictNet() // no rules: no TCP connect or bind at all
+	// No network rules: with NoNetwork, no TCP connect or bind at all.
+	return cfg, rules, nil
 }
 
 // configs are the Landlock ABIs go-landlock knows, oldest first.

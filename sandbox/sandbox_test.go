@@ -151,16 +151,7 @@ func TestTheLauncherIsToolgateSandboxBesideTheBinaryOrTheBinaryItself(t *testing
 // spawn runs script through s in workspace and returns its output and exit.
 func spawn(t *testing.T, s *Spawner, workspace, script string) (string, Exit) {
 	t.Helper()
-	r, w, err := os.Pipe()
-	require.NoError(t, err)
-	defer r.Close()
-	pid, exited, err := s.Start(Spec{Path: "/bin/sh", Args: []string{"/bin/sh", "-c", script}, Dir: workspace, Env: []string{"PATH=/usr/bin:/bin"},
-		Pgid: 0, Stdout: w, Stderr: w})
-	w.Close()
-	require.NoError(t, err)
-	assert.Positive(t, pid)
-	out, _ := io.ReadAll(r)
-	return string(out), <-exited
+	return spawnWith(t, s, workspace, script, nil)
 }
 
 // A Spawner's helper is confined once; every command it starts is held

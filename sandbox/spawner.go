@@ -7,8 +7,11 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"runtime"
 	"sync"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // A Spawner starts commands in one sandbox, set once: a helper process (the
@@ -16,6 +19,11 @@ import (
 // when it starts, then forks each command it is sent. A command then costs
 // what it costs unconfined (a fork and an exec), not a Go program's start
 // as well, and everything the helper starts inherits its confinement.
+//
+// Each command is born in a sandbox of its own, nested in the helper's
+// (Spec.Policy, or the Spawner's policy again): it cannot trace or signal
+// the helper or another command, so it cannot read another's output or
+// environment, or end it. The helper is not dumpable either.
 //
 // The helper talks over a socket pair: each request carries the command
 // and, beside it, its stdout and stderr (SCM_RIGHTS); the helper answers
@@ -44,6 +52,9 @@ type Spec struct {
 	Env  []string `json:"env"`
 	// Pgid is the process group the command joins (it must exist).
 	Pgid int `json:"pgid"`
+	// Policy, when set, is this command's own sandbox, nested in the
+	// Spawner's: it can narrow the Spawner's policy, never widen it.
+	Policy *Policy `json:"policy,omitempty"`
 	// Stdout and Stderr receive its output; stdin is /dev/null.
 	Stdout, Stderr *os.File `json:"-"`
 }
@@ -55,7 +66,21 @@ type Exit struct {
 	Code int `json:"code"`
 	// Err is set when the helper could not wait for it.
 	Err string `json:"err,omitempty"`
+	// Lost: the helper ended while the command ran, so how it ended is
+	// not known (the caller's kill of its group ends it).
+	Lost bool `json:"-"`
 }
+
+// ErrLost is the error of a Start whose request reached the helper, which
+// then ended before answering: the command may or may not have started.
+var ErrLost = errors.New("sandbox: the spawner ended before it said whether the command started")
+
+// SendError: the request never reached the helper (it had ended), so the
+// command did not start; a Start again starts a new helper.
+type SendError struct{ Err error }
+
+func (e *SendError) Error() string { return "sandbox: the spawner is gone: " + e.Err.Error() }
+func (e *SendError) Unwrap() error { return e.Err }
 
 // spawnRequest and spawnReply are the socket's messages.
 type spawnRequest struct {
@@ -69,6 +94,7 @@ type spawnReply struct {
 	Pid     int    `json:"pid,omitempty"`
 	Err     string `json:"err,omitempty"` // the start failed
 	Exit    *Exit  `json:"exit,omitempty"`
+	lost    bool   // made by fail: the helper is gone
 }
 
 // maxMessage bounds a request (its command and environment).
@@ -85,14 +111,17 @@ func (s *Spawner) Start(spec Spec) (pid int, exited <-chan Exit, err error) {
 		return 0, nil, err
 	}
 	start := <-replies
-	if !start.Started {
+	switch {
+	case start.lost:
+		return 0, nil, ErrLost
+	case !start.Started:
 		return 0, nil, fmt.Errorf("sandbox: start %s: %s", spec.Path, start.Err)
 	}
 	done := make(chan Exit, 1)
 	go func() {
 		r := <-replies
 		if r.Exit == nil {
-			r.Exit = &Exit{Code: -1, Err: r.Err}
+			r.Exit = &Exit{Code: -1, Err: r.Err, Lost: r.lost}
 		}
 		done <- *r.Exit
 		s.forget(id)
@@ -125,9 +154,10 @@ func (s *Spawner) send(spec Spec) (chan spawnReply, uint64, error) {
 	_, _, err = conn.WriteMsgUnix(b, rights, nil)
 	s.writeMu.Unlock()
 	if err != nil {
+		// Not sent, so not started: the next Start starts a new helper.
 		s.forget(id)
-		s.fail(conn, fmt.Errorf("sandbox: the spawner is gone: %w", err))
-		return nil, 0, err
+		s.fail(conn, errors.New("sandbox: the spawner is gone"))
+		return nil, 0, &SendError{err}
 	}
 	return replies, id, nil
 }
@@ -203,13 +233,11 @@ func (s *Spawner) fail(conn *net.UnixConn, err error) {
 	}
 	conn.Close()
 	for id, ch := range s.waiting {
-		select {
-		case ch <- spawnReply{ID: id, Err: err.Error()}:
-		default:
-		}
-		select {
-		case ch <- spawnReply{ID: id, Err: err.Error()}:
-		default:
+		for range 2 { // the start's answer and the exit, as far as unsent
+			select {
+			case ch <- spawnReply{ID: id, Err: err.Error(), lost: true}:
+			default:
+			}
 		}
 	}
 	s.conn, s.waiting = nil, nil
@@ -253,6 +281,11 @@ func serveSpawner() {
 	if err := restrict(p); err != nil {
 		refusal = "the sandbox cannot be set: " + err.Error()
 	}
+	// Not dumpable: nothing of its user's may trace it or read its memory
+	// (Landlock already keeps its commands from it; this holds without).
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		refusal = "the spawner cannot make itself undumpable: " + err.Error()
+	}
 	var writeMu sync.Mutex
 	reply := func(r spawnReply) {
 		b, _ := json.Marshal(r)
@@ -278,26 +311,46 @@ func serveSpawner() {
 			reply(spawnReply{ID: req.ID, Err: refusal})
 			continue
 		}
-		s := req.Spec
-		cmd := &exec.Cmd{Path: s.Path, Args: s.Args, Dir: s.Dir, Env: s.Env, Stdout: files[0], Stderr: files[1],
-			SysProcAttr: &syscall.SysProcAttr{Setpgid: true, Pgid: s.Pgid}}
-		err = cmd.Start()
-		closeFiles(files) // the command has its copies
-		if err != nil {
-			reply(spawnReply{ID: req.ID, Err: err.Error()})
-			continue
-		}
-		reply(spawnReply{ID: req.ID, Started: true, Pid: cmd.Process.Pid})
-		go func(id uint64) {
-			err := cmd.Wait()
-			var exitErr *exec.ExitError
-			if err != nil && !errors.As(err, &exitErr) {
-				reply(spawnReply{ID: id, Exit: &Exit{Code: -1, Err: err.Error()}})
-				return
-			}
-			reply(spawnReply{ID: id, Exit: &Exit{Code: ExitCode(cmd.ProcessState)}})
-		}(req.ID)
+		go runRequest(req, files, p, reply)
 	}
+}
+
+// runRequest starts one request's command in a sandbox of its own, nested in
+// the helper's, and reports its start and exit. Its thread drops every
+// capability and is confined, then ended with it: the command, forked
+// from it, is born so.
+func runRequest(req spawnRequest, files []*os.File, helper Policy, reply func(spawnReply)) {
+	runtime.LockOSThread() // never unlocked: the thread ends with this call
+	s, own := req.Spec, helper
+	if s.Policy != nil {
+		own = *s.Policy
+	}
+	if err := dropCapabilities(); err != nil {
+		closeFiles(files)
+		reply(spawnReply{ID: req.ID, Err: "the command's capabilities cannot be dropped: " + err.Error()})
+		return
+	}
+	if err := restrictThread(own); err != nil {
+		closeFiles(files)
+		reply(spawnReply{ID: req.ID, Err: "the command's own sandbox cannot be set: " + err.Error()})
+		return
+	}
+	cmd := &exec.Cmd{Path: s.Path, Args: s.Args, Dir: s.Dir, Env: s.Env, Stdout: files[0], Stderr: files[1],
+		SysProcAttr: &syscall.SysProcAttr{Setpgid: true, Pgid: s.Pgid}}
+	err := cmd.Start()
+	closeFiles(files) // the command has its copies
+	if err != nil {
+		reply(spawnReply{ID: req.ID, Err: err.Error()})
+		return
+	}
+	reply(spawnReply{ID: req.ID, Started: true, Pid: cmd.Process.Pid})
+	err = cmd.Wait()
+	var exitErr *exec.ExitError
+	if err != nil && !errors.As(err, &exitErr) {
+		reply(spawnReply{ID: req.ID, Exit: &Exit{Code: -1, Err: err.Error()}})
+		return
+	}
+	reply(spawnReply{ID: req.ID, Exit: &Exit{Code: ExitCode(cmd.ProcessState)}})
 }
 
 // receivedFiles are the files an SCM_RIGHTS message carried.

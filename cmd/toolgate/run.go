@@ -522,7 +522,10 @@ func (a *app) startWorker(ctx context.Context, tc client.Client, f workerFlags, 
 	if err != nil {
 		return nil, nil, "", err
 	}
-	closeUpstreams := ups.Close
+	closeTools := func() {
+		ups.Close()
+		builtin.CloseSandboxes()
+	}
 	sdkworker.SetStickyWorkflowCacheSize(f.cacheSize)
 	wo := worker.Options{
 		TaskQueue:  a.conn.taskQueue,
@@ -546,16 +549,16 @@ func (a *app) startWorker(ctx context.Context, tc client.Client, f workerFlags, 
 	}
 	w, err := worker.New(tc, wo)
 	if err != nil {
-		closeUpstreams()
+		closeTools()
 		return nil, nil, "", err
 	}
 	if err := w.Start(); err != nil {
-		closeUpstreams()
+		closeTools()
 		return nil, nil, "", fmt.Errorf("start worker: %w", err)
 	}
 	ups.Pin(ctx)
 	names := slices.DeleteFunc(tools.Names(), func(n string) bool { return n == policy.DefinitionChangeTool })
-	return withUpstreams(w, closeUpstreams), names, ws, nil
+	return withUpstreams(w, closeTools), names, ws, nil
 }
 
 // loadPolicy returns the policy file's rules, reloaded while ctx lasts, or

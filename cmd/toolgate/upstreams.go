@@ -56,8 +56,9 @@ func (a *app) startUpstreams(ctx context.Context, f workerFlags, tools *tool.Reg
 	return upstreams{ups}, nil
 }
 
-// upstreamWorker closes the MCP servers once the worker has stopped, so
-// the tools still running when it stops may finish.
+// upstreamWorker closes the MCP servers and the shell tool's sandboxes
+// once the worker has stopped, so the tools still running when it stops
+// may finish.
 type upstreamWorker struct {
 	sdkworker.Worker
 	closeUpstreams func()
@@ -67,7 +68,7 @@ func withUpstreams(w sdkworker.Worker, closeFn func()) sdkworker.Worker {
 	return &upstreamWorker{Worker: w, closeUpstreams: closeFn}
 }
 
-// Stop stops the worker, then the MCP servers.
+// Stop stops the worker, then the MCP servers and sandboxes.
 func (w *upstreamWorker) Stop() {
 	w.Worker.Stop()
 	w.closeUpstreams()

@@ -31,6 +31,9 @@ func (l *loader) sandbox(n *yaml.Node, where string, own []string) *policy.Sandb
 	if err := (sandbox.Policy{ReadOnly: g.Read, ReadWrite: g.Write}).Overlap(own); err != nil {
 		l.errorf(n, "%s: %v", where, err)
 	}
+	if line := g.Describe(false); len(line) > policy.MaxSandboxLine {
+		l.errorf(n, "%s names more than a person approving its calls can be shown (%d bytes said, %d at most)", where, len(line), policy.MaxSandboxLine)
+	}
 	return g
 }
 

@@ -3,6 +3,7 @@ package rules
 import (
 	"encoding/json"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -53,6 +54,8 @@ func TestASandboxGrantThatCouldReachToolgatesFilesIsRefused(t *testing.T) {
 		{"not a mapping", "[/tmp]", `rule "r": sandbox must be a mapping with fields read, write and network`},
 		{"an unknown field", "{exec: [/bin]}", `rule "r": sandbox: unknown field "exec"`},
 		{"network not a boolean", "{network: maybe}", `rule "r": sandbox: network`},
+		{"too long to show a person", "{read: [" + strings.Repeat("/opt/"+strings.Repeat("d", 60)+", ", 40) + "/opt/x]}",
+			`rule "r": sandbox names more than a person approving its calls can be shown`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
