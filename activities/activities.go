@@ -327,6 +327,9 @@ type RunToolInput struct {
 	PreviewShown *policy.Preview `json:"preview_shown,omitempty"`
 	// Sandbox is the grant the evaluation found (Evaluation.Sandbox).
 	Sandbox *policy.SandboxGrant `json:"sandbox,omitempty"`
+	// LeaveRoom, when set, is the call's leave of its waiting room, which
+	// RunTool sends while the tool runs.
+	LeaveRoom *RoomLeave `json:"leave_room,omitempty"`
 }
 
 // previewed lists the files the input's previews showed.
@@ -344,6 +347,7 @@ func (in RunToolInput) previewed() []policy.PreviewTarget {
 // tool's idempotency key; the files the call's previews showed go to the
 // tool (tool.Input.Previewed), which may refuse to act elsewhere.
 func (a *Activities) RunTool(ctx context.Context, in RunToolInput) (json.RawMessage, error) {
+	defer leaveRoom(ctx, a.Client, in.LeaveRoom)() // whatever happens next
 	call := in.Call
 	t, err := a.Tools.Get(call.Tool)
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"github.com/stretchr/testify/mock"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/toolgate/toolgate/activities"
@@ -26,7 +27,7 @@ func agentCall(id, toolName, args string) CallInput {
 // reportActivityIDs records the activity IDs of the report steps started.
 func (s *CallSuite) reportActivityIDs() *[]string {
 	var ids []string
-	s.temporal.alsoOnStart = func(info *activity.Info) {
+	s.temporal.alsoOnStart = func(info *activity.Info, _ converter.EncodedValues) {
 		if info.ActivityType.Name == "AwaitReport" {
 			ids = append(ids, info.ActivityID)
 		}

@@ -125,6 +125,8 @@ type callRun struct {
 	submission *statement.Signed
 	// doors are the doors whose statements it trusts.
 	doors *statement.Doors
+	// baseline: whether the call began at versionBaseline, once asked.
+	baseline struct{ checked, on bool }
 }
 
 // showIdentity sets the call's identifying search attributes when whoever

@@ -57,7 +57,7 @@ func (c *callRun) registerHandlers(ctx workflow.Context) error {
 				workflow.GetLogger(ctx).Warn("Ignored invalid decision signal", "callID", c.state.Call.ID, "error", err)
 				continue
 			}
-			if workflow.GetVersion(ctx, versionStatements, workflow.DefaultVersion, 1) >= 1 {
+			if c.version(ctx, versionStatements, 1) >= 1 {
 				want := callWant(ctx, req.Decision.Statement, policy.DecisionStatement(c.submitted(), req.Decision, c.stickyKey), false) //workflowcheck:ignore
 				if err := checkRecorded(ctx, c.doors, "decide signal", c.state.Call.ID, req.Decision.Statement, want, workflow.Now(ctx)); err != nil {
 					continue // logged and counted
@@ -268,7 +268,7 @@ func (c *callRun) checkEditAtDecision(ctx workflow.Context, d policy.Decision) e
 		if err := d.MayDecide(policy.DecidersOf(edited, *ev.Ask, ev.Ask.Groups)); err != nil {
 			return refuse(fmt.Sprintf("with them the call is asked of %v: %v", ev.Ask.Groups, err))
 		}
-		if ev.Ask.Approvals > 1 && workflow.GetVersion(ctx, versionEditRuleGoverns, workflow.DefaultVersion, 1) >= 1 {
+		if ev.Ask.Approvals > 1 && c.version(ctx, versionEditRuleGoverns, 1) >= 1 {
 			// Four eyes counts no edit: the edit alone would run
 			// arguments that need more people.
 			return refuse(fmt.Sprintf("with them the call falls under rule %s, which needs %d approvals from distinct people, and an edit counts as none; "+

@@ -41,7 +41,7 @@ func (c *callRun) useEditedArgs(ctx workflow.Context) (Result, bool) {
 		return c.finish(ctx, StatusError, "edited arguments refused: "+c.eval.Problem, nil), true
 	case c.eval.Denied:
 		return c.finish(ctx, StatusDenied, "edited arguments refused by policy: "+c.eval.Reason, nil), true
-	case c.eval.Ask != nil && c.eval.Ask.Approvals > 1 && workflow.GetVersion(ctx, versionEditRuleGoverns, workflow.DefaultVersion, 1) >= 1:
+	case c.eval.Ask != nil && c.eval.Ask.Approvals > 1 && c.version(ctx, versionEditRuleGoverns, 1) >= 1:
 		return c.finish(ctx, StatusDenied, fmt.Sprintf("edited arguments refused: they fall under rule %s, which needs %d approvals from distinct people, and %s's edit counts as none",
 			c.eval.Ask.Rule, c.eval.Ask.Approvals, c.state.Decision.DecidedBy), nil), true
 	}
@@ -216,7 +216,7 @@ func (c *callRun) claim(ctx workflow.Context, req ClaimRequest) error {
 	if c.state.Claim != nil {
 		return nil // the same run again
 	}
-	if workflow.GetVersion(ctx, versionClaimChecksSession, workflow.DefaultVersion, 1) >= 1 {
+	if c.version(ctx, versionClaimChecksSession, 1) >= 1 {
 		c.claiming = req.Run
 		why, err := c.approvalVoided(ctx)
 		c.claiming = ""

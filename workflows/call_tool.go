@@ -21,8 +21,25 @@ func (c *callRun) runTool(ctx workflow.Context, call policy.Call, output *json.R
 	if c.originalArgs != nil && c.state.Request != nil {
 		shown = c.state.Request.Preview
 	}
-	if (ran != nil || shown != nil) && workflow.GetVersion(ctx, versionToolSeesPreview, workflow.DefaultVersion, 1) >= 1 {
+	if (ran != nil || shown != nil) && c.version(ctx, versionToolSeesPreview, 1) >= 1 {
 		in.Preview, in.PreviewShown = ran, shown
 	}
-	return workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, toolActivityOptions(c.eval)), a.RunTool, in).Get(ctx, output)
+	handed := c.handLeaveToTool(ctx, &in)
+	err := workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, toolActivityOptions(c.eval)), a.RunTool, in).Get(ctx, output)
+	if err != nil && handed {
+		c.joined = true // the activity may never have run: the call's end sends the leave too
+	}
+	return err
+}
+
+// handLeaveToTool gives the call's leave of its waiting room to the tool's
+// activity, which sends it while the tool runs, in a call that began at
+// versionBaseline; it reports whether it did.
+func (c *callRun) handLeaveToTool(ctx workflow.Context, in *activities.RunToolInput) bool {
+	if !c.joined || !c.atBaseline(ctx) {
+		return false
+	}
+	c.joined = false
+	in.LeaveRoom = &activities.RoomLeave{WorkflowID: RoomWorkflowID(c.state.Call.Session, RoomOf(c.state.Call.ID)), Signal: SignalDone, CallID: c.state.Call.ID}
+	return true
 }

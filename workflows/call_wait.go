@@ -60,7 +60,7 @@ func (c *callRun) askForDecision(ctx workflow.Context, req policy.ApprovalReques
 // stickyHolds checks the statement of a sticky decision the session's
 // memo showed (runs from before statements take it on the memo's word).
 func (c *callRun) stickyHolds(ctx workflow.Context, d policy.Decision) bool {
-	if workflow.GetVersion(ctx, versionStatements, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+	if c.version(ctx, versionStatements, 1) == workflow.DefaultVersion {
 		return true
 	}
 	return c.checkHandedOn(ctx, "sticky decision", d, false) == nil
@@ -186,7 +186,7 @@ func (c *callRun) takeSessionDecision(ctx workflow.Context, sd SessionDecision) 
 			"callID", c.state.Call.ID, "by", sd.Decision.DecidedBy, "reason", err)
 		return false
 	}
-	if workflow.GetVersion(ctx, versionStatements, workflow.DefaultVersion, 1) >= 1 {
+	if c.version(ctx, versionStatements, 1) >= 1 {
 		if err := c.checkHandedOn(ctx, "session decision", *sd.Decision, sd.Ended); err != nil {
 			return false // logged and counted; the call waits for a person
 		}
@@ -197,10 +197,14 @@ func (c *callRun) takeSessionDecision(ctx workflow.Context, sd SessionDecision) 
 
 // tellSession tells the room the call no longer waits, and sends a new
 // sticky decision to the session, which hands it to every other call it
-// covers. Both travel while the tool runs.
+// covers. Both travel while the tool runs: the leave of an approved call
+// toolgate runs goes with its tool's activity (handLeaveToTool), in a
+// call that began at versionBaseline.
 func (c *callRun) tellSession(ctx workflow.Context) {
-	c.leaveRoom(ctx)
 	d := c.state.Decision
+	if !c.leavesWithTool(ctx) {
+		c.leaveRoom(ctx)
+	}
 	if d == nil || !d.Kind.Sticky() || d.Channel == "session" {
 		return
 	}
@@ -217,6 +221,14 @@ func (c *callRun) tellSession(ctx workflow.Context) {
 	c.told = append(c.told, told)
 }
 
+// leavesWithTool reports whether the call's leave of its room goes with
+// its tool's activity: it was approved, toolgate runs the tool, and it
+// began at versionBaseline.
+func (c *callRun) leavesWithTool(ctx workflow.Context) bool {
+	d := c.state.Decision
+	return c.joined && d != nil && d.Kind.Approves() && c.state.Call.Execution != policy.ExecutionAgent && c.atBaseline(ctx)
+}
+
 // leaveRoom tells the room the call no longer waits, as soon as it no
 // longer does, so the room's census (who may end the session, how many
 // calls its end denies) leaves it out. The call does not wait for it; a
@@ -226,7 +238,7 @@ func (c *callRun) leaveRoom(ctx workflow.Context) {
 		c.joined = false
 		room := RoomWorkflowID(c.state.Call.Session, RoomOf(c.state.Call.ID))
 		left := workflow.SignalExternalWorkflow(ctx, room, "", SignalDone, c.state.Call.ID)
-		if workflow.GetVersion(ctx, versionLeaveDelivered, workflow.DefaultVersion, 1) >= 1 {
+		if c.version(ctx, versionLeaveDelivered, 1) >= 1 {
 			c.left = left
 		}
 	}

@@ -347,7 +347,7 @@ func (quietLogger) Error(string, ...any) {}
 type fakeTemporal struct {
 	env *testsuite.TestWorkflowEnvironment
 	// alsoOnStart is another activity-started listener of the test.
-	alsoOnStart func(*activity.Info)
+	alsoOnStart func(*activity.Info, converter.EncodedValues)
 	mu          sync.Mutex
 	answers     map[string]chan any
 	// batches counts the SendSignals batches delivered.
@@ -461,10 +461,17 @@ func (f *fakeTemporal) channel(key string) chan any {
 // onStart runs in the environment's main loop.
 func (f *fakeTemporal) onStart(info *activity.Info, _ context.Context, args converter.EncodedValues) {
 	if f.alsoOnStart != nil {
-		f.alsoOnStart(info)
+		f.alsoOnStart(info, args)
 	}
 	reply := f.channel(info.WorkflowExecution.ID + "/" + info.ActivityID)
 	switch info.ActivityType.Name {
+	case "RunTool":
+		// The real activity sends the call's leave of its room.
+		var in activities.RunToolInput
+		if args.Get(&in) == nil && in.LeaveRoom != nil {
+			_ = f.env.SignalWorkflowByID(in.LeaveRoom.WorkflowID, in.LeaveRoom.Signal, in.LeaveRoom.CallID)
+		}
+		return
 	case "SendSignals":
 		var in activities.SignalsInput
 		_ = args.Get(&in)

@@ -73,7 +73,7 @@ type callLog struct {
 func (c *callRun) ledgerOn(ctx workflow.Context) bool {
 	if !c.logged.checked {
 		c.logged.checked = true
-		c.logged.on = workflow.GetVersion(ctx, versionLedger, workflow.DefaultVersion, 1) >= 1
+		c.logged.on = c.version(ctx, versionLedger, 1) >= 1
 	}
 	return c.logged.on
 }

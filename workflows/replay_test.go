@@ -69,6 +69,9 @@ var recordedScenarios = []string{
 	"statements-sticky-call",
 	"statements-sticky-session",
 	"statements-sticky-room",
+	"baseline-approve",
+	"baseline-deny",
+	"baseline-approve-room",
 }
 
 // newReplayer returns a replayer with every workflow registered under its

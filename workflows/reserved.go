@@ -21,7 +21,7 @@ func (c *callRun) reservedDenial(ctx workflow.Context) string {
 	if problem == "" {
 		return ""
 	}
-	if workflow.GetVersion(ctx, versionReserved, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+	if c.version(ctx, versionReserved, 1) == workflow.DefaultVersion {
 		return ""
 	}
 	if startedByPins(ctx, call) {

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/mock"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/converter"
 
 	"github.com/toolgate/toolgate/activities"
 	"github.com/toolgate/toolgate/policy"
@@ -34,6 +36,14 @@ func (s *CallSuite) silentRoom() func() []string {
 			add(name)
 			return nil
 		})
+	// An approved call's tool activity carries its leave (RoomLeave).
+	s.temporal.alsoOnStart = func(info *activity.Info, args converter.EncodedValues) {
+		var in activities.RunToolInput
+		if info.ActivityType.Name == "RunTool" && args.Get(&in) == nil && in.LeaveRoom != nil &&
+			in.LeaveRoom.WorkflowID == RoomWorkflowID("s1", RoomOf("c1")) && in.LeaveRoom.CallID == "c1" {
+			add(in.LeaveRoom.Signal)
+		}
+	}
 	return func() []string {
 		mu.Lock()
 		defer mu.Unlock()

@@ -169,7 +169,7 @@ func (c *callRun) reportRefused(ctx workflow.Context, err error, output json.Raw
 	if !reported {
 		return "" // no report: a timeout or a lost attempt, said as such
 	}
-	if workflow.GetVersion(ctx, versionReportStatements, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+	if c.version(ctx, versionReportStatements, 1) == workflow.DefaultVersion {
 		return ""
 	}
 	var said []*statement.Signed

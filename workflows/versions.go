@@ -1,5 +1,7 @@
 package workflows
 
+import "go.temporal.io/sdk/workflow"
+
 // Changes to the workflows since the 1.0 baseline, each behind
 // workflow.GetVersion so that the histories of runs that began before it
 // replay (docs/production.md, "Changing the workflows after 1.0"). A
@@ -43,4 +45,48 @@ const (
 	// statement from a toolgate door (SignalReport), checked once and
 	// recorded; one without is not recorded and the call ends unknown.
 	versionReportStatements = "report-statements"
+	// versionBaseline: a call that begins with it takes every change
+	// above as made, without a marker of its own for each (baselined):
+	// the first of them it meets records this one marker instead. Each
+	// marker also upserts a search attribute (TemporalChangeVersion), a
+	// write the server makes at every step of a busy session's calls.
+	// Such a call also leaves its waiting room from its tool's activity,
+	// while the tool runs (activities.RunToolInput.LeaveRoom), instead
+	// of with a signal whose acknowledgement woke the call for one more
+	// workflow task between its decision and its result.
+	versionBaseline = "baseline-wave5"
 )
+
+// baselined are the changes a call that began at versionBaseline has, at
+// the version each had then. A change made later gets its own marker.
+var baselined = map[string]workflow.Version{
+	versionLeaveDelivered:     1,
+	versionEditRuleGoverns:    1,
+	versionClaimChecksSession: 1,
+	versionReserved:           1,
+	versionToolSeesPreview:    1,
+	versionLedger:             1,
+	versionStatements:         1,
+	versionReportStatements:   1,
+}
+
+// version is workflow.GetVersion(changeID, DefaultVersion, max) for the
+// call workflow: a baselined change of a call that began at
+// versionBaseline is known without a marker.
+func (c *callRun) version(ctx workflow.Context, changeID string, max workflow.Version) workflow.Version {
+	if v, ok := baselined[changeID]; ok && c.atBaseline(ctx) {
+		return v
+	}
+	return workflow.GetVersion(ctx, changeID, workflow.DefaultVersion, max)
+}
+
+// atBaseline reports whether the call began at versionBaseline, asked the
+// first time a baselined change is (so a run from before replays: it has
+// no marker there, and meets its own markers after).
+func (c *callRun) atBaseline(ctx workflow.Context) bool {
+	if !c.baseline.checked {
+		c.baseline.checked = true
+		c.baseline.on = workflow.GetVersion(ctx, versionBaseline, workflow.DefaultVersion, 1) >= 1
+	}
+	return c.baseline.on
+}

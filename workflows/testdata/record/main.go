@@ -177,6 +177,7 @@ func run(ctx context.Context, logger *zap.Logger, outDir, only string) (err erro
 		{"ledger", r.ledgered},
 		{"encrypted", r.encryptedCalls},
 		{"statements", r.statements},
+		{"baseline", r.baseline},
 	}
 	wanted := map[string]bool{}
 	for _, name := range strings.Split(only, ",") {
