@@ -6,8 +6,10 @@ import (
 	"crypto/rand"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -36,8 +38,10 @@ var codecEncodeRoles = []Role{RoleAdmin}
 // (--codec-endpoint) and the Temporal Web UI: it decrypts what toolgate
 // encrypted, for people allowed to read it, and encrypts for admins.
 // Every request is logged with who made it and how many payloads it
-// carried; one that carries payloads goes, with a ledger, into the ledger
-// before it is answered. Its errors name keys by ID, never a file.
+// carried. With a ledger, an encode that carries payloads goes into it
+// before it is answered; decodes go in once per person per minute (tally),
+// the first before it is answered. Its errors name keys by ID, never a
+// file.
 type codecEndpoint struct {
 	codec     http.Handler
 	namespace string
@@ -45,6 +49,7 @@ type codecEndpoint struct {
 	authn     *authenticator
 	inbox     *inbox
 	ledger    *ledger.Ledger
+	tally     *codecTally
 	logger    *zap.Logger
 }
 
@@ -63,6 +68,7 @@ func newCodecEndpoint(cfg Config, in *inbox, authn *authenticator) *codecEndpoin
 		authn:     authn,
 		inbox:     in,
 		ledger:    cfg.Ledger,
+		tally:     newCodecTally(cfg.CodecRate, ns, cfg.Ledger, cfg.Logger),
 		logger:    cfg.Logger,
 	}
 }
@@ -119,6 +125,12 @@ func (c *codecEndpoint) serve(w http.ResponseWriter, r *http.Request) {
 		writeError(w, refused)
 		return
 	}
+	if op == "decode" {
+		if wait, ok := c.tally.admit(p, via); !ok {
+			writeRateLimited(w, c.tally.rate, wait)
+			return
+		}
+	}
 	if r.ContentLength > MaxCodecRequestBytes {
 		writeError(w, tooLarge())
 		return
@@ -172,25 +184,35 @@ func (c *codecEndpoint) principal(r *http.Request, op, origin string, corsOK boo
 }
 
 // record puts a request that carries payloads into the ledger: who read
-// (decode) or had encrypted (encode) how many. One without payloads (the
-// token check of docs/production.md) reads and makes nothing, and stays
-// out.
+// (decode, counted per minute by the tally) or had encrypted (encode, one
+// entry each: rare, and each makes ciphertext) how many. One without
+// payloads (the token check of docs/production.md) reads and makes
+// nothing, and stays out.
 func (c *codecEndpoint) record(ctx context.Context, op string, p Principal, via string, n int) error {
+	if op == "decode" {
+		return c.tally.record(ctx, p, via, n)
+	}
 	if c.ledger == nil || n == 0 {
 		return nil
-	}
-	kind := ledger.KindCodecDecoded
-	if op == "encode" {
-		kind = ledger.KindCodecEncoded
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	_, err := c.ledger.Append(ctx, ledger.Entry{
-		Kind: kind, Event: "codec/" + rand.Text(), At: time.Now().UTC(),
+		Kind: ledger.KindCodecEncoded, Event: "codec/" + rand.Text(), At: time.Now().UTC(),
 		By: p.Name, Role: string(p.Role), Counts: map[string]int{"payloads": n},
 		Details: map[string]any{"namespace": c.namespace, "via": via},
 	})
 	return err
+}
+
+// writeRateLimited answers a decode over the rate: 429 rate_limited, and
+// Retry-After when the minute ends. writeError would send the fixed
+// Retry-After of Temporal's own 429.
+func writeRateLimited(w http.ResponseWriter, rate int, wait time.Duration) {
+	w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(max(wait, time.Second).Seconds()))))
+	e := &apiError{http.StatusTooManyRequests, errTemporalBusy.code,
+		fmt.Sprintf("a person may make %d codec decode requests a minute; try again when the minute ends", rate)}
+	writeJSON(w, e.status, map[string]any{"error": map[string]string{"code": e.code, "message": e.message}})
 }
 
 func tooLarge() *apiError {

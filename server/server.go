@@ -57,6 +57,10 @@ type Config struct {
 	// "http://localhost:8233") whose pages may read the codec's answers.
 	// Optional: none.
 	CodecCORSOrigins []string
+	// CodecRate is how many decode requests one person (name and role)
+	// may make of the codec per minute; past it they get 429 rate_limited
+	// until the minute ends. Default DefaultCodecRate.
+	CodecRate int
 	// SignIn, when set, signs people in through the company's OpenID
 	// provider: the inbox's "Sign in with …" and the API's acceptance of
 	// the provider's JWT access tokens. Optional: tokens only.
@@ -88,8 +92,24 @@ func (t *Tokens) Agent(token string) (name, owner string, known, agent bool) {
 	return p.Name, p.Owner, true, p.Role == RoleAgent || p.Role == RoleAdmin
 }
 
+// Handler is toolgate's HTTP handler (New).
+type Handler struct {
+	http.Handler
+	codec *codecEndpoint
+}
+
+// Close writes to the ledger what the handler holds in memory: the
+// codec's decodes counted in the current minute. Call it once the HTTP
+// server has shut down; a decode after it is written to the ledger on its
+// own. What the ledger does not take is logged.
+func (h *Handler) Close() {
+	if h.codec != nil {
+		h.codec.tally.close()
+	}
+}
+
 // New returns the HTTP handler.
-func New(cfg Config) http.Handler {
+func New(cfg Config) *Handler {
 	if cfg.Logger == nil {
 		cfg.Logger = zap.NewNop()
 	}
@@ -132,8 +152,9 @@ func New(cfg Config) http.Handler {
 	newHTTPHooks(cfg, authn, ready).routes(mux)
 	in := newInbox(cfg, signedIn)
 	in.routes(mux)
-	if c := newCodecEndpoint(cfg, in, authn); c != nil {
-		c.routes(mux)
+	codec := newCodecEndpoint(cfg, in, authn)
+	if codec != nil {
+		codec.routes(mux)
 	}
 	if s := newSlackInteractions(cfg, signedIn); s != nil {
 		s.routes(mux)
@@ -144,7 +165,7 @@ func New(cfg Config) http.Handler {
 	if cfg.MCP != nil {
 		mux.Handle("/mcp", cfg.MCP)
 	}
-	return mux
+	return &Handler{Handler: mux, codec: codec}
 }
 
 //go:embed openapi.json

@@ -14,6 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/toolgate/toolgate/keyring"
+	"github.com/toolgate/toolgate/server"
 )
 
 // payloadKeys say how toolgate encrypts what it puts in Temporal: the
@@ -181,4 +182,5 @@ func (a *app) addCodecFlags(cmd *cobra.Command) {
 		origins = strings.Split(v, ",")
 	}
 	cmd.Flags().StringSliceVar(&a.codecOrigins, "codec-cors-origin", origins, "origin whose pages may use the codec endpoint /codec/{namespace}, e.g. the Temporal Web UI's http://localhost:8233; repeatable (env TOOLGATE_CODEC_CORS_ORIGINS, comma-separated)")
+	cmd.Flags().IntVar(&a.codecRate, "codec-rate", server.DefaultCodecRate, "decode requests one person may make of the codec endpoint per minute; past it they get 429 until the minute ends")
 }

@@ -98,6 +98,8 @@ type app struct {
 	api            apiFlags
 	// codecOrigins may read the codec endpoint's answers (CORS).
 	codecOrigins []string
+	// codecRate is the codec's decode requests per person per minute.
+	codecRate int
 }
 
 func (a *app) rootCommand() *cobra.Command {

@@ -383,14 +383,19 @@ func (a *app) runProcesses(ctx context.Context, p processes) error {
 		cfg := server.Config{Calls: calls, Tokens: a.tokens, Sessions: sessions,
 			Logger: a.logger.Named("http"), Notify: notifications, MCP: gateway.HTTPHandler(a.tokens.Agent),
 			Ready:  func(ctx context.Context) error { return worker.SearchAttributesUsable(ctx, tc, a.conn.namespace) },
-			Ledger: lg, Namespace: a.conn.namespace, CodecCORSOrigins: a.codecOrigins, SignIn: signIn, HookStateDir: p.hookStateDir}
+			Ledger: lg, Namespace: a.conn.namespace, CodecCORSOrigins: a.codecOrigins, CodecRate: a.codecRate, SignIn: signIn, HookStateDir: p.hookStateDir}
 		if p.worker != nil {
 			cfg.Tools = toolsWords(p.worker.unsandboxed)
 		}
 		if ring := a.conn.keys.ring; ring != nil {
 			cfg.Codec = ring.EndpointCodec()
 		}
-		mux.Handle("/", server.New(cfg))
+		h := server.New(cfg)
+		// Deferred before the listener's stop, so it runs after it: the
+		// codec's decode counts of the current minute go to the ledger
+		// (still open: it closes later) once no request is left.
+		defer h.Close()
+		mux.Handle("/", h)
 		ln := p.httpListener
 		if ln == nil {
 			if ln, err = listen(p.httpAddr); err != nil {
