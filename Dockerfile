@@ -25,8 +25,8 @@ RUN go build -ldflags="-s -w" -o /out/toolgate ./cmd/toolgate \
 FROM debian:trixie-slim
 COPY --from=build /etc/ssl/certs/ca-certificates.crt /etc/ssl/certs/ca-certificates.crt
 RUN useradd --uid 10001 --user-group --home-dir /workspace --no-create-home --shell /usr/sbin/nologin toolgate \
- && mkdir -p /workspace /etc/toolgate \
- && chown toolgate:toolgate /workspace
+ && mkdir -p /workspace /etc/toolgate /var/lib/toolgate \
+ && chown toolgate:toolgate /workspace /var/lib/toolgate
 # toolgate-sandbox beside toolgate: it starts each tool's sandboxed process.
 COPY --from=build /out/toolgate /out/toolgate-sandbox /usr/local/bin/
 USER 10001:10001

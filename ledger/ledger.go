@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 	"time"
 
 	"go.uber.org/zap"
@@ -51,6 +52,13 @@ type Options struct {
 	// Logger receives the ledger's logs, a tightening of its SQLite
 	// file's permissions included. Optional.
 	Logger *zap.Logger
+	// SignerState is the file where the signer remembers the last tree it
+	// signed (signer.go), outside the database; "" remembers it only
+	// while the process runs. Used with a signing key.
+	SignerState string
+	// OnFork hears each refusal to sign a tree that does not extend what
+	// this signer signed: a rewritten or rolled-back database. Optional.
+	OnFork func(context.Context, ForkError)
 }
 
 // Ledger is an open log.
@@ -62,6 +70,10 @@ type Ledger struct {
 	reqs     chan *appendReq
 	stop     chan struct{}
 	stopped  chan struct{}
+	memory   *signerMemory
+
+	closeOnce sync.Once
+	closeErr  error
 }
 
 type appendReq struct {
@@ -89,21 +101,33 @@ func Open(ctx context.Context, o Options) (*Ledger, error) {
 	if o.CheckpointEvery <= 0 {
 		o.CheckpointEvery = DefaultCheckpointEvery
 	}
+	state := ""
+	if o.Keys.Signer != nil {
+		state = o.SignerState
+	}
+	memory, err := loadSignerMemory(state, o.Verifier.Name(), o.Logger)
+	if err != nil {
+		return nil, err
+	}
 	st, err := openStore(ctx, o.DSN, o.Logger)
 	if err != nil {
 		return nil, err
 	}
-	l := &Ledger{st: st, opts: o, verifier: o.Verifier, log: o.Logger,
+	l := &Ledger{st: st, opts: o, verifier: o.Verifier, log: o.Logger, memory: memory,
 		reqs: make(chan *appendReq), stop: make(chan struct{}), stopped: make(chan struct{})}
 	go l.write()
 	return l, nil
 }
 
-// Close stops the writer and closes the database.
+// Close stops the writer and closes the database; a second Close does
+// nothing.
 func (l *Ledger) Close() error {
-	close(l.stop)
-	<-l.stopped
-	return l.st.db.Close()
+	l.closeOnce.Do(func() {
+		close(l.stop)
+		<-l.stopped
+		l.closeErr = l.st.db.Close()
+	})
+	return l.closeErr
 }
 
 // Origin is the log's name, toolgate/<deployment>.
@@ -201,6 +225,12 @@ func (l *Ledger) commit(batch []*appendReq) {
 	if err != nil {
 		err = fmt.Errorf("ledger %s: append: %w", l.st.db.Where(), err)
 		l.log.Warn("Ledger append failed", zap.Int("entries", len(all)), zap.Error(err))
+	} else if l.Signs() {
+		hashes := make([]tlog.Hash, len(all))
+		for i, e := range all {
+			hashes[i] = tlog.RecordHash(e.data)
+		}
+		l.memory.noteAppended(indexes, hashes)
 	}
 	for _, r := range batch {
 		res := appendResult{err: err}
@@ -273,7 +303,9 @@ func (l *Ledger) LatestCheckpoint(ctx context.Context) (c Checkpoint, ok bool, e
 }
 
 // SignCheckpoint signs a checkpoint of the log as it is now, stores it and
-// publishes it when it is new. It needs the signing key.
+// publishes it when it is new. It needs the signing key, and signs only a
+// tree that extends what this signer signed before and the latest
+// checkpoint stored (signer.go); else it returns a *ForkError.
 func (l *Ledger) SignCheckpoint(ctx context.Context) (Checkpoint, error) {
 	if l.opts.Keys.Signer == nil {
 		return Checkpoint{}, errors.New("ledger: no signing key here")
@@ -286,11 +318,25 @@ func (l *Ledger) SignCheckpoint(ctx context.Context) (Checkpoint, error) {
 	if err != nil {
 		return Checkpoint{}, fmt.Errorf("ledger: tree hash at %d: %w", size, err)
 	}
+	bases, err := l.signedBefore(ctx)
+	if err == nil {
+		err = l.extends(ctx, size, hash, bases)
+	}
+	if err != nil {
+		var fork *ForkError
+		if errors.As(err, &fork) {
+			l.refuse(ctx, fork)
+		}
+		return Checkpoint{}, err
+	}
 	msg, err := note.Sign(&note.Note{Text: checkpointText(l.Origin(), size, hash)}, l.opts.Keys.Signer)
 	if err != nil {
 		return Checkpoint{}, fmt.Errorf("ledger: sign checkpoint: %w", err)
 	}
 	c := Checkpoint{Origin: l.Origin(), Size: size, Hash: hash, Note: msg}
+	if err := l.memory.remember(signedTree{Origin: l.Origin(), Size: size, Hash: hash}); err != nil {
+		return Checkpoint{}, err // not published: a restart would forget it
+	}
 	added, err := l.st.putCheckpoint(ctx, size, msg, time.Now())
 	if err != nil {
 		return Checkpoint{}, fmt.Errorf("ledger: store checkpoint: %w", err)
@@ -305,6 +351,31 @@ func (l *Ledger) SignCheckpoint(ctx context.Context) (Checkpoint, error) {
 	return c, nil
 }
 
+// signedBefore are the trees a new checkpoint must extend: the last this
+// signer signed, and the latest checkpoint stored under the key (another
+// signer's, or this one's from before its state was kept).
+func (l *Ledger) signedBefore(ctx context.Context) ([]signedTree, error) {
+	var bases []signedTree
+	l.memory.mu.Lock()
+	if l.memory.signed != nil {
+		bases = append(bases, *l.memory.signed)
+	}
+	l.memory.mu.Unlock()
+	notes, err := l.st.checkpoints(ctx, true)
+	if err != nil {
+		return nil, fmt.Errorf("ledger: read the latest checkpoint: %w", err)
+	}
+	if len(notes) == 0 {
+		return bases, nil
+	}
+	c, err := ParseCheckpoint(notes[0], l.verifier)
+	if err != nil {
+		// Only the database could hold one the key did not sign.
+		return nil, &ForkError{Offered: -1, Reason: "the latest checkpoint the database holds is not one the log's key signed (" + err.Error() + ")"}
+	}
+	return append(bases, signedTree{Origin: c.Origin, Size: c.Size, Hash: c.Hash}), nil
+}
+
 // Run signs a checkpoint every CheckpointEvery while the log grows, until
 // ctx ends. It does nothing without a signing key.
 func (l *Ledger) Run(ctx context.Context) {
@@ -317,7 +388,10 @@ func (l *Ledger) Run(ctx context.Context) {
 	for {
 		size, err := l.st.size(ctx)
 		if err == nil && size != last {
-			if c, err := l.SignCheckpoint(ctx); err != nil {
+			var fork *ForkError
+			if c, err := l.SignCheckpoint(ctx); errors.As(err, &fork) {
+				// Logged once by refuse; asked again at every tick.
+			} else if err != nil {
 				l.log.Warn("Could not sign a ledger checkpoint", zap.Error(err))
 			} else {
 				last = c.Size

@@ -221,17 +221,46 @@ type LedgerCheckpointEvent struct {
 	At         time.Time `json:"at"`
 }
 
+// EventLedgerFork is the webhook event of the ledger's signer refusing a
+// tree that does not extend what it signed: the database was rewritten or
+// rolled back.
+const EventLedgerFork = "ledger.fork"
+
+// LedgerForkEvent is the body of a ledger.fork event.
+type LedgerForkEvent struct {
+	ID     string `json:"id"`
+	Event  string `json:"event"`
+	Origin string `json:"origin"`
+	// Signed is the size of the tree signed before; Offered the size of
+	// the tree the database holds (-1 when the refusal is of a stored
+	// checkpoint the key did not sign).
+	Signed  int64     `json:"signed"`
+	Offered int64     `json:"offered"`
+	Reason  string    `json:"reason"`
+	At      time.Time `json:"at"`
+}
+
+// Fork sends a ledger.fork event to every URL.
+func (w *Webhook) Fork(ctx context.Context, origin string, signed, offered int64, reason string) error {
+	return w.postLedgerEvent(ctx, EventLedgerFork, LedgerForkEvent{ID: fmt.Sprintf("%s/fork/%d/%d", origin, signed, offered),
+		Event: EventLedgerFork, Origin: origin, Signed: signed, Offered: offered, Reason: reason, At: w.opts.Now().UTC()})
+}
+
 // Checkpoint sends a ledger.checkpoint event to every URL.
 func (w *Webhook) Checkpoint(ctx context.Context, origin string, size int64, note []byte) error {
-	ev := LedgerCheckpointEvent{ID: fmt.Sprintf("%s/checkpoint/%d", origin, size), Event: EventLedgerCheckpoint,
-		Origin: origin, Size: size, Checkpoint: string(note), At: w.opts.Now().UTC()}
+	return w.postLedgerEvent(ctx, EventLedgerCheckpoint, LedgerCheckpointEvent{ID: fmt.Sprintf("%s/checkpoint/%d", origin, size),
+		Event: EventLedgerCheckpoint, Origin: origin, Size: size, Checkpoint: string(note), At: w.opts.Now().UTC()})
+}
+
+// postLedgerEvent sends a ledger event's body to every URL.
+func (w *Webhook) postLedgerEvent(ctx context.Context, event string, ev any) error {
 	body, err := json.Marshal(ev)
 	if err != nil {
-		return fmt.Errorf("webhook: encode checkpoint: %w", err)
+		return fmt.Errorf("webhook: encode %s: %w", event, err)
 	}
 	var errs []error
 	for _, u := range w.opts.URLs {
-		errs = append(errs, w.postOne(ctx, u, ev.Event, body))
+		errs = append(errs, w.postOne(ctx, u, event, body))
 	}
 	return errors.Join(errs...)
 }

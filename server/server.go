@@ -134,6 +134,12 @@ func New(cfg Config) *Handler {
 		if cfg.Tools != "" {
 			ok["tools"] = cfg.Tools
 		}
+		if cfg.Ledger != nil {
+			if f := cfg.Ledger.Refused(); f != nil {
+				// Calls still run; the ledger's signer has stopped.
+				ok["status"], ok["ledger"] = "degraded", f.Error()
+			}
+		}
 		writeJSON(w, http.StatusOK, ok)
 	})
 	if cfg.SignIn != nil {

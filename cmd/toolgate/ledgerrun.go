@@ -22,7 +22,7 @@ import (
 
 // ledgerFlags say where the decision ledger is, and what signs it.
 type ledgerFlags struct {
-	dsn, keyFile, checkpoints string
+	dsn, keyFile, checkpoints, signerState string
 }
 
 // ledgerOff is the --ledger value that keeps no ledger.
@@ -40,6 +40,25 @@ func (f *ledgerFlags) add(cmd *cobra.Command, dev bool) {
 	fs.StringVar(&f.dsn, "ledger", os.Getenv("TOOLGATE_LEDGER"), "decision ledger: a postgres:// URL or a SQLite file; \"off\" keeps none (env TOOLGATE_LEDGER"+dsnHelp+")")
 	fs.StringVar(&f.keyFile, "ledger-key", os.Getenv("TOOLGATE_LEDGER_KEY"), "file of the ledger's signing key ('toolgate audit key --new FILE'), or of its verifier key where nothing is signed (env TOOLGATE_LEDGER_KEY"+keyHelp+")")
 	fs.StringVar(&f.checkpoints, "ledger-checkpoints", os.Getenv("TOOLGATE_LEDGER_CHECKPOINTS"), "also append every signed checkpoint to this file: keep it where the ledger's database cannot rewrite it (env TOOLGATE_LEDGER_CHECKPOINTS)")
+	fs.StringVar(&f.signerState, "ledger-signer-state", os.Getenv("TOOLGATE_LEDGER_SIGNER_STATE"), "file where the ledger's signer remembers the last tree it signed, so it never signs a rewritten or rolled-back database (env TOOLGATE_LEDGER_SIGNER_STATE; default ledger-signed.json beside the signing key, when that directory is writable)")
+}
+
+// signerStateFile is where a signer keeps its state: the flag's file, or
+// ledger-signed.json beside the key when that directory is writable; ""
+// (memory only, with a warning) when it is not.
+func (a *app) signerStateFile(f ledgerFlags) string {
+	if f.signerState != "" {
+		return f.signerState
+	}
+	dir := filepath.Dir(f.keyFile)
+	probe, err := os.CreateTemp(dir, ".toolgate-probe-*")
+	if err != nil {
+		a.logger.Warn("The ledger's signer remembers what it signed only while it runs: the signing key's directory is not writable; give --ledger-signer-state FILE on a writable disk (docs/audit.md, \"A refused checkpoint\")")
+		return ""
+	}
+	_ = probe.Close()
+	_ = os.Remove(probe.Name())
+	return filepath.Join(dir, "ledger-signed.json")
 }
 
 // devDefaults puts toolgate dev's ledger in its data dir, unless the flags
@@ -106,6 +125,10 @@ func (a *app) openLedger(ctx context.Context, f ledgerFlags, dev bool, webhook *
 	}
 	// With payload keys, what may hold secrets is sealed in the ledger too.
 	opts := ledger.Options{DSN: f.dsn, Keys: keys, Sealer: sealer(a.conn.keys.ring), Logger: a.logger.Named("ledger")}
+	if keys.Signer != nil {
+		opts.SignerState = a.signerStateFile(f)
+		opts.OnFork = a.forkAlarm(keys.Verifier.Name(), webhook)
+	}
 	if webhook != nil {
 		opts.Publish = append(opts.Publish, func(ctx context.Context, c ledger.Checkpoint) error {
 			return webhook.Checkpoint(ctx, c.Origin, c.Size, c.Note)
@@ -123,6 +146,27 @@ func (a *app) openLedger(ctx context.Context, f ledgerFlags, dev bool, webhook *
 	}
 	a.logger.Info("Decision ledger", zap.String("at", l.Where()), zap.String("origin", l.Origin()), zap.Bool("signs", keys.Signer != nil))
 	return l, nil
+}
+
+// MetricLedgerForks counts the signer's refusals of a tree that does not
+// extend what it signed.
+const MetricLedgerForks = "toolgate_ledger_forks"
+
+// forkAlarm is what a signer's refusal sets off beside its error log (the
+// ledger's) and /readyz (Ledger.Refused): a metric and a ledger.fork
+// webhook event.
+func (a *app) forkAlarm(origin string, webhook *notify.Webhook) func(context.Context, ledger.ForkError) {
+	return func(ctx context.Context, f ledger.ForkError) {
+		if a.metrics != nil {
+			a.metrics.Counter(MetricLedgerForks).Inc(1)
+		}
+		if webhook == nil {
+			return
+		}
+		if err := webhook.Fork(ctx, origin, f.Signed, f.Offered, f.Reason); err != nil {
+			a.logger.Error("Could not send the ledger.fork webhook event", zap.Error(err))
+		}
+	}
 }
 
 // appendCheckpointTo appends each checkpoint to a file, a note after the

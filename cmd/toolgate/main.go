@@ -15,6 +15,7 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+	"go.temporal.io/sdk/client"
 	"go.uber.org/zap"
 
 	"github.com/toolgate/toolgate/logging"
@@ -100,6 +101,8 @@ type app struct {
 	codecOrigins []string
 	// codecRate is the codec's decode requests per person per minute.
 	codecRate int
+	// metrics receives toolgate's own metrics in a process that runs.
+	metrics client.MetricsHandler
 }
 
 func (a *app) rootCommand() *cobra.Command {

@@ -311,6 +311,7 @@ func (a *app) runProcesses(ctx context.Context, p processes) error {
 	}
 	m := metrics.New()
 	defer m.Close()
+	a.metrics = m.Handler
 	tc, err := a.conn.dial(a.logger, m.Handler)
 	if err != nil {
 		return err
