@@ -88,10 +88,19 @@ func (c *Client) exchange(ctx context.Context, method, path string, body any) (i
 	}
 	var e apiError
 	if json.Unmarshal(data, &e) != nil || e.Error.Code == "" {
-		return 0, nil, nil, fmt.Errorf("toolgate API: %s: %s", resp.Status, strings.TrimSpace(string(data)))
+		return 0, nil, nil, &bareError{status: resp.StatusCode, text: fmt.Sprintf("toolgate API: %s: %s", resp.Status, strings.TrimSpace(string(data)))}
 	}
 	return 0, nil, nil, errorOf(e.Error.Code, e.Error.Message)
 }
+
+// bareError is an answer that is not one of the API's errors: a proxy's,
+// or a route the server does not have (a toolgate from before it).
+type bareError struct {
+	status int
+	text   string
+}
+
+func (e *bareError) Error() string { return e.text }
 
 // errorOf turns an API error's code and message into the error the Go
 // client returns for the same refusal.

@@ -63,6 +63,28 @@ func (c *Client) AuditEntries(ctx context.Context, start int64) (entries []ledge
 	return entries, next, nil
 }
 
+// ErrNoProofRoute: the server has no GET /v1/audit/proof (it answers a
+// bare 404, not an API error); it is a toolgate from before the route.
+var ErrNoProofRoute = errors.New("toolgate API: the server offers no consistency proofs (GET /v1/audit/proof): a toolgate from before them")
+
+// AuditProof returns the ledger's latest signed checkpoint and the proof
+// that it extends the log's tree of size old (GET /v1/audit/proof). It is
+// the server's word: check it with the key you hold
+// (ledger.ConsistencyProof.Check). An old past the latest checkpoint
+// answers a *client.RefusedError of type "old_past_checkpoint"; a ledger
+// without a checkpoint one of type "no_checkpoint"; a server without the
+// route ErrNoProofRoute.
+func (c *Client) AuditProof(ctx context.Context, old int64) (ledger.ConsistencyProof, error) {
+	var p ledger.ConsistencyProof
+	q := url.Values{"old": {strconv.FormatInt(old, 10)}}
+	err := c.do(ctx, http.MethodGet, "/v1/audit/proof?"+q.Encode(), nil, &p)
+	var bare *bareError
+	if errors.As(err, &bare) && bare.status == http.StatusNotFound {
+		return p, ErrNoProofRoute
+	}
+	return p, err
+}
+
 // AuditReceipt returns a call's receipt (GET /v1/audit/calls/{call_id}):
 // its entries, as stored, with their inclusion proofs against a signed
 // checkpoint. An unknown call answers client.ErrUnknownCall.

@@ -8,6 +8,9 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	tgclient "github.com/toolgate/toolgate/client"
+	"github.com/toolgate/toolgate/ledger"
 )
 
 // A server that speaks the entries' contract badly is refused, not
@@ -46,4 +49,48 @@ func TestAuditEntriesRefusesABadPage(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, int64(-1), n, "no X-Next-Start: the log's end")
 	assert.Empty(t, entries)
+}
+
+// The proof route's answers: the proof, the API's refusals as the
+// client's errors, and a server without the route told apart.
+func TestAuditProofTellsAServerWithoutTheRoute(t *testing.T) {
+	var status int
+	var body string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		assert.Equal(t, "/v1/audit/proof?old=20", r.URL.RequestURI())
+		if status == http.StatusNotFound && body == "" {
+			http.NotFound(w, r) // the mux of a toolgate from before the route
+			return
+		}
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(status)
+		_, _ = w.Write([]byte(body))
+	}))
+	defer srv.Close()
+	c := New(srv.URL, "t")
+
+	status, body = http.StatusOK, `{"checkpoint":"toolgate/prod\n25\n…","old":20,"proof":["AAAA"]}`
+	p, err := c.AuditProof(context.Background(), 20)
+	require.NoError(t, err)
+	assert.Equal(t, ledger.ConsistencyProof{Checkpoint: "toolgate/prod\n25\n…", Old: 20, Proof: []string{"AAAA"}}, p)
+
+	status, body = http.StatusBadRequest, `{"error":{"code":"old_past_checkpoint","message":"old 20 is past the latest signed checkpoint, of size 10"}}`
+	_, err = c.AuditProof(context.Background(), 20)
+	var refused *tgclient.RefusedError
+	require.ErrorAs(t, err, &refused)
+	assert.Equal(t, "old_past_checkpoint", refused.Type)
+
+	status, body = http.StatusNotFound, `{"error":{"code":"no_ledger","message":"this deployment runs without a decision ledger"}}`
+	_, err = c.AuditProof(context.Background(), 20)
+	require.ErrorAs(t, err, &refused)
+	assert.Equal(t, "no_ledger", refused.Type)
+	assert.NotErrorIs(t, err, ErrNoProofRoute)
+
+	status, body = http.StatusNotFound, ""
+	_, err = c.AuditProof(context.Background(), 20)
+	assert.ErrorIs(t, err, ErrNoProofRoute)
+
+	status, body = http.StatusBadGateway, "bad gateway"
+	_, err = c.AuditProof(context.Background(), 20)
+	assert.EqualError(t, err, "toolgate API: 502 Bad Gateway: bad gateway", "other bare answers read as before")
 }

@@ -191,8 +191,8 @@ func TestAnExportVerifiesLaidOutAnewAndTheOlderFormatAsWritten(t *testing.T) {
 	assert.ErrorContains(t, verify([]byte("{\"ledger\":{}}\n\n]\n")), "export line 3 is not JSON")
 }
 
-// A held checkpoint smaller than the stored ones, that they do not
-// match, names the range of entries before it, in order.
+// A held checkpoint that the stored ones do not extend is a fork, and
+// the message names the range of entries before it, in order.
 func TestAMismatchNamesTheRangeInOrder(t *testing.T) {
 	l, _ := openTest(t)
 	ctx := context.Background()
@@ -217,6 +217,7 @@ func TestAMismatchNamesTheRangeInOrder(t *testing.T) {
 	require.NoError(t, err)
 
 	_, err = l.VerifyStore(ctx, [][]byte{held.Note})
-	assert.ErrorContains(t, err, "the held checkpoint of size 4 does not match the entries: an entry between #0 and #3 was changed")
+	assert.ErrorContains(t, err, "the log forked: the log's checkpoint of size 4 and the held checkpoint of size 4 sign different trees")
+	assert.ErrorContains(t, err, "the held checkpoint's differ between #0 and #3")
 	assert.NotContains(t, fmt.Sprint(err), "between #10", "never a reversed range")
 }

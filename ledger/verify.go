@@ -117,21 +117,31 @@ type Report struct {
 	// Held is the size of the checkpoint held elsewhere that the log
 	// was proved consistent with; zero: none given.
 	Held int64 `json:"held,omitempty"`
+	// Remembered is the size of the checkpoint a verifier remembered from
+	// before (VerifyOptions.Remembered) that the log was proved to
+	// extend; zero: none given.
+	Remembered int64 `json:"remembered,omitempty"`
+	// Latest is the largest checkpoint checked, of the log's, the held
+	// and the remembered: what a verifier remembers for next time. Its
+	// Note is nil when there was none.
+	Latest Checkpoint `json:"-"`
 }
 
-// Verification checks a log, entry by entry, against its checkpoints.
-// Feed it the entries in the order of their indices (Entry), the
-// checkpoints (Checkpoint) and, optionally, checkpoints held elsewhere
-// (Held); Finish says whether the log is intact, naming the first thing
-// that is not.
+// Verification checks a log, entry by entry, against its checkpoints,
+// and every checkpoint it is given against every other. Feed it the
+// entries in the order of their indices (Entry), the checkpoints
+// (Checkpoint) and, optionally, checkpoints held elsewhere (Held) and the
+// one a verifier remembers from before (Remembered); Finish says whether
+// the log is intact, naming the first thing that is not.
 type Verification struct {
-	verifier note.Verifier
-	n        int64
-	hashes   []tlog.Hash // the tree's stored hashes, recomputed
-	events   map[string]int64
-	cps      []Checkpoint
-	held     []Checkpoint
-	err      error
+	verifier   note.Verifier
+	n          int64
+	hashes     []tlog.Hash // the tree's stored hashes, recomputed
+	events     map[string]int64
+	cps        []Checkpoint
+	held       []Checkpoint
+	remembered *Checkpoint
+	err        error
 }
 
 // NewVerification starts checking a log signed with verifier's key.
@@ -221,43 +231,46 @@ func (v *Verification) Held(msg []byte) {
 	v.held = append(v.held, c)
 }
 
-// Finish checks every checkpoint against the recomputed tree.
+// Remembered adds the checkpoint a verifier saw before (its state): the
+// log's latest checkpoint must be as large, and the log must extend it.
+func (v *Verification) Remembered(msg []byte) {
+	c, err := ParseCheckpoint(msg, v.verifier)
+	if err != nil {
+		v.fail("the remembered %v", err)
+		return
+	}
+	v.remembered = &c
+}
+
+// Finish checks every checkpoint against the recomputed tree and against
+// each other (verifycheckpoints.go).
 func (v *Verification) Finish() (Report, error) {
 	r := Report{Origin: v.verifier.Name(), Entries: v.n, Checkpoints: len(v.cps)}
 	if v.err != nil {
 		return r, v.err
 	}
-	// The sizes of the checkpoints that matched, stored and held apart: a
-	// stored one that matched proves nothing to the holder of another.
-	var goodStored, goodHeld []int64
-	check := func(c Checkpoint, what string, good *[]int64) error {
-		if c.Size > v.n {
-			return fmt.Errorf("%s of size %d, but the log has %d entries: entries #%d to #%d were removed (the log was truncated)", what, c.Size, v.n, v.n, c.Size-1)
-		}
-		root, err := tlog.TreeHash(c.Size, v)
-		if err != nil {
-			return fmt.Errorf("%s of size %d: %v", what, c.Size, err)
-		}
-		if root != c.Hash {
-			return fmt.Errorf("%s of size %d does not match the entries: an entry between #%d and #%d was changed, removed or reordered", what, c.Size, largestBelow(*good, c.Size), c.Size-1)
-		}
-		*good = append(*good, c.Size)
-		return nil
+	seen, err := v.seen()
+	if err != nil {
+		return r, err
 	}
-	for _, c := range v.cps {
-		if err := check(c, "checkpoint", &goodStored); err != nil {
-			return r, err
-		}
-		r.Size = max(r.Size, c.Size)
-	}
-	for _, c := range v.held {
-		if err := check(c, "the held checkpoint", &goodHeld); err != nil {
-			return r, err
-		}
-		r.Held = max(r.Held, c.Size)
+	if err := checkSeen(seen, v.n); err != nil {
+		return r, err
 	}
 	if len(v.cps) == 0 && v.n > 0 {
 		return r, errors.New("no checkpoint: nothing signs these entries")
+	}
+	for _, s := range seen {
+		switch s.from {
+		case fromLog:
+			r.Size = max(r.Size, s.Size)
+		case fromHeld:
+			r.Held = max(r.Held, s.Size)
+		case fromRemembered:
+			r.Remembered = s.Size
+		}
+		if r.Latest.Note == nil || s.Size > r.Latest.Size {
+			r.Latest = s.Checkpoint
+		}
 	}
 	return r, nil
 }
@@ -280,6 +293,11 @@ type VerifyOptions struct {
 	// Held are checkpoints kept outside the store: the log must be
 	// consistent with them (a store, or a whole export). Optional.
 	Held [][]byte
+	// Remembered is the checkpoint a verifier remembers from before (its
+	// state, the signed note): the log's latest checkpoint must be as
+	// large, and the log must extend it (a whole log). Optional: nil
+	// trusts the log on first use.
+	Remembered []byte
 	// Statements, when set, is given every entry read, to check its door
 	// statements: its Finish says what it found. Believe that only when
 	// the log verified. Optional.
@@ -348,7 +366,7 @@ func VerifyExportWithOptions(r io.Reader, verifier note.Verifier, opts VerifyOpt
 		}
 	}
 	if !header.Partial {
-		rep, err := verifyWhole(verifier, stored, notes, held)
+		rep, err := verifyWhole(verifier, stored, notes, held, opts.Remembered)
 		for _, e := range stored {
 			opts.statements(e.Index, e.Entry)
 		}
@@ -356,12 +374,15 @@ func VerifyExportWithOptions(r io.Reader, verifier note.Verifier, opts VerifyOpt
 			err = fmt.Errorf("the export says the log had %d entries, its checkpoints sign %d", header.Size, rep.Size)
 		}
 		if err != nil {
-			err = reformattedExport(verifier, entries, stored, notes, held, err)
+			err = reformattedExport(verifier, entries, stored, notes, held, opts.Remembered, err)
 		}
 		return rep, err
 	}
 	if len(held) > 0 {
 		return Report{}, errors.New("a held checkpoint is checked against a whole log: export without --since/--until")
+	}
+	if opts.Remembered != nil {
+		return Report{}, errors.New("a remembered checkpoint is checked against a whole log: export without --since/--until")
 	}
 	if len(notes) == 0 {
 		return Report{}, errors.New("the export has no checkpoint")
@@ -381,8 +402,9 @@ func VerifyExportWithOptions(r io.Reader, verifier note.Verifier, opts VerifyOpt
 }
 
 // verifyWhole recomputes a whole log from its entries and checks its
-// checkpoints, and the held ones, against it.
-func verifyWhole(verifier note.Verifier, entries []Stored, notes, held [][]byte) (Report, error) {
+// checkpoints, the held ones and the remembered one (nil: none) against
+// it.
+func verifyWhole(verifier note.Verifier, entries []Stored, notes, held [][]byte, remembered []byte) (Report, error) {
 	v := NewVerification(verifier)
 	for _, e := range entries {
 		v.Entry(e.Index, e.Entry, nil)
@@ -393,6 +415,9 @@ func verifyWhole(verifier note.Verifier, entries []Stored, notes, held [][]byte)
 	for _, n := range held {
 		v.Held(n)
 	}
+	if remembered != nil {
+		v.Remembered(remembered)
+	}
 	return v.Finish()
 }
 
@@ -400,7 +425,7 @@ func verifyWhole(verifier note.Verifier, entries []Stored, notes, held [][]byte)
 // laid out anew from one that was changed: when its entries, made
 // canonical again, verify, it names the first entry that was reformatted;
 // otherwise it returns failure, the reason the export does not verify.
-func reformattedExport(verifier note.Verifier, entries []exportLine, stored []Stored, notes, held [][]byte, failure error) error {
+func reformattedExport(verifier note.Verifier, entries []exportLine, stored []Stored, notes, held [][]byte, remembered []byte, failure error) error {
 	first := int64(-1)
 	canon := make([]Stored, len(stored))
 	for i, s := range stored {
@@ -420,7 +445,7 @@ func reformattedExport(verifier note.Verifier, entries []exportLine, stored []St
 	if first < 0 {
 		return failure
 	}
-	if _, err := verifyWhole(verifier, canon, notes, held); err != nil {
+	if _, err := verifyWhole(verifier, canon, notes, held, remembered); err != nil {
 		return failure
 	}
 	return fmt.Errorf("the export was reformatted, not changed (entry #%d first): its entries hold the same JSON as the log's, laid out anew, and the leaf hashes cover the bytes as written. %s", first, olderFormat)
@@ -488,10 +513,13 @@ func VerifyReceipt(r Receipt, verifier note.Verifier) (Checkpoint, error) {
 }
 
 // VerifyReceiptWithOptions is VerifyReceipt, with what opts add (Held
-// goes with a whole log, not a receipt).
+// and Remembered go with a whole log, not a receipt).
 func VerifyReceiptWithOptions(r Receipt, verifier note.Verifier, opts VerifyOptions) (Checkpoint, error) {
 	if len(opts.Held) > 0 {
 		return Checkpoint{}, errors.New("a held checkpoint is checked against a whole log, not a receipt")
+	}
+	if opts.Remembered != nil {
+		return Checkpoint{}, errors.New("a remembered checkpoint is checked against a whole log, not a receipt")
 	}
 	c, err := ParseCheckpoint([]byte(r.Checkpoint), verifier)
 	if err != nil {
@@ -522,7 +550,7 @@ func VerifyReceiptWithOptions(r Receipt, verifier note.Verifier, opts VerifyOpti
 
 // VerifyStore checks the log in its database: every entry against the
 // leaf hash stored with it and the recomputed tree, every stored
-// checkpoint, and the held ones.
+// checkpoint, and the held ones, each against the others.
 func (l *Ledger) VerifyStore(ctx context.Context, held [][]byte) (Report, error) {
 	return l.VerifyStoreWithOptions(ctx, VerifyOptions{Held: held})
 }
@@ -565,6 +593,9 @@ func (l *Ledger) VerifyStoreWithOptions(ctx context.Context, opts VerifyOptions)
 	}
 	for _, n := range held {
 		v.Held(n)
+	}
+	if opts.Remembered != nil {
+		v.Remembered(opts.Remembered)
 	}
 	rep, err := v.Finish()
 	if err == nil && rep.Entries != size {

@@ -191,21 +191,28 @@ const (
 // indexParam reads an entry index from the query: a whole number from 0
 // up, in decimal digits only; absent is 0.
 func indexParam(q url.Values, name string) (int64, error) {
+	return wholeParam(q, name, "an entry index")
+}
+
+// wholeParam reads a whole number from 0 up from the query, in decimal
+// digits only, what it is (an entry index, a tree size) named in the
+// refusal; absent is 0.
+func wholeParam(q url.Values, name, what string) (int64, error) {
 	if !q.Has(name) {
 		return 0, nil
 	}
 	v := q.Get(name)
 	for _, c := range v {
 		if c < '0' || c > '9' {
-			return 0, badRequest(name, fmt.Sprintf("must be an entry index, a whole number from 0 up (got %q)", clip(v)))
+			return 0, badRequest(name, fmt.Sprintf("must be %s, a whole number from 0 up (got %q)", what, clip(v)))
 		}
 	}
 	n, err := strconv.ParseInt(v, 10, 64)
 	if err != nil {
 		if v == "" {
-			return 0, badRequest(name, "must be an entry index, a whole number from 0 up (got an empty value)")
+			return 0, badRequest(name, fmt.Sprintf("must be %s, a whole number from 0 up (got an empty value)", what))
 		}
-		return 0, badRequest(name, fmt.Sprintf("is too large: an entry index is at most %d", int64(math.MaxInt64)))
+		return 0, badRequest(name, fmt.Sprintf("is too large: %s is at most %d", what, int64(math.MaxInt64)))
 	}
 	return n, nil
 }

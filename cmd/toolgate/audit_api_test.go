@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"net/http/httptest"
 	"path/filepath"
 	"strings"
@@ -20,6 +21,13 @@ import (
 // does, with an auditor's and an approver's token.
 func serveAuditLedger(t *testing.T, al auditLedger) (*ledger.Ledger, string) {
 	t.Helper()
+	return serveAuditLedgerWith(t, al, nil)
+}
+
+// serveAuditLedgerWith is serveAuditLedger with the server's handler
+// wrapped (nil: as it is).
+func serveAuditLedgerWith(t *testing.T, al auditLedger, wrap func(http.Handler, *ledger.Ledger) http.Handler) (*ledger.Ledger, string) {
+	t.Helper()
 	keys, err := ledger.LoadKey(al.key)
 	require.NoError(t, err)
 	l, err := ledger.Open(context.Background(), ledger.Options{DSN: al.db, Keys: keys})
@@ -30,7 +38,11 @@ func serveAuditLedger(t *testing.T, al auditLedger) (*ledger.Ledger, string) {
 		{Name: "alice", Role: server.RoleApprover, SHA256: server.HashToken("approver-token")},
 	})
 	require.NoError(t, err)
-	srv := httptest.NewServer(server.New(server.Config{Tokens: tokens, Ledger: l}))
+	var h http.Handler = server.New(server.Config{Tokens: tokens, Ledger: l})
+	if wrap != nil {
+		h = wrap(h, l)
+	}
+	srv := httptest.NewServer(h)
 	t.Cleanup(srv.Close)
 	return l, srv.URL
 }

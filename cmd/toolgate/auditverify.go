@@ -24,21 +24,34 @@ func (a *app) auditVerifyCommand() *cobra.Command {
 		f                     auditFlags
 		held                  []string
 		exportFile, receiptFn string
+		stateFile             string
 	)
 	cmd := &cobra.Command{
-		Use:   "verify [--checkpoint FILE]... | --export FILE | --receipt FILE",
-		Short: "Check the ledger: every entry, every checkpoint, and consistency with checkpoints held elsewhere",
+		Use:   "verify [--checkpoint FILE]... [--state FILE] | --export FILE | --receipt FILE",
+		Short: "Check the ledger: every entry, every checkpoint, and consistency between all checkpoints it sees",
 		Long: `Recompute the ledger's Merkle tree from its entries and check every signed
-checkpoint against it. --checkpoint FILE (repeatable; a file of checkpoints
-as --ledger-checkpoints writes them, or one note) proves the log consistent
-with checkpoints kept outside its database: it catches a truncated tail and
-a rewritten entry. --export FILE checks an export offline, --receipt FILE a
-receipt: no database, no server, only the verifier key (--key or
---ledger-key; a key inside a receipt or an export is not trusted).
+checkpoint against it, and every checkpoint it sees against every other:
+two signed checkpoints that are not consistent (one size, two trees; or a
+larger tree that does not extend a smaller one) are a fork. --checkpoint
+FILE (repeatable; a file of checkpoints as --ledger-checkpoints writes
+them, or one note) proves the log consistent with checkpoints kept outside
+its database: it catches a truncated tail and a rewritten entry. --export
+FILE checks an export offline, --receipt FILE a receipt: no database, no
+server, only the verifier key (--key or --ledger-key; a key inside a
+receipt or an export is not trusted).
+
+--state FILE remembers the latest checkpoint verified (the signed note,
+mode 0600) and, next time, refuses a log whose latest checkpoint is
+smaller ("the log was rolled back") or that does not extend it ("the log
+forked"), as Go's checksum database client refuses to go back. A missing
+file is trusted on first use, and the summary says so; a state of another
+log is refused.
 
 With --api (an auditor's or an admin's token) it reads every entry and the
 latest checkpoint through a server and recomputes the tree from them,
-checked with the key you hold (--key or --ledger-key), never the server's.
+checked with the key you hold (--key or --ledger-key), never the server's;
+with --state it also checks the server's consistency proof from the
+remembered size (GET /v1/audit/proof).
 
 Given the doors' public keys (--doors FILE; toolgate dev's by default),
 it also checks the door statement each submission, decision, revoke and
@@ -74,10 +87,13 @@ or every statement that does not verify.`,
 			case exportFile != "" && receiptFn != "":
 				return usageError("--export and --receipt are checked one at a time")
 			case exportFile != "":
-				return a.verifyExport(f, exportFile, notes)
+				return a.verifyExport(f, exportFile, notes, stateFile)
 			case receiptFn != "":
 				if len(notes) > 0 {
 					return usageError("--checkpoint goes with a whole log, not a receipt")
+				}
+				if stateFile != "" {
+					return usageError("--state goes with a whole log, not a receipt")
 				}
 				return a.verifyReceipt(f, receiptFn)
 			}
@@ -86,26 +102,33 @@ or every statement that does not verify.`,
 				return err
 			}
 			if c != nil {
-				return a.verifyAPI(cmd.Context(), f, c, notes)
+				return a.verifyAPI(cmd.Context(), f, c, notes, stateFile)
 			}
 			l, err := f.open(cmd.Context(), nil)
 			if err != nil {
 				return err
 			}
 			defer l.Close()
+			st, err := loadState(stateFile, l.Verifier())
+			if err != nil {
+				return err
+			}
 			sc, err := f.statementCheck()
 			if err != nil {
 				return err
 			}
-			rep, err := l.VerifyStoreWithOptions(cmd.Context(), ledger.VerifyOptions{Held: notes, Statements: sc})
+			rep, err := l.VerifyStoreWithOptions(cmd.Context(), ledger.VerifyOptions{Held: notes, Remembered: st.remembered(), Statements: sc})
 			if err != nil {
 				return failed("ledger %s is NOT intact: %v", l.Where(), err)
+			}
+			if err := st.save(rep); err != nil {
+				return err
 			}
 			srep, err := finishStatements(fmt.Sprintf("ledger %s (%s)", l.Where(), rep.Origin), sc)
 			if err != nil {
 				return err
 			}
-			a.printReport(l.Where(), rep)
+			a.printReport(l.Where(), rep, st)
 			printStatements(a.stdout, srep)
 			return nil
 		},
@@ -117,10 +140,11 @@ or every statement that does not verify.`,
 	cmd.Flags().StringArrayVar(&held, "checkpoint", nil, "a checkpoint (or a file of them) kept outside the ledger's database; repeatable")
 	cmd.Flags().StringVar(&exportFile, "export", "", "check an export ('toolgate audit export') offline")
 	cmd.Flags().StringVar(&receiptFn, "receipt", "", "check a receipt ('toolgate audit proof') offline")
+	cmd.Flags().StringVar(&stateFile, "state", "", "remember the latest checkpoint verified in this file, and refuse a log that does not extend the one remembered (trusted on first use)")
 	return cmd
 }
 
-func (a *app) printReport(what string, rep ledger.Report) {
+func (a *app) printReport(what string, rep ledger.Report, st *verifierState) {
 	held := ""
 	if rep.Held > 0 {
 		held = fmt.Sprintf(", consistent with the held checkpoint of size %d", rep.Held)
@@ -129,15 +153,20 @@ func (a *app) printReport(what string, rep ledger.Report) {
 	if rep.Partial {
 		part = " (a part of the log, each entry proved against the latest checkpoint)"
 	}
-	fmt.Fprintf(a.stdout, "ledger %s (%s) intact: %d entries%s, %d checkpoints, signed up to size %d%s\n",
-		what, rep.Origin, rep.Entries, part, rep.Checkpoints, rep.Size, held)
+	fmt.Fprintf(a.stdout, "ledger %s (%s) intact: %d entries%s, %d checkpoints, signed up to size %d%s%s\n",
+		what, rep.Origin, rep.Entries, part, rep.Checkpoints, rep.Size, held, st.summary(rep))
 }
 
 // verifyAPI checks the ledger a server reads: every entry through GET
 // /v1/audit/entries, recomputed into the tree, against its latest
-// checkpoint and the held ones, with the key the flags name.
-func (a *app) verifyAPI(ctx context.Context, f auditFlags, c *apiclient.Client, held [][]byte) error {
+// checkpoint, the held ones and the remembered one (whose consistency
+// proof the server gives too), with the key the flags name.
+func (a *app) verifyAPI(ctx context.Context, f auditFlags, c *apiclient.Client, held [][]byte, stateFile string) error {
 	keys, err := f.verifier()
+	if err != nil {
+		return err
+	}
+	st, err := loadState(stateFile, keys.Verifier)
 	if err != nil {
 		return err
 	}
@@ -161,6 +190,14 @@ func (a *app) verifyAPI(ctx context.Context, f auditFlags, c *apiclient.Client, 
 	for _, n := range held {
 		v.Held(n)
 	}
+	if n := st.remembered(); n != nil {
+		v.Remembered(n)
+	}
+	if bad, err := st.proveOverAPI(ctx, c, keys.Verifier, cp, v); err != nil {
+		return err
+	} else if bad != nil {
+		return failed("ledger at %s is NOT intact: %v", f.api.url, bad)
+	}
 	for next := int64(0); next >= 0; {
 		page, n, err := c.AuditEntries(ctx, next)
 		if err != nil {
@@ -178,17 +215,24 @@ func (a *app) verifyAPI(ctx context.Context, f auditFlags, c *apiclient.Client, 
 	if err != nil {
 		return failed("ledger at %s is NOT intact: %v", f.api.url, err)
 	}
+	if err := st.save(rep); err != nil {
+		return err
+	}
 	srep, err := finishStatements(fmt.Sprintf("ledger at %s (%s)", f.api.url, rep.Origin), sc)
 	if err != nil {
 		return err
 	}
-	a.printReport("at "+f.api.url, rep)
+	a.printReport("at "+f.api.url, rep, st)
 	printStatements(a.stdout, srep)
 	return nil
 }
 
-func (a *app) verifyExport(f auditFlags, path string, held [][]byte) error {
+func (a *app) verifyExport(f auditFlags, path string, held [][]byte, stateFile string) error {
 	keys, err := f.verifier()
+	if err != nil {
+		return err
+	}
+	st, err := loadState(stateFile, keys.Verifier)
 	if err != nil {
 		return err
 	}
@@ -201,15 +245,18 @@ func (a *app) verifyExport(f auditFlags, path string, held [][]byte) error {
 		return usageError("--export: %v", err)
 	}
 	defer file.Close()
-	rep, err := ledger.VerifyExportWithOptions(file, keys.Verifier, ledger.VerifyOptions{Held: held, Statements: sc})
+	rep, err := ledger.VerifyExportWithOptions(file, keys.Verifier, ledger.VerifyOptions{Held: held, Remembered: st.remembered(), Statements: sc})
 	if err != nil {
 		return failed("export %s is NOT intact: %v", path, err)
+	}
+	if err := st.save(rep); err != nil {
+		return err
 	}
 	srep, err := finishStatements("export "+path, sc)
 	if err != nil {
 		return err
 	}
-	a.printReport("export "+path, rep)
+	a.printReport("export "+path, rep, st)
 	printStatements(a.stdout, srep)
 	return nil
 }
