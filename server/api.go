@@ -82,6 +82,7 @@ func (a *api) table() []route {
 		{"GET", "/v1/audit/checkpoint", a.auditCheckpoint, readers},
 		{"GET", "/v1/audit/key", a.auditKey, readers},
 		{"GET", "/v1/audit/entries", a.auditEntries, auditors},
+		{"GET", "/v1/audit/proof", a.auditProof, readers},
 		{"GET", "/v1/audit/calls/{call_id}", a.auditCall, readers},
 	}
 }
