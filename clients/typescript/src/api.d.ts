@@ -284,6 +284,16 @@ export type Receipt = {
   }>;
 };
 
+/** The proof (RFC 6962, as golang.org/x/mod/sumdb/tlog's ProveTree gives it) that the log's latest signed checkpoint extends its tree of size old */
+export type ConsistencyProof = {
+  /** the latest signed checkpoint note (c2sp.org/tlog-checkpoint): origin, size and base64 root hash lines, then the signature */
+  checkpoint: string;
+  /** the size the proof starts from, as asked */
+  old: number;
+  /** the proof's hashes, base64; empty when old is 0 or the checkpoint's size */
+  proof: Array<string>;
+};
+
 /** Every operation of the API: its path and query parameters, its JSON body, and its answers by HTTP status. */
 export interface Operations {
   /** This document (no token needed) */
@@ -735,6 +745,27 @@ export interface Operations {
       503: ApiError;
     };
   };
+  /** The consistency proof from the log's tree of size old to the latest signed checkpoint, with that checkpoint (every role) */
+  'GET /v1/audit/proof': {
+    query: {
+      /** the size of the tree the proof starts from: a checkpoint's size the verifier saw before */
+      old: number;
+    };
+    responses: {
+      /** the latest signed checkpoint and the proof (tlog.ProveTree) that it extends the tree of size old; check the note with the key you hold and the proof with tlog.CheckTree(proof, size, hash, old, remembered hash) */
+      200: ConsistencyProof;
+      /** old_past_checkpoint: old is past the latest signed checkpoint's size (no tree of that size was signed here, or the log was rolled back); invalid_request: old is missing, not a whole number from 0 up, too large, or an unknown query parameter (the message names it) */
+      400: ApiError;
+      /** missing or unknown bearer token */
+      401: ApiError;
+      /** the token's role does not allow this */
+      403: ApiError;
+      /** no_ledger: the deployment runs without a decision ledger; no_checkpoint: none was signed yet */
+      404: ApiError;
+      /** ledger_unavailable: the ledger's database could not be read (Retry-After: 5) */
+      503: ApiError;
+    };
+  };
   /** A call's receipt: its ledger entries with their inclusion proofs against a signed checkpoint (agents: their own calls; approver, admin, auditor: all). Works after Temporal forgot the call */
   'GET /v1/audit/calls/{call_id}': {
     path: {
@@ -784,6 +815,8 @@ export interface Operations {
       404: null;
       /** more than 4 MiB */
       413: null;
+      /** rate_limited: the person's decodes this minute passed --codec-rate; Retry-After says in how many seconds the minute ends */
+      429: null;
       /** the ledger did not take the decode's entry */
       503: null;
     };

@@ -125,6 +125,7 @@ export declare class Toolgate {
   auditCheckpoint(options?: RequestOptions): Promise<string>;
   auditKey(options?: RequestOptions): Promise<string>;
   auditEntries(options?: RequestOptions & { start?: number; end?: number }): Promise<{ entries: Array<{ index: number; entry: unknown }>; nextStart?: number }>;
+  auditProof(old: number, options?: RequestOptions): Promise<Answer<'GET /v1/audit/proof', 200>>;
   receipt(callId: string, options?: RequestOptions): Promise<Answer<'GET /v1/audit/calls/{call_id}', 200>>;
 
   gate<T>(call: GateCall, run: (args: any, context: RunContext) => T | Promise<T>, options?: RequestOptions & { runName?: string }): Promise<GateOutcome<T>>;

@@ -183,6 +183,15 @@ export class Toolgate {
     return { entries, nextStart: next === null ? undefined : Number(next) };
   }
 
+  /**
+   * The consistency proof that the latest signed checkpoint extends the
+   * tree of size old: {checkpoint, old, proof}. Check it with the log's key
+   * you hold, never one the server names.
+   */
+  auditProof(old, { signal } = {}) {
+    return this.request('GET', '/v1/audit/proof', { query: { old }, signal });
+  }
+
   /** A call's receipt: its ledger entries with inclusion proofs against a signed checkpoint. */
   receipt(callId, { signal } = {}) {
     return this.request('GET', `/v1/audit/calls/${seg(callId)}`, { signal });

@@ -39,6 +39,7 @@ const methods = {
   'GET /v1/audit/checkpoint': 'auditCheckpoint',
   'GET /v1/audit/key': 'auditKey',
   'GET /v1/audit/entries': 'auditEntries',
+  'GET /v1/audit/proof': 'auditProof',
   'GET /v1/audit/calls/{call_id}': 'receipt',
 };
 const notForTheClient = ['GET /v1/openapi.json', 'POST /codec/{namespace}/decode', 'POST /codec/{namespace}/encode'];
