@@ -221,16 +221,12 @@ func (l *Ledger) commit(batch []*appendReq) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	indexes, err := l.st.append(ctx, all)
+	indexes, written, err := l.st.append(ctx, all)
 	if err != nil {
 		err = fmt.Errorf("ledger %s: append: %w", l.st.db.Where(), err)
 		l.log.Warn("Ledger append failed", zap.Int("entries", len(all)), zap.Error(err))
 	} else if l.Signs() {
-		hashes := make([]tlog.Hash, len(all))
-		for i, e := range all {
-			hashes[i] = tlog.RecordHash(e.data)
-		}
-		l.memory.noteAppended(indexes, hashes)
+		l.memory.noteAppended(written)
 	}
 	for _, r := range batch {
 		res := appendResult{err: err}

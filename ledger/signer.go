@@ -93,15 +93,16 @@ func loadSignerMemory(file, origin string, log *zap.Logger) (*signerMemory, erro
 	return m, nil
 }
 
-// noteAppended remembers the leaf hashes of entries this process appended.
-func (m *signerMemory) noteAppended(indexes []int64, hashes []tlog.Hash) {
+// noteAppended remembers the leaf hashes of entries this process added
+// (not those it asked to append again, which were in the log already).
+func (m *signerMemory) noteAppended(written map[int64]tlog.Hash) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	for i, idx := range indexes {
+	for idx, h := range written {
 		if len(m.appended) >= maxRemembered {
 			break
 		}
-		m.appended[idx] = hashes[i]
+		m.appended[idx] = h
 	}
 }
 
@@ -136,6 +137,9 @@ func (m *signerMemory) remember(t signedTree) error {
 func (l *Ledger) extends(ctx context.Context, size int64, hash tlog.Hash, bases []signedTree) error {
 	hr := l.st.hashReader(ctx)
 	for _, b := range bases {
+		if b.Size == 0 {
+			continue // every tree extends the empty one
+		}
 		if size < b.Size {
 			return &ForkError{Signed: b.Size, Offered: size, Reason: "the log is smaller than a tree signed before"}
 		}

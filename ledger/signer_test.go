@@ -71,8 +71,11 @@ func TestTheSignerSignsOnlyATreeThatExtendsWhatItSigned(t *testing.T) {
 	real, copyAt10 := filepath.Join(dir, "ledger.db"), filepath.Join(dir, "at-10.db")
 
 	s := openSigner(t, real, keys, state)
-	appendN(t, s.Ledger, "real-", 10)
 	c, err := s.SignCheckpoint(ctx)
+	require.NoError(t, err, "the empty log, as a signer signs it at start")
+	require.Zero(t, c.Size)
+	appendN(t, s.Ledger, "real-", 10)
+	c, err = s.SignCheckpoint(ctx)
 	require.NoError(t, err)
 	require.EqualValues(t, 10, c.Size)
 	require.NoError(t, s.Close())
@@ -184,4 +187,25 @@ func TestTheSignerExtendsAnotherSignersCheckpointAndRefusesAForgedOne(t *testing
 	var fork *ForkError
 	require.True(t, errors.As(err, &fork), "%v", err)
 	assert.Contains(t, err.Error(), "not one the log's key signed")
+}
+
+// An event appended again (as a backfill run twice does) is not added, and
+// the signer does not take the new bytes for a change of the stored entry.
+func TestAnEventAppendedAgainIsNoChangeToTheSigner(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	keys, _, err := LoadOrCreateKey(filepath.Join(dir, "ledger.key"), "test")
+	require.NoError(t, err)
+	s := openSigner(t, filepath.Join(dir, "ledger.db"), keys, filepath.Join(dir, "ledger-signed.json"))
+	first := entry("c1", KindCallDecided)
+	_, err = s.Append(ctx, first)
+	require.NoError(t, err)
+	again := first
+	again.Session = "another rendering of the same event"
+	idx, err := s.Append(ctx, again)
+	require.NoError(t, err)
+	assert.Equal(t, []int64{0}, idx, "the event is in the log once")
+	_, err = s.SignCheckpoint(ctx)
+	require.NoError(t, err)
+	assert.Empty(t, s.forks)
 }

@@ -71,11 +71,12 @@ type pending struct {
 
 // append adds entries to the log in one transaction and returns the index
 // of each: an entry whose event is already in the log is not added again,
-// and gets the index it has.
-func (s *store) append(ctx context.Context, entries []pending) ([]int64, error) {
+// and gets the index it has. written holds the leaf hash of each entry it
+// added, by index.
+func (s *store) append(ctx context.Context, entries []pending) (indexes []int64, written map[int64]tlog.Hash, err error) {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer func() { _ = tx.Rollback() }()
 	lock := "SELECT size FROM ledger_head WHERE id = 1"
@@ -84,17 +85,17 @@ func (s *store) append(ctx context.Context, entries []pending) ([]int64, error) 
 	}
 	var size int64
 	if err := tx.QueryRowContext(ctx, lock).Scan(&size); err != nil {
-		return nil, fmt.Errorf("read the log's size: %w", err)
+		return nil, nil, fmt.Errorf("read the log's size: %w", err)
 	}
 	known, err := s.knownEvents(ctx, tx, entries)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	added := map[int64]tlog.Hash{} // stored hashes written in this transaction
 	reader := tlog.HashReaderFunc(func(indexes []int64) ([]tlog.Hash, error) {
 		return s.readHashes(ctx, tx, indexes, added)
 	})
-	indexes := make([]int64, len(entries))
+	indexes, written = make([]int64, len(entries)), map[int64]tlog.Hash{}
 	for i, e := range entries {
 		if idx, ok := known[e.header.Event]; ok {
 			indexes[i] = idx
@@ -102,27 +103,27 @@ func (s *store) append(ctx context.Context, entries []pending) ([]int64, error) 
 		}
 		hashes, err := tlog.StoredHashes(size, e.data, reader)
 		if err != nil {
-			return nil, fmt.Errorf("hash entry %d: %w", size, err)
+			return nil, nil, fmt.Errorf("hash entry %d: %w", size, err)
 		}
 		if _, err := tx.ExecContext(ctx, s.db.Q("INSERT INTO ledger_entries (idx, event, kind, call_id, session, at, entry) VALUES (?, ?, ?, ?, ?, ?, ?)"),
 			size, e.header.Event, e.header.Kind, e.header.CallID, e.header.Session, sortableTime(e.header.At), e.data); err != nil {
-			return nil, fmt.Errorf("write entry %d: %w", size, err)
+			return nil, nil, fmt.Errorf("write entry %d: %w", size, err)
 		}
 		first := tlog.StoredHashIndex(0, size)
 		for j, h := range hashes {
 			if _, err := tx.ExecContext(ctx, s.db.Q("INSERT INTO ledger_hashes (idx, hash) VALUES (?, ?)"), first+int64(j), h[:]); err != nil {
-				return nil, fmt.Errorf("write the hashes of entry %d: %w", size, err)
+				return nil, nil, fmt.Errorf("write the hashes of entry %d: %w", size, err)
 			}
 			added[first+int64(j)] = h
 		}
 		known[e.header.Event] = size
-		indexes[i] = size
+		indexes[i], written[size] = size, hashes[0] // the first stored hash is the leaf's
 		size++
 	}
 	if _, err := tx.ExecContext(ctx, s.db.Q("UPDATE ledger_head SET size = ? WHERE id = 1"), size); err != nil {
-		return nil, fmt.Errorf("write the log's size: %w", err)
+		return nil, nil, fmt.Errorf("write the log's size: %w", err)
 	}
-	return indexes, tx.Commit()
+	return indexes, written, tx.Commit()
 }
 
 func (s *store) knownEvents(ctx context.Context, tx *sql.Tx, entries []pending) (map[string]int64, error) {
