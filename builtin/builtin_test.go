@@ -836,7 +836,9 @@ func TestMain(m *testing.M) {
 		shellHelper(root)
 		return
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	CloseSandboxes() // as the worker does when it stops: no temporary roots left behind
+	os.Exit(code)
 }
 
 // shellHelper runs a shell call whose command leaves a grandchild running
