@@ -40,7 +40,7 @@ func dropCapabilities() error {
 		}
 		if in == 1 {
 			if err := unix.Prctl(unix.PR_CAPBSET_DROP, uintptr(c), 0, 0, 0); err != nil {
-				return fmt.Errorf("drop capability %d: %w", c, err)
+				return fmt.Errorf("toolgate runs as root without CAP_SETPCAP, so a tool would get root's capabilities back when it starts (capability %d: %w): run toolgate as a user of its own, or keep CAP_SETPCAP", c, err)
 			}
 		}
 	}
