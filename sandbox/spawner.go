@@ -262,6 +262,17 @@ func (s *Spawner) Close() {
 // spawnerRole is the launcher's argument for the helper.
 const spawnerRole = "__toolgate-sandbox-spawner"
 
+// In a sandbox role, the main goroutine keeps the process's main thread
+// (a LockOSThread in init holds it through main). Linux checks a signal to
+// the process, and much of /proc, against that thread's credentials, so it
+// must keep the helper's own sandbox: were a command's thread (runRequest)
+// the main thread, that command could signal the helper.
+func init() {
+	if len(os.Args) > 1 && (os.Args[1] == spawnerRole || os.Args[1] == role) {
+		runtime.LockOSThread()
+	}
+}
+
 // serveSpawner is the helper: it confines itself to the policy in
 // os.Args[2], then starts every command sent on fd 3 until it closes.
 func serveSpawner() {
@@ -322,6 +333,11 @@ func serveSpawner() {
 func runRequest(req spawnRequest, files []*os.File, helper Policy, reply func(spawnReply)) {
 	runtime.LockOSThread() // never unlocked: the thread ends with this call
 	s, own := req.Spec, helper
+	if unix.Gettid() == unix.Getpid() { // never: init holds the main thread
+		closeFiles(files)
+		reply(spawnReply{ID: req.ID, Err: "the spawner would confine its main thread to one command"})
+		return
+	}
 	if s.Policy != nil {
 		own = *s.Policy
 	}
