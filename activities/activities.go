@@ -140,6 +140,12 @@ type Evaluation struct {
 	// exist, so it schedules no activity that would do nothing.
 	HasHandler bool     `json:"has_handler,omitempty"`
 	Channels   []string `json:"channels,omitempty"`
+	// AtBaseline is true from every worker of this release: the call
+	// whose evaluation says so began at the workflows' baseline, known
+	// from this recorded result instead of a version marker (a marker
+	// costs the call a search-attribute write). A result recorded by an
+	// earlier release lacks it, and the call asks for the marker.
+	AtBaseline bool `json:"at_baseline,omitempty"`
 }
 
 // EvaluateInput is the argument of Evaluate.
@@ -170,6 +176,7 @@ func (a *Activities) Evaluate(ctx context.Context, in EvaluateInput) (Evaluation
 		PolicyVersion: policy.VersionOf(a.Policy),
 		HasHandler:    a.Handler != nil,
 		Channels:      a.channelNames(),
+		AtBaseline:    true,
 	}
 	if in.CheckSubmission {
 		at := in.StartedAt

@@ -214,6 +214,7 @@ func TestInsiderLegitimateDoorsStillDecide(t *testing.T) {
 		require.Equal(t, http.StatusOK, r.status, r.raw)
 		x.waitStatus(t, "legit-api", "ok")
 		x.assertDecidedAtTheDoor(t, "legit-api", "bob", "legit-api.txt", "api")
+		assertNoVersionMarker(t, x.devEnv, "legit-api")
 	})
 
 	t.Run("toolgate approve in the dev's directory", func(t *testing.T) {

@@ -72,6 +72,9 @@ var recordedScenarios = []string{
 	"baseline-approve",
 	"baseline-deny",
 	"baseline-approve-room",
+	"evaluated-baseline-approve",
+	"evaluated-baseline-deny",
+	"evaluated-baseline-approve-room",
 }
 
 // newReplayer returns a replayer with every workflow registered under its

@@ -54,6 +54,11 @@ const (
 	// while the tool runs (activities.RunToolInput.LeaveRoom), instead
 	// of with a signal whose acknowledgement woke the call for one more
 	// workflow task between its decision and its result.
+	//
+	// A call evaluated by this release or a later one takes the baseline
+	// from its evaluation's recorded result (activities.Evaluation's
+	// AtBaseline), without the marker: no change is met before it is
+	// evaluated but the reserved calls', which record the marker.
 	versionBaseline = "baseline-wave5"
 )
 
@@ -82,11 +87,13 @@ func (c *callRun) version(ctx workflow.Context, changeID string, max workflow.Ve
 
 // atBaseline reports whether the call began at versionBaseline, asked the
 // first time a baselined change is (so a run from before replays: it has
-// no marker there, and meets its own markers after).
+// no marker there, and meets its own markers after). Its evaluation says
+// so when a worker of this release made it; a result recorded before
+// says nothing, and the marker answers.
 func (c *callRun) atBaseline(ctx workflow.Context) bool {
 	if !c.baseline.checked {
 		c.baseline.checked = true
-		c.baseline.on = workflow.GetVersion(ctx, versionBaseline, workflow.DefaultVersion, 1) >= 1
+		c.baseline.on = c.eval.AtBaseline || workflow.GetVersion(ctx, versionBaseline, workflow.DefaultVersion, 1) >= 1
 	}
 	return c.baseline.on
 }

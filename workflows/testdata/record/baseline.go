@@ -9,13 +9,19 @@ import (
 	"github.com/toolgate/toolgate/workflows"
 )
 
-// baseline: calls that begin at versionBaseline, which records one marker
-// for every change before it and leaves its waiting room from its tool's
-// activity. One asks and is approved (its room hears the leave from the
-// activity), one asks and is denied (the leave is its own signal); then
-// the approved call's room, once idle.
-func (r *recorder) baseline(ctx context.Context) error {
-	const session = "replay-baseline"
+// baseline records calls that begin at versionBaseline and leave their
+// waiting room from their tool's activity, as prefix-approve (its room
+// hears the leave from the activity), prefix-deny (the leave is its own
+// signal) and the approved call's room, once idle (prefix-approve-room).
+// The baseline-* histories were recorded by the release whose calls
+// recorded versionBaseline's marker; this release's calls take it from
+// their evaluation, recorded as evaluated-baseline-*.
+func (r *recorder) baseline(prefix string) func(context.Context) error {
+	return func(ctx context.Context) error { return r.baselineCalls(ctx, prefix) }
+}
+
+func (r *recorder) baselineCalls(ctx context.Context, prefix string) error {
+	session := "replay-" + prefix
 	if err := r.openSession(ctx, workflows.SessionInput{Session: session, Owner: agent, IdleTimeout: idle}); err != nil {
 		return err
 	}
@@ -23,9 +29,9 @@ func (r *recorder) baseline(ctx context.Context) error {
 		id   string
 		kind policy.DecisionKind
 		want workflows.Status
-	}{{"baseline-approve", policy.Approved, workflows.StatusOK}, {"baseline-deny", policy.Denied, workflows.StatusDenied}} {
+	}{{prefix + "-approve", policy.Approved, workflows.StatusOK}, {prefix + "-deny", policy.Denied, workflows.StatusDenied}} {
 		id, err := r.tg.Submit(ctx, toolgate.CallRequest{CallID: c.id, Session: session, Tool: "write",
-			Args: []byte(`{"path":"baseline.txt","content":"hi"}`), Requester: agent})
+			Args: []byte(`{"path":"` + prefix + `.txt","content":"hi"}`), Requester: agent})
 		if err != nil {
 			return err
 		}
@@ -42,9 +48,9 @@ func (r *recorder) baseline(ctx context.Context) error {
 			return err
 		}
 	}
-	room := workflows.RoomWorkflowID(session, workflows.RoomOf("baseline-approve"))
+	room := workflows.RoomWorkflowID(session, workflows.RoomOf(prefix+"-approve"))
 	if err := r.tc.GetWorkflow(ctx, room, "").Get(ctx, nil); err != nil {
 		return fmt.Errorf("room %s: %w", room, err)
 	}
-	return r.writeHistory(ctx, "baseline-approve-room", room, "")
+	return r.writeHistory(ctx, prefix+"-approve-room", room, "")
 }

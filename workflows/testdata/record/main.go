@@ -177,7 +177,7 @@ func run(ctx context.Context, logger *zap.Logger, outDir, only string) (err erro
 		{"ledger", r.ledgered},
 		{"encrypted", r.encryptedCalls},
 		{"statements", r.statements},
-		{"baseline", r.baseline},
+		{"evaluated-baseline", r.baseline("evaluated-baseline")}, // baseline-*: the release before
 	}
 	wanted := map[string]bool{}
 	for _, name := range strings.Split(only, ",") {
