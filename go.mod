@@ -13,6 +13,7 @@ require (
 )
 
 require (
+	filippo.io/torchwood v0.6.1
 	github.com/aymanbagabas/go-udiff v0.4.2
 	github.com/bmatcuk/doublestar/v4 v4.10.4
 	github.com/chromedp/cdproto v0.159.0

@@ -22,6 +22,8 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/mod/sumdb/note"
 	"golang.org/x/mod/sumdb/tlog"
+
+	"github.com/toolgate/toolgate/witness"
 )
 
 // DefaultCheckpointEvery is how often a new checkpoint is signed while
@@ -57,8 +59,12 @@ type Options struct {
 	// while the process runs. Used with a signing key.
 	SignerState string
 	// OnFork hears each refusal to sign a tree that does not extend what
-	// this signer signed: a rewritten or rolled-back database. Optional.
+	// this signer signed: a rewritten or rolled-back database; and each
+	// witness that saw a tree the log does not extend. Optional.
 	OnFork func(context.Context, ForkError)
+	// Witnesses cosign every checkpoint this signer signs (cosign.go).
+	// Optional.
+	Witnesses []*witness.Witness
 }
 
 // Ledger is an open log.
@@ -71,6 +77,7 @@ type Ledger struct {
 	stop     chan struct{}
 	stopped  chan struct{}
 	memory   *signerMemory
+	cos      cosigner
 
 	closeOnce sync.Once
 	closeErr  error
@@ -113,7 +120,7 @@ func Open(ctx context.Context, o Options) (*Ledger, error) {
 	if err != nil {
 		return nil, err
 	}
-	l := &Ledger{st: st, opts: o, verifier: o.Verifier, log: o.Logger, memory: memory,
+	l := &Ledger{st: st, opts: o, verifier: o.Verifier, log: o.Logger, memory: memory, cos: cosigner{known: map[string]int64{}},
 		reqs: make(chan *appendReq), stop: make(chan struct{}), stopped: make(chan struct{})}
 	go l.write()
 	return l, nil
@@ -393,6 +400,7 @@ func (l *Ledger) Run(ctx context.Context) {
 				last = c.Size
 			}
 		}
+		l.cosign(ctx)
 		select {
 		case <-ctx.Done():
 			return

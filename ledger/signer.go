@@ -40,11 +40,18 @@ type ForkError struct {
 	// Offered the size of the tree the database holds now.
 	Signed, Offered int64
 	Reason          string
+	// Witness names the witness that saw what the log does not extend
+	// (Signed is then the size it cosigned); "" for the signer's own
+	// refusal.
+	Witness string
 }
 
 func (e *ForkError) Error() string {
 	what := fmt.Sprintf("refused to sign the log at size %d: %s; this signer signed size %d before", e.Offered, e.Reason, e.Signed)
-	if e.Offered < 0 {
+	switch {
+	case e.Witness != "":
+		what = fmt.Sprintf("witness %s refused the log at size %d: %s (it cosigned size %d)", e.Witness, e.Offered, e.Reason, e.Signed)
+	case e.Offered < 0:
 		what = "refused to sign: " + e.Reason
 	}
 	return "ledger: " + what + ". Someone rewrote or rolled back the ledger's database: compare it with a backup and the published checkpoints (docs/audit.md, \"A refused checkpoint\")"
@@ -197,10 +204,16 @@ func (l *Ledger) refuse(ctx context.Context, f *ForkError) {
 // database that does not extend what it signed.
 func (l *Ledger) Refused() *ForkError {
 	l.memory.mu.Lock()
-	defer l.memory.mu.Unlock()
-	if l.memory.refused == nil {
+	refused := l.memory.refused
+	l.memory.mu.Unlock()
+	if refused == nil {
+		l.cos.mu.Lock()
+		refused = l.cos.alarm
+		l.cos.mu.Unlock()
+	}
+	if refused == nil {
 		return nil
 	}
-	f := *l.memory.refused
+	f := *refused
 	return &f
 }

@@ -330,6 +330,14 @@ func (s *store) putCheckpoint(ctx context.Context, size int64, note []byte, at t
 	return n == 1, err
 }
 
+// addSignatures replaces the checkpoint of size, as read (old), by the
+// same with more signatures (a witness's cosignature); one changed since
+// it was read is left as it is, and asked again.
+func (s *store) addSignatures(ctx context.Context, size int64, old, signed []byte) error {
+	_, err := s.db.ExecContext(ctx, s.db.Q("UPDATE ledger_checkpoints SET note = ? WHERE size = ? AND note = ?"), string(signed), size, string(old))
+	return err
+}
+
 // checkpoints returns the stored checkpoints, smallest first; latest
 // only the largest.
 func (s *store) checkpoints(ctx context.Context, latest bool) ([][]byte, error) {

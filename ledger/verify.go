@@ -111,6 +111,11 @@ type Report struct {
 	Origin      string `json:"origin"`
 	Entries     int64  `json:"entries"`
 	Checkpoints int    `json:"checkpoints"`
+	// WitnessesRequired is the cosignatures a checkpoint needed to count
+	// (VerifyOptions.Witnesses); Uncosigned how many of the log's lacked
+	// them and were not counted.
+	WitnessesRequired int `json:"witnesses_required,omitempty"`
+	Uncosigned        int `json:"uncosigned,omitempty"`
 	// Size is the largest checkpoint's size: what the signatures cover.
 	Size    int64 `json:"size"`
 	Partial bool  `json:"partial,omitempty"`
@@ -141,6 +146,8 @@ type Verification struct {
 	cps        []Checkpoint
 	held       []Checkpoint
 	remembered *Checkpoint
+	witnesses  WitnessRule
+	uncosigned int // the log's checkpoints without the cosignatures required
 	err        error
 }
 
@@ -217,7 +224,9 @@ func (v *Verification) Checkpoint(msg []byte) {
 		v.fail("a stored %v", err)
 		return
 	}
-	v.cps = append(v.cps, c)
+	if v.counts(c, msg) {
+		v.cps = append(v.cps, c)
+	}
 }
 
 // Held adds a checkpoint kept outside the store: the log must still be
@@ -245,7 +254,7 @@ func (v *Verification) Remembered(msg []byte) {
 // Finish checks every checkpoint against the recomputed tree and against
 // each other (verifycheckpoints.go).
 func (v *Verification) Finish() (Report, error) {
-	r := Report{Origin: v.verifier.Name(), Entries: v.n, Checkpoints: len(v.cps)}
+	r := Report{Origin: v.verifier.Name(), Entries: v.n, Checkpoints: len(v.cps), WitnessesRequired: v.witnesses.Required, Uncosigned: v.uncosigned}
 	if v.err != nil {
 		return r, v.err
 	}
@@ -255,6 +264,9 @@ func (v *Verification) Finish() (Report, error) {
 	}
 	if err := checkSeen(seen, v.n); err != nil {
 		return r, err
+	}
+	if len(v.cps) == 0 && v.n > 0 && v.uncosigned > 0 {
+		return r, fmt.Errorf("no checkpoint carries the %d witnesses' cosignatures required (%d lack them): nothing the witnesses saw signs these entries", v.witnesses.Required, v.uncosigned)
 	}
 	if len(v.cps) == 0 && v.n > 0 {
 		return r, errors.New("no checkpoint: nothing signs these entries")
@@ -302,6 +314,9 @@ type VerifyOptions struct {
 	// statements: its Finish says what it found. Believe that only when
 	// the log verified. Optional.
 	Statements *StatementCheck
+	// Witnesses: the log's checkpoints count only with the cosignatures
+	// it requires (a receipt's too). Optional.
+	Witnesses WitnessRule
 }
 
 // statements gives an entry to the statement check, if there is one.
@@ -366,7 +381,7 @@ func VerifyExportWithOptions(r io.Reader, verifier note.Verifier, opts VerifyOpt
 		}
 	}
 	if !header.Partial {
-		rep, err := verifyWhole(verifier, stored, notes, held, opts.Remembered)
+		rep, err := verifyWhole(verifier, stored, notes, held, opts.Remembered, opts.Witnesses)
 		for _, e := range stored {
 			opts.statements(e.Index, e.Entry)
 		}
@@ -374,7 +389,7 @@ func VerifyExportWithOptions(r io.Reader, verifier note.Verifier, opts VerifyOpt
 			err = fmt.Errorf("the export says the log had %d entries, its checkpoints sign %d", header.Size, rep.Size)
 		}
 		if err != nil {
-			err = reformattedExport(verifier, entries, stored, notes, held, opts.Remembered, err)
+			err = reformattedExport(verifier, entries, stored, notes, held, opts, err)
 		}
 		return rep, err
 	}
@@ -391,6 +406,9 @@ func VerifyExportWithOptions(r io.Reader, verifier note.Verifier, opts VerifyOpt
 	if err != nil {
 		return Report{}, err
 	}
+	if err := opts.Witnesses.checkCosigned("the export", latest, verifier); err != nil {
+		return Report{}, err
+	}
 	rep := Report{Origin: verifier.Name(), Entries: int64(len(entries)), Checkpoints: len(notes), Size: latest.Size, Partial: true}
 	for i, e := range entries {
 		if err := checkInclusion(latest, *e.Carried, stored[i].Entry, e.Proof); err != nil {
@@ -404,8 +422,9 @@ func VerifyExportWithOptions(r io.Reader, verifier note.Verifier, opts VerifyOpt
 // verifyWhole recomputes a whole log from its entries and checks its
 // checkpoints, the held ones and the remembered one (nil: none) against
 // it.
-func verifyWhole(verifier note.Verifier, entries []Stored, notes, held [][]byte, remembered []byte) (Report, error) {
+func verifyWhole(verifier note.Verifier, entries []Stored, notes, held [][]byte, remembered []byte, witnesses WitnessRule) (Report, error) {
 	v := NewVerification(verifier)
+	v.RequireCosignatures(witnesses)
 	for _, e := range entries {
 		v.Entry(e.Index, e.Entry, nil)
 	}
@@ -425,7 +444,7 @@ func verifyWhole(verifier note.Verifier, entries []Stored, notes, held [][]byte,
 // laid out anew from one that was changed: when its entries, made
 // canonical again, verify, it names the first entry that was reformatted;
 // otherwise it returns failure, the reason the export does not verify.
-func reformattedExport(verifier note.Verifier, entries []exportLine, stored []Stored, notes, held [][]byte, remembered []byte, failure error) error {
+func reformattedExport(verifier note.Verifier, entries []exportLine, stored []Stored, notes, held [][]byte, opts VerifyOptions, failure error) error {
 	first := int64(-1)
 	canon := make([]Stored, len(stored))
 	for i, s := range stored {
@@ -445,7 +464,7 @@ func reformattedExport(verifier note.Verifier, entries []exportLine, stored []St
 	if first < 0 {
 		return failure
 	}
-	if _, err := verifyWhole(verifier, canon, notes, held, remembered); err != nil {
+	if _, err := verifyWhole(verifier, canon, notes, held, opts.Remembered, opts.Witnesses); err != nil {
 		return failure
 	}
 	return fmt.Errorf("the export was reformatted, not changed (entry #%d first): its entries hold the same JSON as the log's, laid out anew, and the leaf hashes cover the bytes as written. %s", first, olderFormat)
@@ -525,6 +544,9 @@ func VerifyReceiptWithOptions(r Receipt, verifier note.Verifier, opts VerifyOpti
 	if err != nil {
 		return Checkpoint{}, err
 	}
+	if err := opts.Witnesses.checkCosigned("the receipt", c, verifier); err != nil {
+		return c, err
+	}
 	if len(r.Entries) == 0 {
 		return c, errors.New("the receipt has no entries")
 	}
@@ -559,6 +581,7 @@ func (l *Ledger) VerifyStore(ctx context.Context, held [][]byte) (Report, error)
 func (l *Ledger) VerifyStoreWithOptions(ctx context.Context, opts VerifyOptions) (Report, error) {
 	held := opts.Held
 	v := NewVerification(l.verifier)
+	v.RequireCosignatures(opts.Witnesses)
 	size, err := l.st.size(ctx)
 	if err != nil {
 		return Report{}, err

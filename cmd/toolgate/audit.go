@@ -33,6 +33,8 @@ type auditFlags struct {
 	// doors, for show, verify and key: the doors' public keys, which
 	// check the entries' statements.
 	doors auditDoors
+	// witnesses, for verify: whose cosignatures a checkpoint needs.
+	witnesses witnessFlags
 }
 
 // devLedger is `toolgate dev`'s ledger, from the directory it runs in.

@@ -117,7 +117,11 @@ or every statement that does not verify.`,
 			if err != nil {
 				return err
 			}
-			rep, err := l.VerifyStoreWithOptions(cmd.Context(), ledger.VerifyOptions{Held: notes, Remembered: st.remembered(), Statements: sc})
+			rule, err := f.witnesses.rule()
+			if err != nil {
+				return err
+			}
+			rep, err := l.VerifyStoreWithOptions(cmd.Context(), ledger.VerifyOptions{Held: notes, Remembered: st.remembered(), Statements: sc, Witnesses: rule})
 			if err != nil {
 				return failed("ledger %s is NOT intact: %v", l.Where(), err)
 			}
@@ -136,6 +140,7 @@ or every statement that does not verify.`,
 	f.add(cmd, true)
 	f.addAPI(cmd)
 	f.doors.add(cmd)
+	f.witnesses.add(cmd)
 	cmd.Flags().StringVar(&f.keys, "keys", os.Getenv("TOOLGATE_KEYS"), "keyring that opens sealed arguments, so their digests are compared with the statements' (env TOOLGATE_KEYS; default .toolgate/keys.json when it exists)")
 	cmd.Flags().StringArrayVar(&held, "checkpoint", nil, "a checkpoint (or a file of them) kept outside the ledger's database; repeatable")
 	cmd.Flags().StringVar(&exportFile, "export", "", "check an export ('toolgate audit export') offline")
@@ -153,8 +158,21 @@ func (a *app) printReport(what string, rep ledger.Report, st *verifierState) {
 	if rep.Partial {
 		part = " (a part of the log, each entry proved against the latest checkpoint)"
 	}
-	fmt.Fprintf(a.stdout, "ledger %s (%s) intact: %d entries%s, %d checkpoints, signed up to size %d%s%s\n",
-		what, rep.Origin, rep.Entries, part, rep.Checkpoints, rep.Size, held, st.summary(rep))
+	cosigned := ""
+	if rep.WitnessesRequired > 0 {
+		cosigned = fmt.Sprintf(" (each with %d witnesses' cosignatures; %d without them not counted)", rep.WitnessesRequired, rep.Uncosigned)
+	}
+	fmt.Fprintf(a.stdout, "ledger %s (%s) intact: %d entries%s, %d checkpoints%s, signed up to size %d%s%s\n",
+		what, rep.Origin, rep.Entries, part, rep.Checkpoints, cosigned, rep.Size, held, st.summary(rep))
+}
+
+// cosignedBy says which cosignatures a receipt's checkpoint was found to
+// carry.
+func cosignedBy(r ledger.WitnessRule) string {
+	if r.Required == 0 {
+		return ""
+	}
+	return fmt.Sprintf(", cosigned by %d of the %d witnesses given", r.Required, len(r.Verifiers))
 }
 
 // verifyAPI checks the ledger a server reads: every entry through GET
@@ -174,7 +192,12 @@ func (a *app) verifyAPI(ctx context.Context, f auditFlags, c *apiclient.Client, 
 	if err != nil {
 		return err
 	}
+	rule, err := f.witnesses.rule()
+	if err != nil {
+		return err
+	}
 	v := ledger.NewVerification(keys.Verifier)
+	v.RequireCosignatures(rule)
 	// The checkpoint first: the entries read after it cover it, however
 	// the log grows meanwhile.
 	cp, err := c.AuditCheckpoint(ctx)
@@ -240,12 +263,16 @@ func (a *app) verifyExport(f auditFlags, path string, held [][]byte, stateFile s
 	if err != nil {
 		return err
 	}
+	rule, err := f.witnesses.rule()
+	if err != nil {
+		return err
+	}
 	file, err := os.Open(path)
 	if err != nil {
 		return usageError("--export: %v", err)
 	}
 	defer file.Close()
-	rep, err := ledger.VerifyExportWithOptions(file, keys.Verifier, ledger.VerifyOptions{Held: held, Remembered: st.remembered(), Statements: sc})
+	rep, err := ledger.VerifyExportWithOptions(file, keys.Verifier, ledger.VerifyOptions{Held: held, Remembered: st.remembered(), Statements: sc, Witnesses: rule})
 	if err != nil {
 		return failed("export %s is NOT intact: %v", path, err)
 	}
@@ -278,7 +305,11 @@ func (a *app) verifyReceipt(f auditFlags, path string) error {
 	if err != nil {
 		return err
 	}
-	c, err := ledger.VerifyReceiptWithOptions(r, keys.Verifier, ledger.VerifyOptions{Statements: sc})
+	rule, err := f.witnesses.rule()
+	if err != nil {
+		return err
+	}
+	c, err := ledger.VerifyReceiptWithOptions(r, keys.Verifier, ledger.VerifyOptions{Statements: sc, Witnesses: rule})
 	if err != nil {
 		return failed("receipt %s does NOT verify: %v", path, err)
 	}
@@ -286,8 +317,8 @@ func (a *app) verifyReceipt(f auditFlags, path string) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(a.stdout, "receipt %s verified: call %s, %d entries in checkpoint %d of %s, signed by %s\n",
-		path, r.CallID, len(r.Entries), c.Size, c.Origin, keys.Verifier.Name())
+	fmt.Fprintf(a.stdout, "receipt %s verified: call %s, %d entries in checkpoint %d of %s, signed by %s%s\n",
+		path, r.CallID, len(r.Entries), c.Size, c.Origin, keys.Verifier.Name(), cosignedBy(rule))
 	printStatements(a.stdout, srep)
 	return nil
 }

@@ -18,11 +18,14 @@ import (
 	"github.com/toolgate/toolgate/ledger"
 	"github.com/toolgate/toolgate/notify"
 	"github.com/toolgate/toolgate/server"
+	"github.com/toolgate/toolgate/witness"
 )
 
 // ledgerFlags say where the decision ledger is, and what signs it.
 type ledgerFlags struct {
 	dsn, keyFile, checkpoints, signerState string
+	// witnesses cosign the checkpoints: VKEY@URL each.
+	witnesses []string
 }
 
 // ledgerOff is the --ledger value that keeps no ledger.
@@ -40,6 +43,7 @@ func (f *ledgerFlags) add(cmd *cobra.Command, dev bool) {
 	fs.StringVar(&f.dsn, "ledger", os.Getenv("TOOLGATE_LEDGER"), "decision ledger: a postgres:// URL or a SQLite file; \"off\" keeps none (env TOOLGATE_LEDGER"+dsnHelp+")")
 	fs.StringVar(&f.keyFile, "ledger-key", os.Getenv("TOOLGATE_LEDGER_KEY"), "file of the ledger's signing key ('toolgate audit key --new FILE'), or of its verifier key where nothing is signed (env TOOLGATE_LEDGER_KEY"+keyHelp+")")
 	fs.StringVar(&f.checkpoints, "ledger-checkpoints", os.Getenv("TOOLGATE_LEDGER_CHECKPOINTS"), "also append every signed checkpoint to this file: keep it where the ledger's database cannot rewrite it (env TOOLGATE_LEDGER_CHECKPOINTS)")
+	fs.StringArrayVar(&f.witnesses, "ledger-witness", strings.Fields(os.Getenv("TOOLGATE_LEDGER_WITNESSES")), "a witness that cosigns every checkpoint (c2sp.org/tlog-witness), as VKEY@URL: its verifier key, then its base URL; repeatable (env TOOLGATE_LEDGER_WITNESSES, space-separated; docs/audit.md, \"Witnesses\")")
 	fs.StringVar(&f.signerState, "ledger-signer-state", os.Getenv("TOOLGATE_LEDGER_SIGNER_STATE"), "file where the ledger's signer remembers the last tree it signed, so it never signs a rewritten or rolled-back database (env TOOLGATE_LEDGER_SIGNER_STATE; default ledger-signed.json beside the signing key, when that directory is writable)")
 }
 
@@ -128,6 +132,13 @@ func (a *app) openLedger(ctx context.Context, f ledgerFlags, dev bool, webhook *
 	if keys.Signer != nil {
 		opts.SignerState = a.signerStateFile(f)
 		opts.OnFork = a.forkAlarm(keys.Verifier.Name(), webhook)
+		for _, spec := range f.witnesses {
+			w, err := witness.Parse(spec)
+			if err != nil {
+				return nil, usageError("--ledger-witness: %v", err)
+			}
+			opts.Witnesses = append(opts.Witnesses, w)
+		}
 	}
 	if webhook != nil {
 		opts.Publish = append(opts.Publish, func(ctx context.Context, c ledger.Checkpoint) error {
@@ -163,7 +174,11 @@ func (a *app) forkAlarm(origin string, webhook *notify.Webhook) func(context.Con
 		if webhook == nil {
 			return
 		}
-		if err := webhook.Fork(ctx, origin, f.Signed, f.Offered, f.Reason); err != nil {
+		reason := f.Reason
+		if f.Witness != "" {
+			reason = "witness " + f.Witness + ": " + reason
+		}
+		if err := webhook.Fork(ctx, origin, f.Signed, f.Offered, reason); err != nil {
 			a.logger.Error("Could not send the ledger.fork webhook event", zap.Error(err))
 		}
 	}

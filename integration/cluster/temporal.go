@@ -278,18 +278,29 @@ const TemporalCLIVersion = "v1.5.1"
 // from its module's source (the Go module proxy, as for any module), into
 // the same cache as Build, and returns its path.
 func BuildCLI(ctx context.Context) (string, error) {
+	dir, err := goInstall(ctx, "cli-"+TemporalCLIVersion, "github.com/temporalio/cli/cmd/temporal@"+TemporalCLIVersion)
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(dir, "temporal"), nil
+}
+
+// goInstall installs the programs pkgs name (package@version each) from
+// the Go module proxy once per name and Go version into the cluster cache,
+// and returns the directory they are in.
+func goInstall(ctx context.Context, name string, pkgs ...string) (string, error) {
 	cache := os.Getenv("TOOLGATE_CLUSTER_CACHE")
 	if cache == "" {
 		base, err := os.UserCacheDir()
 		if err != nil {
-			return "", fmt.Errorf("no cache directory for the temporal CLI (set TOOLGATE_CLUSTER_CACHE): %w", err)
+			return "", fmt.Errorf("no cache directory for %s (set TOOLGATE_CLUSTER_CACHE): %w", name, err)
 		}
 		cache = filepath.Join(base, "toolgate", "cluster")
 	}
-	dir := filepath.Join(cache, "cli-"+TemporalCLIVersion+"-"+runtime.Version())
-	bin := filepath.Join(dir, "temporal")
-	if fileExists(bin) {
-		return bin, nil
+	dir := filepath.Join(cache, name+"-"+runtime.Version())
+	done := filepath.Join(dir, ".installed")
+	if fileExists(done) || (name == "cli-"+TemporalCLIVersion && fileExists(filepath.Join(dir, "temporal"))) {
+		return dir, nil
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", err
@@ -299,12 +310,21 @@ func BuildCLI(ctx context.Context) (string, error) {
 		return "", err
 	}
 	defer os.RemoveAll(tmp)
-	// Outside this module: the CLI builds against its own go.mod.
-	cmd := exec.CommandContext(ctx, "go", "install", "github.com/temporalio/cli/cmd/temporal@"+TemporalCLIVersion)
+	// Outside this module: each builds against its own go.mod.
+	cmd := exec.CommandContext(ctx, "go", append([]string{"install"}, pkgs...)...)
 	cmd.Dir = tmp
 	cmd.Env = append(os.Environ(), "GOBIN="+tmp, "GOFLAGS=", "GOWORK=off")
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("go install temporal CLI %s: %w\n%s", TemporalCLIVersion, err, out)
+		return "", fmt.Errorf("go install %v: %w\n%s", pkgs, err, out)
 	}
-	return bin, os.Rename(filepath.Join(tmp, "temporal"), bin)
+	entries, err := os.ReadDir(tmp)
+	if err != nil {
+		return "", err
+	}
+	for _, e := range entries {
+		if err := os.Rename(filepath.Join(tmp, e.Name()), filepath.Join(dir, e.Name())); err != nil {
+			return "", err
+		}
+	}
+	return dir, os.WriteFile(done, nil, 0o644)
 }
