@@ -46,10 +46,13 @@ func TestWitnessesCosignTheLedgersCheckpoints(t *testing.T) {
 		require.NoError(t, w.AddLog(ctx, "toolgate/dev", keys.VerifierKey))
 	}
 	devArgs := []string{"dev", "--data-dir", d.dataDir, "--temporal-port", fmt.Sprint(d.port), "--http", d.httpAddr,
-		"--ledger-witness", wa.Spec(), "--ledger-witness", wb.Spec()}
+		"--tokens", writeTokensFile(t, t.TempDir()), "--ledger-witness", wa.Spec(), "--ledger-witness", wb.Spec()}
 	d.dev = startIn(t, "", nil, devReady, devArgs...)
-	agentToken, _ := d.devTokens()
-	agent := apiClient{t: t, base: "http://" + d.httpAddr, token: agentToken}
+	agent := apiClient{t: t, base: "http://" + d.httpAddr, token: "token-agent-1"}
+	state := filepath.Join(t.TempDir(), "auditor.state")
+	overAPI := func(extra ...string) result {
+		return d.cli(append([]string{"audit", "verify", "--api", agent.base, "--token", "token-audrey", "--key", keys.VerifierKey, "--state", state}, extra...)...)
+	}
 	call := func(id string) {
 		t.Helper()
 		r := agent.do("POST", "/v1/calls?wait=30s", map[string]any{"session": "witnessed", "call_id": id, "tool": "echo", "args": map[string]any{"id": id}})
@@ -92,6 +95,12 @@ func TestWitnessesCosignTheLedgersCheckpoints(t *testing.T) {
 		r = verify("--witness", wa.VerifierKey, "--witnesses-required", "2")
 		assert.Equal(t, 2, r.code, "stdout: %s\nstderr: %s", r.stdout, r.stderr)
 		assert.Contains(t, r.stderr, "2 cosignatures required of 1 witnesses' keys given")
+	})
+
+	t.Run("an auditor over the API counts the cosigned checkpoint", func(t *testing.T) {
+		r := overAPI(both...)
+		assert.Equal(t, 0, r.code, "stdout: %s\nstderr: %s", r.stdout, r.stderr)
+		assert.Contains(t, r.stdout, "each with 2 witnesses' cosignatures")
 	})
 
 	t.Run("an export and a receipt verify offline with both cosignatures", func(t *testing.T) {
@@ -137,6 +146,9 @@ func TestWitnessesCosignTheLedgersCheckpoints(t *testing.T) {
 		r := verify(both...)
 		assert.Equal(t, 1, r.code, "stdout: %s\nstderr: %s", r.stdout, r.stderr)
 		assert.Contains(t, r.stderr, "no checkpoint carries the 2 witnesses' cosignatures required")
+		r = overAPI(both...)
+		assert.Equal(t, 1, r.code, "stdout: %s\nstderr: %s", r.stdout, r.stderr)
+		assert.Contains(t, r.stderr, "rolled back", "the auditor's state remembers the larger tree")
 		r = verify()
 		assert.Equal(t, 0, r.code, "without witnesses the re-signed log looks intact: that is what they are for")
 	})
