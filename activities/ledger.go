@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"github.com/toolgate/toolgate/ledger"
 	"github.com/toolgate/toolgate/policy"
@@ -13,6 +14,13 @@ import (
 // ledger, and nothing is logged.
 type Ledger interface {
 	Append(ctx context.Context, entries ...ledger.Entry) ([]int64, error)
+}
+
+// witnessedLedger is a Ledger whose decisions may have to wait for the
+// witnesses' cosignatures before their tool runs (ledger.Ledger).
+type witnessedLedger interface {
+	RequiresCosigned() bool
+	AwaitCosigned(ctx context.Context, index int64) error
 }
 
 // AppendLedgerInput is the argument of AppendLedger.
@@ -55,7 +63,32 @@ func (a *Activities) AppendLedger(ctx context.Context, in AppendLedgerInput) (Ap
 	if err != nil {
 		return AppendLedgerResult{}, err
 	}
+	if err := a.awaitCosigned(ctx, entries, idx); err != nil {
+		return AppendLedgerResult{}, err
+	}
 	return AppendLedgerResult{Indexes: idx}, nil
+}
+
+// cosignedWait bounds one attempt's wait for a cosigned checkpoint, under
+// the local activity's timeout; the workflow tries again, saying why.
+const cosignedWait = 8 * time.Second
+
+// awaitCosigned holds a decision back until a checkpoint the witnesses
+// cosigned holds it, when the ledger requires that: the tool runs only
+// once the decision is where nobody can roll it back unseen.
+func (a *Activities) awaitCosigned(ctx context.Context, entries []ledger.Entry, idx []int64) error {
+	w, ok := a.Ledger.(witnessedLedger)
+	if !ok || !w.RequiresCosigned() {
+		return nil
+	}
+	for i := len(entries) - 1; i >= 0; i-- {
+		if entries[i].Kind == ledger.KindCallDecided {
+			wctx, cancel := context.WithTimeout(ctx, cosignedWait)
+			defer cancel()
+			return w.AwaitCosigned(wctx, idx[i])
+		}
+	}
+	return nil
 }
 
 // redact passes JSON through the output middleware (the policy's secret

@@ -28,6 +28,7 @@ import (
 func TestWitnessesCosignTheLedgersCheckpoints(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
+	top := t // dev restarted in a subtest outlives it
 	wa, err := cluster.StartWitness(ctx, t.TempDir(), "witness.test/a")
 	require.NoError(t, err)
 	defer wa.Stop()
@@ -131,11 +132,31 @@ func TestWitnessesCosignTheLedgersCheckpoints(t *testing.T) {
 		cosignedUpTo("the latest checkpoint is cosigned once the witnesses are back")
 	})
 
+	t.Run("tools that wait for cosigned decisions wait while the witnesses are down", func(t *testing.T) {
+		d.dev.stop()
+		d.dev = startIn(top, "", nil, devReady, append(devArgs, "--ledger-witnesses-required", "2")...)
+		call("witnessed-first") // the witnesses up: it runs
+		wa.Pause()
+		wb.Pause()
+		r := agent.do("POST", "/v1/calls?wait=2s", map[string]any{"session": "witnessed", "call_id": "held", "tool": "echo", "args": map[string]any{"id": "held"}})
+		require.Equal(t, http.StatusAccepted, r.status, "the call waits: %s", r.raw)
+		require.Eventually(t, func() bool {
+			r = agent.do("GET", "/v1/calls/held", nil)
+			return strings.Contains(r.raw, "witnesses' cosignatures")
+		}, 30*time.Second, 500*time.Millisecond, "the call says what it waits for: %s", r.raw)
+		require.NoError(t, wa.Resume(ctx))
+		require.NoError(t, wb.Resume(ctx))
+		require.Eventually(t, func() bool {
+			r = agent.do("GET", "/v1/calls/held?wait=5s", nil)
+			return r.status == http.StatusOK && r.body["status"] == "ok"
+		}, 90*time.Second, 500*time.Millisecond, "it runs once they cosign: %s", r.raw)
+	})
+
 	t.Run("a signer that forgot, on a rolled-back database, gets no cosignature", func(t *testing.T) {
 		d.dev.stop()
 		rollBack(t, dbFile, 2)
 		require.NoError(t, os.Remove(filepath.Join(d.dataDir, "ledger-signed.json"))) // its memory lost with its disk
-		d.dev = startIn(t, "", nil, devReady, devArgs...)
+		d.dev = startIn(top, "", nil, devReady, devArgs...)
 		require.Eventually(t, func() bool {
 			return strings.Contains(d.dev.out.String(), "A witness saw a ledger this one does not extend")
 		}, 30*time.Second, 200*time.Millisecond, d.dev.out.String())

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"sync"
+	"time"
 
 	"go.uber.org/zap"
 	"golang.org/x/mod/sumdb/note"
@@ -127,5 +128,46 @@ func (l *Ledger) witnessFork(ctx context.Context, w *witness.Witness, seen, offe
 		zap.String("witness", w.Name()), zap.Int64("witness_size", seen), zap.Int64("offered", offered), zap.String("reason", reason))
 	if l.opts.OnFork != nil {
 		l.opts.OnFork(ctx, *f)
+	}
+}
+
+// NotCosignedError: no checkpoint the witnesses cosigned holds the entry
+// yet.
+type NotCosignedError struct {
+	Index    int64
+	Required int
+}
+
+func (e *NotCosignedError) Error() string {
+	return fmt.Sprintf("entry #%d is in no checkpoint with %d witnesses' cosignatures yet: the witnesses cosign each new checkpoint, unless they are down", e.Index, e.Required)
+}
+
+// cosignedPoll is how often AwaitCosigned reads the latest checkpoint.
+const cosignedPoll = 250 * time.Millisecond
+
+// RequiresCosigned reports whether an approved call's tool waits for a
+// cosigned checkpoint of its decision (Options.WitnessesRequired).
+func (l *Ledger) RequiresCosigned() bool { return l.opts.WitnessesRequired > 0 }
+
+// AwaitCosigned waits, until ctx ends, for a stored checkpoint that holds
+// entry index and carries the cosignatures Options.WitnessesRequired asks
+// of Options.Witnesses; it returns a *NotCosignedError when ctx ends
+// first.
+func (l *Ledger) AwaitCosigned(ctx context.Context, index int64) error {
+	rule := WitnessRule{Required: l.opts.WitnessesRequired}
+	for _, w := range l.opts.Witnesses {
+		rule.Verifiers = append(rule.Verifiers, w.Verifier)
+	}
+	for {
+		if c, ok, err := l.LatestCheckpoint(ctx); err == nil && ok && c.Size > index {
+			if _, enough, err := rule.cosigned(c.Note, l.verifier); err == nil && enough {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return &NotCosignedError{Index: index, Required: rule.Required}
+		case <-time.After(cosignedPoll):
+		}
 	}
 }

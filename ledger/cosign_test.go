@@ -14,6 +14,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"filippo.io/torchwood"
 	"github.com/stretchr/testify/assert"
@@ -216,4 +217,35 @@ func TestAWitnessThatSawAnotherTreeIsAFork(t *testing.T) {
 			assert.Contains(t, s.Refused().Error(), "witness w.test/a refused the log at size 5")
 		})
 	}
+}
+
+func TestADecisionAwaitsACosignedCheckpointThatHoldsIt(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	keys, _, err := LoadOrCreateKey(filepath.Join(dir, "ledger.key"), "test")
+	require.NoError(t, err)
+	f := newFakeWitness(t, keys.Verifier, "w.test/a")
+	l, err := Open(ctx, Options{DSN: filepath.Join(dir, "ledger.db"), Keys: keys, Witnesses: []*witness.Witness{f.witness(t)}, WitnessesRequired: 1})
+	require.NoError(t, err)
+	defer l.Close()
+	require.True(t, l.RequiresCosigned())
+	idx, err := l.Append(ctx, entry("c1", KindCallDecided))
+	require.NoError(t, err)
+
+	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	var notYet *NotCosignedError
+	require.ErrorAs(t, l.AwaitCosigned(short, idx[0]), &notYet, "no checkpoint holds it yet")
+	assert.Contains(t, notYet.Error(), "entry #0 is in no checkpoint with 1 witnesses' cosignatures")
+
+	_, err = l.SignCheckpoint(ctx)
+	require.NoError(t, err)
+	short2, cancel2 := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel2()
+	require.ErrorAs(t, l.AwaitCosigned(short2, idx[0]), &notYet, "signed, not yet cosigned")
+	l.cosign(ctx)
+	require.NoError(t, l.AwaitCosigned(ctx, idx[0]))
+
+	_, err = Open(ctx, Options{DSN: filepath.Join(dir, "other.db"), Keys: keys, WitnessesRequired: 1})
+	assert.ErrorContains(t, err, "1 witnesses' cosignatures required of 0 witnesses")
 }

@@ -65,6 +65,10 @@ type Options struct {
 	// Witnesses cosign every checkpoint this signer signs (cosign.go).
 	// Optional.
 	Witnesses []*witness.Witness
+	// WitnessesRequired, when above zero, is how many of Witnesses must
+	// cosign a checkpoint holding a call's decision before its tool runs
+	// (AwaitCosigned); a ledger that does not sign only checks them.
+	WitnessesRequired int
 }
 
 // Ledger is an open log.
@@ -107,6 +111,9 @@ func Open(ctx context.Context, o Options) (*Ledger, error) {
 	}
 	if o.CheckpointEvery <= 0 {
 		o.CheckpointEvery = DefaultCheckpointEvery
+	}
+	if o.WitnessesRequired > len(o.Witnesses) {
+		return nil, fmt.Errorf("ledger: %d witnesses' cosignatures required of %d witnesses", o.WitnessesRequired, len(o.Witnesses))
 	}
 	state := ""
 	if o.Keys.Signer != nil {

@@ -26,6 +26,9 @@ type ledgerFlags struct {
 	dsn, keyFile, checkpoints, signerState string
 	// witnesses cosign the checkpoints: VKEY@URL each.
 	witnesses []string
+	// witnessesRequired: how many must cosign a decision before its
+	// tool runs; 0, none.
+	witnessesRequired int
 }
 
 // ledgerOff is the --ledger value that keeps no ledger.
@@ -44,6 +47,7 @@ func (f *ledgerFlags) add(cmd *cobra.Command, dev bool) {
 	fs.StringVar(&f.keyFile, "ledger-key", os.Getenv("TOOLGATE_LEDGER_KEY"), "file of the ledger's signing key ('toolgate audit key --new FILE'), or of its verifier key where nothing is signed (env TOOLGATE_LEDGER_KEY"+keyHelp+")")
 	fs.StringVar(&f.checkpoints, "ledger-checkpoints", os.Getenv("TOOLGATE_LEDGER_CHECKPOINTS"), "also append every signed checkpoint to this file: keep it where the ledger's database cannot rewrite it (env TOOLGATE_LEDGER_CHECKPOINTS)")
 	fs.StringArrayVar(&f.witnesses, "ledger-witness", strings.Fields(os.Getenv("TOOLGATE_LEDGER_WITNESSES")), "a witness that cosigns every checkpoint (c2sp.org/tlog-witness), as VKEY@URL: its verifier key, then its base URL; repeatable (env TOOLGATE_LEDGER_WITNESSES, space-separated; docs/audit.md, \"Witnesses\")")
+	fs.IntVar(&f.witnessesRequired, "ledger-witnesses-required", 0, "an approved call's tool runs only once its decision is in a checkpoint this many --ledger-witness witnesses cosigned; calls wait while they are down (default 0: tools do not wait)")
 	fs.StringVar(&f.signerState, "ledger-signer-state", os.Getenv("TOOLGATE_LEDGER_SIGNER_STATE"), "file where the ledger's signer remembers the last tree it signed, so it never signs a rewritten or rolled-back database (env TOOLGATE_LEDGER_SIGNER_STATE; default ledger-signed.json beside the signing key, when that directory is writable)")
 }
 
@@ -132,14 +136,20 @@ func (a *app) openLedger(ctx context.Context, f ledgerFlags, dev bool, webhook *
 	if keys.Signer != nil {
 		opts.SignerState = a.signerStateFile(f)
 		opts.OnFork = a.forkAlarm(keys.Verifier.Name(), webhook)
-		for _, spec := range f.witnesses {
-			w, err := witness.Parse(spec)
-			if err != nil {
-				return nil, usageError("--ledger-witness: %v", err)
-			}
-			opts.Witnesses = append(opts.Witnesses, w)
-		}
 	}
+	// A signer sends its checkpoints to the witnesses; any process checks
+	// their cosignatures when its tools wait for them.
+	for _, spec := range f.witnesses {
+		w, err := witness.Parse(spec)
+		if err != nil {
+			return nil, usageError("--ledger-witness: %v", err)
+		}
+		opts.Witnesses = append(opts.Witnesses, w)
+	}
+	if f.witnessesRequired < 0 || f.witnessesRequired > len(opts.Witnesses) {
+		return nil, usageError("--ledger-witnesses-required %d: give at least as many --ledger-witness (%d given)", f.witnessesRequired, len(opts.Witnesses))
+	}
+	opts.WitnessesRequired = f.witnessesRequired
 	if webhook != nil {
 		opts.Publish = append(opts.Publish, func(ctx context.Context, c ledger.Checkpoint) error {
 			return webhook.Checkpoint(ctx, c.Origin, c.Size, c.Note)
