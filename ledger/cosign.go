@@ -77,6 +77,12 @@ func (l *Ledger) askWitness(ctx context.Context, w *witness.Witness, c Checkpoin
 	l.cos.mu.Unlock()
 	for range 2 {
 		if old > c.Size {
+			// Another signer may have stored and had a larger one
+			// cosigned since c was read: only a store that still has
+			// nothing as large is behind the witness.
+			if latest, ok, err := l.LatestCheckpoint(ctx); err != nil || (ok && latest.Size >= old) {
+				return nil, fmt.Errorf("witness %s cosigned size %d since this checkpoint (%d) was read", w.Name(), old, c.Size)
+			}
 			l.witnessFork(ctx, w, old, c.Size, fmt.Sprintf("the witness cosigned size %d, larger than the log's latest checkpoint", old))
 			return nil, fmt.Errorf("witness %s cosigned a larger tree (%d) than the log's latest (%d)", w.Name(), old, c.Size)
 		}

@@ -249,3 +249,31 @@ func TestADecisionAwaitsACosignedCheckpointThatHoldsIt(t *testing.T) {
 	_, err = Open(ctx, Options{DSN: filepath.Join(dir, "other.db"), Keys: keys, WitnessesRequired: 1})
 	assert.ErrorContains(t, err, "1 witnesses' cosignatures required of 0 witnesses")
 }
+
+// Two signers of one database: a checkpoint one read before the other
+// stored and had a larger one cosigned is stale, not a fork.
+func TestAnotherSignersLargerCosignedCheckpointIsNoFork(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	keys, _, err := LoadOrCreateKey(filepath.Join(dir, "ledger.key"), "test")
+	require.NoError(t, err)
+	f := newFakeWitness(t, keys.Verifier, "w.test/a")
+	a := openWitnessed(t, dir, f.witness(t))
+	b := openWitnessed(t, dir, f.witness(t))
+	appendN(t, a.Ledger, "a-", 3)
+	read, err := a.SignCheckpoint(ctx) // a reads its checkpoint of 3 …
+	require.NoError(t, err)
+	appendN(t, b.Ledger, "b-", 2)
+	_, err = b.SignCheckpoint(ctx)
+	require.NoError(t, err)
+	b.cosign(ctx) // … b's of 5 is cosigned meanwhile
+	require.EqualValues(t, 5, f.knownSize())
+
+	_, err = a.askWitness(ctx, a.opts.Witnesses[0], read)
+	require.Error(t, err, "nothing to cosign: the witness has a later one")
+	assert.Empty(t, a.forks)
+	assert.Nil(t, a.Refused())
+	a.cosign(ctx)
+	assert.True(t, cosignedBy(t, a.Ledger, a.opts.Witnesses[0], 5), "the latest is cosigned once")
+	assert.Empty(t, a.forks)
+}
