@@ -78,6 +78,26 @@ func (b *runner) ledgerAppends(ctx context.Context, r *Report) error {
 	if b.o.Runs < 100 { // --quick
 		duration = time.Second
 	}
+	start := time.Now()
+	n, err := AppendLoad(ctx, l, appenders, duration, "bench")
+	if err != nil {
+		return err
+	}
+	r.Ledger = LedgerFigures{AppendPerSec: float64(n) / time.Since(start).Seconds(), Appenders: appenders}
+	if _, err := l.SignCheckpoint(ctx); err != nil {
+		return err
+	}
+	if _, err := l.VerifyStore(ctx, nil); err != nil {
+		return fmt.Errorf("the bench's ledger does not verify: %w", err)
+	}
+	return nil
+}
+
+// AppendLoad appends entries to l from appenders goroutines, one entry
+// each at a time, for duration, as many calls' workflows append; it
+// returns how many were appended. Their events are named under prefix,
+// so several processes may load one ledger at once.
+func AppendLoad(ctx context.Context, l *ledger.Ledger, appenders int, duration time.Duration, prefix string) (int64, error) {
 	var n atomic.Int64
 	var wg sync.WaitGroup
 	errs := make(chan error, appenders)
@@ -87,7 +107,8 @@ func (b *runner) ledgerAppends(ctx context.Context, r *Report) error {
 		go func() {
 			defer wg.Done()
 			for i := 0; time.Since(start) < duration; i++ {
-				e := ledger.Entry{Kind: ledger.KindCallFinished, Event: fmt.Sprintf("bench/%d/%d", g, i), At: time.Now(), CallID: fmt.Sprintf("c%d-%d", g, i), Status: "ok"}
+				e := ledger.Entry{Kind: ledger.KindCallFinished, Event: fmt.Sprintf("%s/%d/%d", prefix, g, i), At: time.Now(),
+					CallID: fmt.Sprintf("%s-c%d-%d", prefix, g, i), Status: "ok"}
 				if _, err := l.Append(ctx, e); err != nil {
 					errs <- err
 					return
@@ -98,15 +119,5 @@ func (b *runner) ledgerAppends(ctx context.Context, r *Report) error {
 	}
 	wg.Wait()
 	close(errs)
-	if err := <-errs; err != nil {
-		return err
-	}
-	r.Ledger = LedgerFigures{AppendPerSec: float64(n.Load()) / time.Since(start).Seconds(), Appenders: appenders}
-	if _, err := l.SignCheckpoint(ctx); err != nil {
-		return err
-	}
-	if _, err := l.VerifyStore(ctx, nil); err != nil {
-		return fmt.Errorf("the bench's ledger does not verify: %w", err)
-	}
-	return nil
+	return n.Load(), <-errs
 }

@@ -21,11 +21,13 @@ import (
 	"github.com/modelcontextprotocol/go-sdk/mcp"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"golang.org/x/mod/sumdb/note"
 	"golang.org/x/sync/errgroup"
 
 	tgclient "github.com/toolgate/toolgate/client"
 	"github.com/toolgate/toolgate/integration/cluster"
 	"github.com/toolgate/toolgate/ledger"
+	"github.com/toolgate/toolgate/witness"
 	"github.com/toolgate/toolgate/workflows"
 )
 
@@ -39,9 +41,10 @@ type clusterEnv struct {
 }
 
 // startCluster starts a cluster in mode for the test.
-func startCluster(t *testing.T, mode cluster.Mode) *clusterEnv {
+func startCluster(t *testing.T, mode cluster.Mode, witnesses ...*cluster.Witness) *clusterEnv {
 	c, err := cluster.Start(context.Background(), cluster.Options{
 		Mode: mode, Toolgate: binary, Workers: 2, Serve: true, TokensFile: writeTokensFile(t, t.TempDir()), Logf: t.Logf,
+		Witnesses: witnesses,
 	})
 	require.NoError(t, err)
 	t.Cleanup(func() {
@@ -151,7 +154,10 @@ func shellCalls(session, prefix string, n int, then string) ([]tgclient.CallRequ
 // operator meets: kill -9 of the history service during a release, of a
 // toolgate worker while tools run, of serve while a long poll waits.
 func TestClusterWalkthrough(t *testing.T) {
-	e := startCluster(t, cluster.Documented)
+	w, err := cluster.StartWitness(context.Background(), t.TempDir(), "witness.test/cluster")
+	require.NoError(t, err)
+	t.Cleanup(w.Stop)
+	e := startCluster(t, cluster.Documented, w)
 	c := e.client()
 	runs := filepath.Join(e.c.Workspace, "runs.txt")
 	var ranOnce []string // shell calls that must have run exactly once
@@ -557,10 +563,13 @@ func TestClusterWalkthrough(t *testing.T) {
 	})
 
 	// Last: the whole walkthrough, its kills included, is in the ledger.
-	t.Run("two workers append to one ledger in PostgreSQL: one log, no gaps, no duplicates", func(t *testing.T) {
-		n := clusterLedgerCalls
+	t.Run("two workers and four appenders share one ledger in PostgreSQL: one log, no gaps, no duplicates, every checkpoint cosigned", func(t *testing.T) {
+		n, seconds := clusterLedgerCalls, clusterAppendSeconds
 		if v, err := strconv.Atoi(os.Getenv("TOOLGATE_CLUSTER_LEDGER_CALLS")); err == nil && v > 0 {
 			n = v // the 2,000 of docs/benchmarks.md
+		}
+		if v, err := strconv.Atoi(os.Getenv("TOOLGATE_CLUSTER_APPEND_SECONDS")); err == nil && v > 0 {
+			seconds = v
 		}
 		var reqs []tgclient.CallRequest
 		var ids []string
@@ -569,15 +578,35 @@ func TestClusterWalkthrough(t *testing.T) {
 			ids = append(ids, id)
 			reqs = append(reqs, tgclient.CallRequest{CallID: id, Session: "cluster-ledger", Tool: "echo", Args: []byte(`{"n":1}`), Requester: "agent-1"})
 		}
-		require.NoError(t, submitEach(c, reqs, 32)) // both workers take them, appending at once
+		keys, err := ledger.LoadKey(e.c.LedgerKey)
+		require.NoError(t, err)
+		wv, err := witness.NewVerifier(w.VerifierKey)
+		require.NoError(t, err)
+		cosigned := ledger.WitnessRule{Verifiers: []note.Verifier{wv}, Required: 1}
+		l, err := ledger.Open(context.Background(), ledger.Options{DSN: e.c.LedgerDSN, Keys: ledger.Keys{Verifier: keys.Verifier}})
+		require.NoError(t, err)
+		defer l.Close()
+		// A checkpoint serve signed just before a kill -9 above may have
+		// missed its cosignature; none signed from here on may.
+		before, err := l.VerifyStoreWithOptions(context.Background(), ledger.VerifyOptions{Witnesses: cosigned})
+		require.NoError(t, err)
+
+		appended := appendAtOnce(t, e.c, 4, seconds) // four more processes append meanwhile
+		require.NoError(t, submitEach(c, reqs, 32))  // both workers take them, appending at once
 		for id, r := range waitAll(t, c, ids, 5*time.Minute) {
 			require.Equal(t, workflows.StatusOK, r.Status, "%s: %s", id, r.Reason)
 		}
-		keys, err := ledger.LoadKey(e.c.LedgerKey)
+		rate := <-appended
+		size, err := l.Size(context.Background())
 		require.NoError(t, err)
-		l, err := ledger.Open(context.Background(), ledger.Options{DSN: e.c.LedgerDSN, Keys: keys})
-		require.NoError(t, err)
-		defer l.Close()
+		began := time.Now()
+		require.Eventually(t, func() bool {
+			rep, err := l.VerifyStoreWithOptions(context.Background(), ledger.VerifyOptions{Witnesses: cosigned})
+			return err == nil && rep.Size >= size
+		}, time.Minute, 100*time.Millisecond, "serve signs and the witness cosigns the whole log")
+		t.Logf("ledger: %d entries, %.0f entries/s appended by 4 processes of 64 appenders each beside %d calls; a cosigned checkpoint of all of them %.1fs after the last",
+			size, rate, n, time.Since(began).Seconds())
+
 		kinds := callKinds(t, l) // indices 0..size-1, no gaps
 		for _, id := range ids {
 			require.Equal(t, oneOfEach, kinds[id], "call %s", id)
@@ -585,11 +614,10 @@ func TestClusterWalkthrough(t *testing.T) {
 		for id, k := range kinds {
 			assert.LessOrEqual(t, len(k), 3, "call %s: no event twice", id)
 		}
-		_, err = l.SignCheckpoint(context.Background())
-		require.NoError(t, err)
-		rep, err := l.VerifyStore(context.Background(), nil)
+		rep, err := l.VerifyStoreWithOptions(context.Background(), ledger.VerifyOptions{Witnesses: cosigned})
 		require.NoError(t, err, "the log verifies, the checkpoints serve signed included")
 		assert.Greater(t, rep.Checkpoints, 1, "serve, which holds the signing key, signed checkpoints while the workers appended")
+		assert.Equal(t, before.Uncosigned, rep.Uncosigned, "the witness cosigned every checkpoint serve signed meanwhile (%d checkpoints)", rep.Checkpoints-before.Checkpoints)
 		for _, w := range e.c.Workers {
 			assert.Contains(t, w.Output(), `"signs": false`, "%s holds the verifier key alone", w.Name)
 			assert.NotContains(t, w.Output(), "holds the ledger's signing key")
@@ -597,10 +625,45 @@ func TestClusterWalkthrough(t *testing.T) {
 	})
 }
 
+// appendAtOnce runs procs `toolgate bench ledger` processes against the
+// cluster's ledger for seconds, as more workers appending; it sends the
+// entries a second they appended together.
+func appendAtOnce(t *testing.T, c *cluster.Cluster, procs, seconds int) <-chan float64 {
+	t.Helper()
+	out := make(chan float64, 1)
+	rates := make(chan float64, procs)
+	for i := range procs {
+		go func() {
+			cmd := exec.Command(binary, "bench", "ledger", "--ledger", c.LedgerDSN, "--ledger-key", c.LedgerVerifierKey,
+				"--seconds", strconv.Itoa(seconds), "--name", fmt.Sprintf("appender-%d", i))
+			b, err := cmd.Output()
+			var r struct {
+				PerSec float64 `json:"per_sec"`
+			}
+			if err != nil || json.Unmarshal(b, &r) != nil {
+				t.Errorf("appender %d: %v: %s", i, err, b)
+			}
+			rates <- r.PerSec
+		}()
+	}
+	go func() {
+		var sum float64
+		for range procs {
+			sum += <-rates
+		}
+		out <- sum
+	}()
+	return out
+}
+
 // clusterLedgerCalls is how many calls the cluster's ledger subtest makes:
 // hundreds in the suite; docs/benchmarks.md has a run of 2,000
 // (TOOLGATE_CLUSTER_LEDGER_CALLS=2000).
 const clusterLedgerCalls = 400
+
+// clusterAppendSeconds is how long the appenders beside those calls
+// append (TOOLGATE_CLUSTER_APPEND_SECONDS for a longer run).
+const clusterAppendSeconds = 5
 
 // TestClusterStock runs one session's worth of waiting calls on a server
 // with the stock dynamic config (visibility: 10 requests/s per frontend):

@@ -96,6 +96,7 @@ func (s *store) append(ctx context.Context, entries []pending) (indexes []int64,
 		return s.readHashes(ctx, tx, indexes, added)
 	})
 	indexes, written = make([]int64, len(entries)), map[int64]tlog.Hash{}
+	var rows, hashRows []any // the new rows' values, column after column
 	for i, e := range entries {
 		if idx, ok := known[e.header.Event]; ok {
 			indexes[i] = idx
@@ -105,26 +106,48 @@ func (s *store) append(ctx context.Context, entries []pending) (indexes []int64,
 		if err != nil {
 			return nil, nil, fmt.Errorf("hash entry %d: %w", size, err)
 		}
-		if _, err := tx.ExecContext(ctx, s.db.Q("INSERT INTO ledger_entries (idx, event, kind, call_id, session, at, entry) VALUES (?, ?, ?, ?, ?, ?, ?)"),
-			size, e.header.Event, e.header.Kind, e.header.CallID, e.header.Session, sortableTime(e.header.At), e.data); err != nil {
-			return nil, nil, fmt.Errorf("write entry %d: %w", size, err)
-		}
+		rows = append(rows, size, e.header.Event, e.header.Kind, e.header.CallID, e.header.Session, sortableTime(e.header.At), e.data)
 		first := tlog.StoredHashIndex(0, size)
 		for j, h := range hashes {
-			if _, err := tx.ExecContext(ctx, s.db.Q("INSERT INTO ledger_hashes (idx, hash) VALUES (?, ?)"), first+int64(j), h[:]); err != nil {
-				return nil, nil, fmt.Errorf("write the hashes of entry %d: %w", size, err)
-			}
 			added[first+int64(j)] = h
+			hashRows = append(hashRows, first+int64(j), h[:])
 		}
 		known[e.header.Event] = size
 		indexes[i], written[size] = size, hashes[0] // the first stored hash is the leaf's
 		size++
+	}
+	// A few statements a batch, not a few an entry: the head row is held
+	// for as few round trips as can be, whoever else waits for it.
+	if err := insertRows(ctx, tx, s.db, "INSERT INTO ledger_entries (idx, event, kind, call_id, session, at, entry) VALUES ", 7, rows); err != nil {
+		return nil, nil, fmt.Errorf("write entries: %w", err)
+	}
+	if err := insertRows(ctx, tx, s.db, "INSERT INTO ledger_hashes (idx, hash) VALUES ", 2, hashRows); err != nil {
+		return nil, nil, fmt.Errorf("write the entries' hashes: %w", err)
 	}
 	if _, err := tx.ExecContext(ctx, s.db.Q("UPDATE ledger_head SET size = ? WHERE id = 1"), size); err != nil {
 		return nil, nil, fmt.Errorf("write the log's size: %w", err)
 	}
 	return indexes, written, tx.Commit()
 }
+
+// insertRows inserts rows of width values each (flat in args) with
+// multi-row INSERTs of at most maxInsertRows rows.
+func insertRows(ctx context.Context, tx *sql.Tx, db *sqldb.DB, insert string, width int, args []any) error {
+	one := "(" + placeholders(width) + ")"
+	for len(args) > 0 {
+		n := min(len(args)/width, maxInsertRows)
+		values := strings.Repeat(one+", ", n-1) + one
+		if _, err := tx.ExecContext(ctx, db.Q(insert+values), args[:n*width]...); err != nil {
+			return err
+		}
+		args = args[n*width:]
+	}
+	return nil
+}
+
+// maxInsertRows keeps an INSERT's parameters under SQLite's and
+// PostgreSQL's limits.
+const maxInsertRows = 1000
 
 func (s *store) knownEvents(ctx context.Context, tx *sql.Tx, entries []pending) (map[string]int64, error) {
 	known := map[string]int64{}

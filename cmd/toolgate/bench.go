@@ -55,6 +55,7 @@ own, so a cluster's own toolgate workers are not involved).`,
 	f.StringVar(&o.TemporalAddress, "temporal-address", "", "run against this Temporal cluster (host:port) instead of an embedded server; its namespace needs toolgate's search attributes (toolgate namespace setup)")
 	f.StringVar(&o.Namespace, "namespace", "default", "namespace, with --temporal-address")
 	f.StringVar(&o.HookCommand, "hook-command", "", "the toolgate-hook binary the command hook case runs (default: next to toolgate, else on PATH)")
+	cmd.AddCommand(a.benchLedgerCommand())
 	return cmd
 }
 

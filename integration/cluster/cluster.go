@@ -65,6 +65,9 @@ type Options struct {
 	Namespace string
 	// Logf, when set, reports each step and how long it took.
 	Logf func(format string, args ...any)
+	// Witnesses cosign the ledger's checkpoints: serve, its signer, is
+	// given each (--ledger-witness), and each is told the log first.
+	Witnesses []*Witness
 }
 
 // Cluster is a running cluster. Close stops it and removes its files.
@@ -99,9 +102,10 @@ type Cluster struct {
 	// Env: a worker never reads a door key).
 	DoorKey, Doors string
 
-	dir    string
-	pgPort int
-	logf   func(string, ...any)
+	dir         string
+	pgPort      int
+	witnessArgs []string
+	logf        func(string, ...any)
 }
 
 // Start builds what is missing and starts the cluster; on failure it
@@ -182,6 +186,12 @@ func Start(ctx context.Context, o Options) (_ *Cluster, err error) {
 	c.LedgerVerifierKey = filepath.Join(dir, "ledger.vkey")
 	if err := os.WriteFile(c.LedgerVerifierKey, []byte(lk.VerifierKey+"\n"), 0o600); err != nil {
 		return nil, fmt.Errorf("cluster: %w", err)
+	}
+	for _, w := range o.Witnesses {
+		if err := w.AddLog(ctx, lk.Verifier.Name(), lk.VerifierKey); err != nil {
+			return nil, fmt.Errorf("cluster: %w", err)
+		}
+		c.witnessArgs = append(c.witnessArgs, "--ledger-witness", w.Spec())
 	}
 	c.Keys = filepath.Join(dir, "keys.json")
 	if _, _, err := keyring.LoadOrCreate(c.Keys); err != nil {
@@ -314,7 +324,7 @@ func (c *Cluster) newToolgateServe(toolgate, tokens string) *Process {
 	return &Process{
 		Name: "serve",
 		path: toolgate,
-		args: []string{"serve", "--http", c.HTTPAddress, "--tokens", tokens, "--ledger", c.LedgerDSN, "--ledger-key", c.LedgerKey},
+		args: append([]string{"serve", "--http", c.HTTPAddress, "--tokens", tokens, "--ledger", c.LedgerDSN, "--ledger-key", c.LedgerKey}, c.witnessArgs...),
 		dir:  c.dir, env: c.Env(),
 		ready: func(ctx context.Context, _ func() string) error {
 			return poll(ctx, pollInterval, func() error {
