@@ -60,29 +60,15 @@ func TestTheLedgersSignerRefusesARolledBackDatabase(t *testing.T) {
 	fi, err := os.Stat(state)
 	require.NoError(t, err, "the signer keeps its state beside its key")
 	assert.Equal(t, os.FileMode(0o600), fi.Mode().Perm())
-	time.Sleep(6 * time.Second) // every entry signed: the log is quiet
-	size = signed()
+	dbFile := filepath.Join(d.dataDir, "ledger.db")
+	require.Eventually(t, func() bool {
+		size = signed()
+		return size == headSize(t, dbFile)
+	}, 30*time.Second, 200*time.Millisecond, "every entry signed: the log is quiet")
 
 	// The rollback, as the insider does it with the database alone.
-	db, err := sql.Open("sqlite", filepath.Join(d.dataDir, "ledger.db")+"?_pragma=busy_timeout(10000)")
-	require.NoError(t, err)
-	defer db.Close()
 	const keep = 2
-	tx, err := db.Begin()
-	require.NoError(t, err)
-	for _, stmt := range []struct {
-		q    string
-		args []any
-	}{
-		{"DELETE FROM ledger_entries WHERE idx >= ?", []any{keep}},
-		{"DELETE FROM ledger_hashes WHERE idx >= ?", []any{tlog.StoredHashIndex(0, keep)}},
-		{"DELETE FROM ledger_checkpoints", nil},
-		{"UPDATE ledger_head SET size = ?", []any{keep}},
-	} {
-		_, err := tx.Exec(stmt.q, stmt.args...)
-		require.NoError(t, err, stmt.q)
-	}
-	require.NoError(t, tx.Commit())
+	rollBack(t, dbFile, keep)
 
 	var fork notify.LedgerForkEvent
 	require.Eventually(t, func() bool {
@@ -117,4 +103,39 @@ func TestTheLedgersSignerRefusesARolledBackDatabase(t *testing.T) {
 	r := agent.do("POST", "/v1/calls?wait=30s", map[string]any{"session": "fork", "tool": "echo", "args": map[string]any{"after": true}})
 	require.Equal(t, http.StatusOK, r.status, r.raw)
 	assert.Equal(t, "ok", r.body["status"], r.raw)
+}
+
+// headSize is the size a ledger database's head says it has.
+func headSize(t *testing.T, dbFile string) int64 {
+	t.Helper()
+	db, err := sql.Open("sqlite", dbFile+"?_pragma=busy_timeout(10000)")
+	require.NoError(t, err)
+	defer db.Close()
+	var size int64
+	require.NoError(t, db.QueryRow("SELECT size FROM ledger_head WHERE id = 1").Scan(&size))
+	return size
+}
+
+// rollBack deletes a ledger database's entries from keep on, their
+// hashes and every checkpoint, as an insider with the database does.
+func rollBack(t *testing.T, dbFile string, keep int64) {
+	t.Helper()
+	db, err := sql.Open("sqlite", dbFile+"?_pragma=busy_timeout(10000)")
+	require.NoError(t, err)
+	defer db.Close()
+	tx, err := db.Begin()
+	require.NoError(t, err)
+	for _, stmt := range []struct {
+		q    string
+		args []any
+	}{
+		{"DELETE FROM ledger_entries WHERE idx >= ?", []any{keep}},
+		{"DELETE FROM ledger_hashes WHERE idx >= ?", []any{tlog.StoredHashIndex(0, keep)}},
+		{"DELETE FROM ledger_checkpoints", nil},
+		{"UPDATE ledger_head SET size = ?", []any{keep}},
+	} {
+		_, err := tx.Exec(stmt.q, stmt.args...)
+		require.NoError(t, err, stmt.q)
+	}
+	require.NoError(t, tx.Commit())
 }

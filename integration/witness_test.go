@@ -2,7 +2,6 @@ package integration
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"net/http"
 	"os"
@@ -13,7 +12,6 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"golang.org/x/mod/sumdb/tlog"
 
 	"github.com/toolgate/toolgate/integration/cluster"
 	"github.com/toolgate/toolgate/ledger"
@@ -173,28 +171,4 @@ func TestWitnessesCosignTheLedgersCheckpoints(t *testing.T) {
 		r = verify()
 		assert.Equal(t, 0, r.code, "without witnesses the re-signed log looks intact: that is what they are for")
 	})
-}
-
-// rollBack deletes a ledger database's entries from keep on, their
-// hashes and every checkpoint, as an insider with the database does.
-func rollBack(t *testing.T, dbFile string, keep int64) {
-	t.Helper()
-	db, err := sql.Open("sqlite", dbFile+"?_pragma=busy_timeout(10000)")
-	require.NoError(t, err)
-	defer db.Close()
-	tx, err := db.Begin()
-	require.NoError(t, err)
-	for _, stmt := range []struct {
-		q    string
-		args []any
-	}{
-		{"DELETE FROM ledger_entries WHERE idx >= ?", []any{keep}},
-		{"DELETE FROM ledger_hashes WHERE idx >= ?", []any{tlog.StoredHashIndex(0, keep)}},
-		{"DELETE FROM ledger_checkpoints", nil},
-		{"UPDATE ledger_head SET size = ?", []any{keep}},
-	} {
-		_, err := tx.Exec(stmt.q, stmt.args...)
-		require.NoError(t, err, stmt.q)
-	}
-	require.NoError(t, tx.Commit())
 }
