@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"bytes"
 	"database/sql"
 	"encoding/json"
 	"fmt"
@@ -137,5 +138,68 @@ func rollBack(t *testing.T, dbFile string, keep int64) {
 		_, err := tx.Exec(stmt.q, stmt.args...)
 		require.NoError(t, err, stmt.q)
 	}
+	require.NoError(t, tx.Commit())
+}
+
+// rewrite does what an insider with the database and no key can: one
+// entry's bytes changed (old to new, once), the entries of dropCall
+// deleted, the rest renumbered, every stored hash recomputed with the
+// public RFC 6962 algorithm, and every checkpoint deleted.
+func rewrite(t *testing.T, dbFile, dropCall string, old, new []byte) {
+	t.Helper()
+	db, err := sql.Open("sqlite", dbFile+"?_pragma=busy_timeout(10000)")
+	require.NoError(t, err)
+	defer db.Close()
+	type row struct {
+		event, kind, call, session, at string
+		entry                          []byte
+	}
+	rows, err := db.Query("SELECT event, kind, call_id, session, at, entry FROM ledger_entries ORDER BY idx")
+	require.NoError(t, err)
+	var forged []row
+	changed := false
+	for rows.Next() {
+		var r row
+		require.NoError(t, rows.Scan(&r.event, &r.kind, &r.call, &r.session, &r.at, &r.entry))
+		if r.call == dropCall {
+			continue
+		}
+		if !changed && bytes.Contains(r.entry, old) {
+			r.entry, changed = bytes.Replace(r.entry, old, new, 1), true
+		}
+		forged = append(forged, r)
+	}
+	require.NoError(t, rows.Err())
+	require.True(t, changed, "an entry holds %s", old)
+
+	hashes := map[int64]tlog.Hash{}
+	reader := tlog.HashReaderFunc(func(idx []int64) ([]tlog.Hash, error) {
+		out := make([]tlog.Hash, len(idx))
+		for i, x := range idx {
+			out[i] = hashes[x]
+		}
+		return out, nil
+	})
+	tx, err := db.Begin()
+	require.NoError(t, err)
+	for _, q := range []string{"DELETE FROM ledger_entries", "DELETE FROM ledger_hashes", "DELETE FROM ledger_checkpoints"} {
+		_, err := tx.Exec(q)
+		require.NoError(t, err, q)
+	}
+	for i, r := range forged {
+		stored, err := tlog.StoredHashes(int64(i), r.entry, reader)
+		require.NoError(t, err)
+		_, err = tx.Exec("INSERT INTO ledger_entries (idx, event, kind, call_id, session, at, entry) VALUES (?, ?, ?, ?, ?, ?, ?)",
+			i, r.event, r.kind, r.call, r.session, r.at, r.entry)
+		require.NoError(t, err)
+		for j, h := range stored {
+			at := tlog.StoredHashIndex(0, int64(i)) + int64(j)
+			hashes[at] = h
+			_, err = tx.Exec("INSERT INTO ledger_hashes (idx, hash) VALUES (?, ?)", at, h[:])
+			require.NoError(t, err)
+		}
+	}
+	_, err = tx.Exec("UPDATE ledger_head SET size = ?", len(forged))
+	require.NoError(t, err)
 	require.NoError(t, tx.Commit())
 }

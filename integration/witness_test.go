@@ -150,6 +150,33 @@ func TestWitnessesCosignTheLedgersCheckpoints(t *testing.T) {
 		}, 90*time.Second, 500*time.Millisecond, "it runs once they cosign: %s", r.raw)
 	})
 
+	t.Run("the insider's rewrite under the running signer: refused, never cosigned, caught by every verifier", func(t *testing.T) {
+		receipt := filepath.Join(t.TempDir(), "before.json")
+		r := d.cli("audit", "proof", "witnessed-0", "--ledger", dbFile, "--ledger-key", keyFile, "-o", receipt)
+		require.Equal(t, 0, r.code, "stdout: %s\nstderr: %s", r.stdout, r.stderr)
+		cosignedUpTo("the log is quiet and cosigned before the rewrite")
+		// witnessed-0 decided by "policy" becomes bob's; witnessed-1's
+		// entries are deleted; every hash recomputed; no checkpoint left.
+		rewrite(t, dbFile, "witnessed-1", []byte(`"decided_by":"policy"`), []byte(`"decided_by":"bob"`))
+
+		require.Eventually(t, func() bool {
+			return strings.Contains(d.dev.out.String(), "Refused to sign a ledger checkpoint")
+		}, 30*time.Second, 200*time.Millisecond, d.dev.out.String())
+		status, body := getJSON(t, "http://"+d.httpAddr+"/readyz", "")
+		assert.Equal(t, http.StatusOK, status, "calls still run")
+		assert.Equal(t, "degraded", body["status"], "%v", body)
+		for name, r := range map[string]result{
+			"the database, with the witnesses": verify(both...),
+			"the database":                     verify(),
+			"the receipt taken before":         verify("--checkpoint", receipt),
+			"over the API, with its state":     overAPI(both...),
+		} {
+			assert.Equal(t, 1, r.code, "%s: stdout: %s\nstderr: %s", name, r.stdout, r.stderr)
+			assert.Contains(t, r.stderr, "NOT intact", name)
+		}
+		assert.Contains(t, verify("--checkpoint", receipt).stderr, "entries were removed", "the receipt's checkpoint signed more than the rewritten log holds")
+	})
+
 	t.Run("a signer that forgot, on a rolled-back database, gets no cosignature", func(t *testing.T) {
 		d.dev.stop()
 		rollBack(t, dbFile, 2)

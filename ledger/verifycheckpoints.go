@@ -119,7 +119,8 @@ func checkSeen(seen []seenCheckpoint, n int64) error {
 	}
 	for _, s := range seen {
 		if s.Size > n {
-			return fmt.Errorf("%s of size %d, but the log has %d entries: entries #%d to #%d were removed (the log was truncated)", s.from.what(), s.Size, n, n, s.Size-1)
+			return fmt.Errorf("%s of size %d, but the log has %d entries: %d entries were removed: entries #%d to #%d were removed if only its tail was cut; if entries before #%d were also changed or deleted, the log was rewritten (a checkpoint of a smaller size, held or remembered, tells which)",
+				s.from.what(), s.Size, n, s.Size-n, n, s.Size-1, n)
 		}
 	}
 	for _, a := range seen {

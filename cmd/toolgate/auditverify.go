@@ -34,8 +34,9 @@ checkpoint against it, and every checkpoint it sees against every other:
 two signed checkpoints that are not consistent (one size, two trees; or a
 larger tree that does not extend a smaller one) are a fork. --checkpoint
 FILE (repeatable; a file of checkpoints as --ledger-checkpoints writes
-them, or one note) proves the log consistent with checkpoints kept outside
-its database: it catches a truncated tail and a rewritten entry. --export
+them, one note, or a receipt kept from before) proves the log consistent
+with checkpoints kept outside its database: it catches a truncated tail
+and a rewritten entry. --export
 FILE checks an export offline, --receipt FILE a receipt: no database, no
 server, only the verifier key (--key or --ledger-key; a key inside a
 receipt or an export is not trusted).
@@ -69,6 +70,10 @@ or every statement that does not verify.`,
 				b, err := os.ReadFile(h)
 				if err != nil {
 					return usageError("--checkpoint: %v", err)
+				}
+				if c, ok := receiptCheckpoint(b); ok { // a receipt kept from before
+					notes = append(notes, c)
+					continue
 				}
 				ns, err := splitNotes(b)
 				switch {
@@ -142,7 +147,7 @@ or every statement that does not verify.`,
 	f.doors.add(cmd)
 	f.witnesses.add(cmd)
 	cmd.Flags().StringVar(&f.keys, "keys", os.Getenv("TOOLGATE_KEYS"), "keyring that opens sealed arguments, so their digests are compared with the statements' (env TOOLGATE_KEYS; default .toolgate/keys.json when it exists)")
-	cmd.Flags().StringArrayVar(&held, "checkpoint", nil, "a checkpoint (or a file of them) kept outside the ledger's database; repeatable")
+	cmd.Flags().StringArrayVar(&held, "checkpoint", nil, "a checkpoint (or a file of them, or a receipt, whose checkpoint is taken) kept outside the ledger's database; repeatable")
 	cmd.Flags().StringVar(&exportFile, "export", "", "check an export ('toolgate audit export') offline")
 	cmd.Flags().StringVar(&receiptFn, "receipt", "", "check a receipt ('toolgate audit proof') offline")
 	cmd.Flags().StringVar(&stateFile, "state", "", "remember the latest checkpoint verified in this file, and refuse a log that does not extend the one remembered (trusted on first use)")
@@ -321,6 +326,17 @@ func (a *app) verifyReceipt(f auditFlags, path string) error {
 		path, r.CallID, len(r.Entries), c.Size, c.Origin, keys.Verifier.Name(), cosignedBy(rule))
 	printStatements(a.stdout, srep)
 	return nil
+}
+
+// receiptCheckpoint is the checkpoint of a receipt ('toolgate audit
+// proof'), when b is one: a log must still extend the checkpoint a
+// receipt taken earlier carries.
+func receiptCheckpoint(b []byte) ([]byte, bool) {
+	var r ledger.Receipt
+	if json.Unmarshal(b, &r) != nil || r.Checkpoint == "" {
+		return nil, false
+	}
+	return []byte(r.Checkpoint), true
 }
 
 // splitNotes splits checkpoints written one after the other (as
