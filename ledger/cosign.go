@@ -30,7 +30,9 @@ type cosigner struct {
 	// known is the size of the tree each witness last cosigned (or told
 	// us it knows), by name; a witness not yet asked is sent size 0.
 	known map[string]int64
-	alarm *ForkError
+	// failing are the witnesses whose last answer was not a cosignature.
+	failing map[string]bool
+	alarm   *ForkError
 }
 
 // cosign asks every witness whose cosignature the latest stored
@@ -54,9 +56,8 @@ func (l *Ledger) cosign(ctx context.Context) {
 			continue
 		}
 		cosig, err := l.askWitness(ctx, w, c)
+		l.witnessAnswered(w, c.Size, err)
 		if err != nil {
-			l.log.Warn("A witness did not cosign the ledger's checkpoint; it is asked again at the next tick",
-				zap.String("witness", w.Name()), zap.Int64("size", c.Size), zap.Error(err))
 			continue
 		}
 		lines = append(lines, cosig...)
@@ -111,6 +112,24 @@ func (l *Ledger) askWitness(ctx context.Context, w *witness.Witness, c Checkpoin
 		return cosig, nil
 	}
 	return nil, fmt.Errorf("witness %s: its tree size kept changing", w.Name())
+}
+
+// witnessAnswered logs a witness that stops cosigning once, not at every
+// tick, and when it cosigns again.
+func (l *Ledger) witnessAnswered(w *witness.Witness, size int64, err error) {
+	l.cos.mu.Lock()
+	was := l.cos.failing[w.Name()]
+	l.cos.failing[w.Name()] = err != nil
+	l.cos.mu.Unlock()
+	switch {
+	case err != nil && !was:
+		l.log.Warn("A witness did not cosign the ledger's checkpoint; it is asked again at every tick",
+			zap.String("witness", w.Name()), zap.Int64("size", size), zap.Error(err))
+	case err != nil:
+		l.log.Debug("A witness still does not cosign", zap.String("witness", w.Name()), zap.Int64("size", size), zap.Error(err))
+	case was:
+		l.log.Info("A witness cosigns the ledger's checkpoints again", zap.String("witness", w.Name()), zap.Int64("size", size))
+	}
 }
 
 func (l *Ledger) remember(w *witness.Witness, size int64) {

@@ -19,6 +19,8 @@ import (
 	"filippo.io/torchwood"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/zap"
+	"go.uber.org/zap/zaptest/observer"
 	"golang.org/x/mod/sumdb/note"
 	"golang.org/x/mod/sumdb/tlog"
 
@@ -276,4 +278,31 @@ func TestAnotherSignersLargerCosignedCheckpointIsNoFork(t *testing.T) {
 	a.cosign(ctx)
 	assert.True(t, cosignedBy(t, a.Ledger, a.opts.Witnesses[0], 5), "the latest is cosigned once")
 	assert.Empty(t, a.forks)
+}
+
+// A witness that is down is logged once, not at every tick, and its
+// return too.
+func TestAWitnessDownIsLoggedOnceAndItsReturnToo(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	keys, _, err := LoadOrCreateKey(filepath.Join(dir, "ledger.key"), "test")
+	require.NoError(t, err)
+	f := newFakeWitness(t, keys.Verifier, "w.test/a")
+	core, logs := observer.New(zap.DebugLevel)
+	l, err := Open(ctx, Options{DSN: filepath.Join(dir, "ledger.db"), Keys: keys, Witnesses: []*witness.Witness{f.witness(t)}, Logger: zap.New(core)})
+	require.NoError(t, err)
+	defer l.Close()
+	appendN(t, l, "e-", 2)
+	_, err = l.SignCheckpoint(ctx)
+	require.NoError(t, err)
+	f.setDown(true)
+	for range 3 {
+		l.cosign(ctx)
+	}
+	f.setDown(false)
+	l.cosign(ctx)
+	l.cosign(ctx)
+	assert.Equal(t, 1, logs.FilterMessageSnippet("did not cosign").FilterLevelExact(zap.WarnLevel).Len())
+	assert.Equal(t, 2, logs.FilterMessageSnippet("still does not cosign").Len())
+	assert.Equal(t, 1, logs.FilterMessageSnippet("cosigns the ledger's checkpoints again").Len())
 }

@@ -127,7 +127,7 @@ func Open(ctx context.Context, o Options) (*Ledger, error) {
 	if err != nil {
 		return nil, err
 	}
-	l := &Ledger{st: st, opts: o, verifier: o.Verifier, log: o.Logger, memory: memory, cos: cosigner{known: map[string]int64{}},
+	l := &Ledger{st: st, opts: o, verifier: o.Verifier, log: o.Logger, memory: memory, cos: cosigner{known: map[string]int64{}, failing: map[string]bool{}},
 		reqs: make(chan *appendReq), stop: make(chan struct{}), stopped: make(chan struct{})}
 	go l.write()
 	return l, nil
