@@ -70,8 +70,10 @@ func (a *Activities) AppendLedger(ctx context.Context, in AppendLedgerInput) (Ap
 }
 
 // cosignedWait bounds one attempt's wait for a cosigned checkpoint, under
-// the local activity's timeout; the workflow tries again, saying why.
-const cosignedWait = 8 * time.Second
+// the local activity's timeout: longer than the signer's tick (5 s), so
+// with the witnesses up one attempt sees it; the workflow tries again,
+// saying why, while they are down.
+const cosignedWait = 7 * time.Second
 
 // awaitCosigned holds a decision back until a checkpoint the witnesses
 // cosigned holds it, when the ledger requires that: the tool runs only

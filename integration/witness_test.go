@@ -141,7 +141,7 @@ func TestWitnessesCosignTheLedgersCheckpoints(t *testing.T) {
 		require.Eventually(t, func() bool {
 			r = agent.do("GET", "/v1/calls/held", nil)
 			return strings.Contains(r.raw, "witnesses' cosignatures")
-		}, 30*time.Second, 500*time.Millisecond, "the call says what it waits for: %s", r.raw)
+		}, time.Minute, 500*time.Millisecond, "the call says what it waits for: %s", r.raw)
 		require.NoError(t, wa.Resume(ctx))
 		require.NoError(t, wb.Resume(ctx))
 		require.Eventually(t, func() bool {
