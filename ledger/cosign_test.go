@@ -306,3 +306,20 @@ func TestAWitnessDownIsLoggedOnceAndItsReturnToo(t *testing.T) {
 	assert.Equal(t, 2, logs.FilterMessageSnippet("still does not cosign").Len())
 	assert.Equal(t, 1, logs.FilterMessageSnippet("cosigns the ledger's checkpoints again").Len())
 }
+
+// A receipt whose call is newer than every checkpoint gets a new one,
+// cosigned at once by the witnesses that are up.
+func TestAReceiptCarriesTheWitnessesCosignatures(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	keys, _, err := LoadOrCreateKey(filepath.Join(dir, "ledger.key"), "test")
+	require.NoError(t, err)
+	f := newFakeWitness(t, keys.Verifier, "w.test/a")
+	w := f.witness(t)
+	s := openWitnessed(t, dir, w)
+	appendN(t, s.Ledger, "c", 3)
+	r, err := s.Prove(ctx, "c1")
+	require.NoError(t, err)
+	_, err = VerifyReceiptWithOptions(r, keys.Verifier, VerifyOptions{Witnesses: WitnessRule{Verifiers: []note.Verifier{w.Verifier}, Required: 1}})
+	require.NoError(t, err, "the receipt's checkpoint carries the witness's cosignature")
+}
