@@ -116,6 +116,16 @@ func (f *fakeWitness) serve(rw http.ResponseWriter, r *http.Request) {
 	_, _ = rw.Write(sigs)
 }
 
+// witnessedDir is a ledger's directory with its key, and a witness that
+// knows the log.
+func witnessedDir(t *testing.T) (string, Keys, *fakeWitness) {
+	t.Helper()
+	dir := t.TempDir()
+	keys, _, err := LoadOrCreateKey(filepath.Join(dir, "ledger.key"), "test")
+	require.NoError(t, err)
+	return dir, keys, newFakeWitness(t, keys.Verifier, "w.test/a")
+}
+
 func openWitnessed(t *testing.T, dir string, ws ...*witness.Witness) *signerAt {
 	t.Helper()
 	keys, _, err := LoadOrCreateKey(filepath.Join(dir, "ledger.key"), "test")
@@ -199,10 +209,7 @@ func TestAWitnessThatSawAnotherTreeIsAFork(t *testing.T) {
 		{"rewritten", func(f *fakeWitness) { f.size, f.hash = 2, tlog.Hash{7} }, "refused the consistency proof"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
-			dir := t.TempDir()
-			keys, _, err := LoadOrCreateKey(filepath.Join(dir, "ledger.key"), "test")
-			require.NoError(t, err)
-			f := newFakeWitness(t, keys.Verifier, "w.test/a")
+			dir, _, f := witnessedDir(t)
 			c.witnessSaw(f)
 			w := f.witness(t)
 			s := openWitnessed(t, dir, w)
@@ -223,10 +230,7 @@ func TestAWitnessThatSawAnotherTreeIsAFork(t *testing.T) {
 
 func TestADecisionAwaitsACosignedCheckpointThatHoldsIt(t *testing.T) {
 	ctx := context.Background()
-	dir := t.TempDir()
-	keys, _, err := LoadOrCreateKey(filepath.Join(dir, "ledger.key"), "test")
-	require.NoError(t, err)
-	f := newFakeWitness(t, keys.Verifier, "w.test/a")
+	dir, keys, f := witnessedDir(t)
 	l, err := Open(ctx, Options{DSN: filepath.Join(dir, "ledger.db"), Keys: keys, Witnesses: []*witness.Witness{f.witness(t)}, WitnessesRequired: 1})
 	require.NoError(t, err)
 	defer l.Close()
@@ -256,10 +260,7 @@ func TestADecisionAwaitsACosignedCheckpointThatHoldsIt(t *testing.T) {
 // stored and had a larger one cosigned is stale, not a fork.
 func TestAnotherSignersLargerCosignedCheckpointIsNoFork(t *testing.T) {
 	ctx := context.Background()
-	dir := t.TempDir()
-	keys, _, err := LoadOrCreateKey(filepath.Join(dir, "ledger.key"), "test")
-	require.NoError(t, err)
-	f := newFakeWitness(t, keys.Verifier, "w.test/a")
+	dir, _, f := witnessedDir(t)
 	a := openWitnessed(t, dir, f.witness(t))
 	b := openWitnessed(t, dir, f.witness(t))
 	appendN(t, a.Ledger, "a-", 3)
@@ -284,10 +285,7 @@ func TestAnotherSignersLargerCosignedCheckpointIsNoFork(t *testing.T) {
 // return too.
 func TestAWitnessDownIsLoggedOnceAndItsReturnToo(t *testing.T) {
 	ctx := context.Background()
-	dir := t.TempDir()
-	keys, _, err := LoadOrCreateKey(filepath.Join(dir, "ledger.key"), "test")
-	require.NoError(t, err)
-	f := newFakeWitness(t, keys.Verifier, "w.test/a")
+	dir, keys, f := witnessedDir(t)
 	core, logs := observer.New(zap.DebugLevel)
 	l, err := Open(ctx, Options{DSN: filepath.Join(dir, "ledger.db"), Keys: keys, Witnesses: []*witness.Witness{f.witness(t)}, Logger: zap.New(core)})
 	require.NoError(t, err)
@@ -311,10 +309,7 @@ func TestAWitnessDownIsLoggedOnceAndItsReturnToo(t *testing.T) {
 // cosigned at once by the witnesses that are up.
 func TestAReceiptCarriesTheWitnessesCosignatures(t *testing.T) {
 	ctx := context.Background()
-	dir := t.TempDir()
-	keys, _, err := LoadOrCreateKey(filepath.Join(dir, "ledger.key"), "test")
-	require.NoError(t, err)
-	f := newFakeWitness(t, keys.Verifier, "w.test/a")
+	dir, keys, f := witnessedDir(t)
 	w := f.witness(t)
 	s := openWitnessed(t, dir, w)
 	appendN(t, s.Ledger, "c", 3)
