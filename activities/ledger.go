@@ -77,20 +77,29 @@ const cosignedWait = 7 * time.Second
 
 // awaitCosigned holds a decision back until a checkpoint the witnesses
 // cosigned holds it, when the ledger requires that: the tool runs only
-// once the decision is where nobody can roll it back unseen.
+// once the decision is where nobody can roll it back unseen. A decision
+// logged with its call's end (a denial, a timeout) runs nothing and
+// does not wait.
 func (a *Activities) awaitCosigned(ctx context.Context, entries []ledger.Entry, idx []int64) error {
 	w, ok := a.Ledger.(witnessedLedger)
 	if !ok || !w.RequiresCosigned() {
 		return nil
 	}
-	for i := len(entries) - 1; i >= 0; i-- {
-		if entries[i].Kind == ledger.KindCallDecided {
-			wctx, cancel := context.WithTimeout(ctx, cosignedWait)
-			defer cancel()
-			return w.AwaitCosigned(wctx, idx[i])
+	decided := -1
+	for i, e := range entries {
+		switch e.Kind {
+		case ledger.KindCallDecided:
+			decided = i
+		case ledger.KindCallFinished:
+			return nil // the call is over (a denial goes with its end): nothing runs
 		}
 	}
-	return nil
+	if decided < 0 {
+		return nil
+	}
+	wctx, cancel := context.WithTimeout(ctx, cosignedWait)
+	defer cancel()
+	return w.AwaitCosigned(wctx, idx[decided])
 }
 
 // redact passes JSON through the output middleware (the policy's secret
