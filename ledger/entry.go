@@ -1,6 +1,7 @@
 package ledger
 
 import (
+	"github.com/toolgate/toolgate/passkey"
 	"github.com/toolgate/toolgate/statement"
 
 	"encoding/json"
@@ -29,6 +30,12 @@ const (
 	// endpoint (who, how many; never what): ciphertext the workers would
 	// accept, made outside toolgate's own clients.
 	KindCodecEncoded = "codec.encoded"
+	// KindPasskeyRegistered: a person registered a passkey (Details
+	// "passkey": its credential ID, COSE public key and label), vouched
+	// for by the door's Statement; KindPasskeyRemoved: it was removed.
+	// An assertion in a call.decided entry is checked against them.
+	KindPasskeyRegistered = "passkey.registered"
+	KindPasskeyRemoved    = "passkey.removed"
 )
 
 // Entry is one event in the log. Its bytes in the log are its canonical
@@ -251,6 +258,9 @@ type Decision struct {
 	// the person: what makes the decision theirs. A policy's, a timeout's
 	// or a handler's decision has none.
 	Statement *statement.Signed `json:"statement,omitempty"`
+	// Passkey is the WebAuthn assertion of the person's own passkey over
+	// the decision, for a rule that needs one (package passkey).
+	Passkey *passkey.Assertion `json:"passkey,omitempty"`
 }
 
 // Identity is a person as their OpenID provider names them.
@@ -266,6 +276,8 @@ type Approval struct {
 	Channel  string    `json:"channel,omitempty"`
 	At       time.Time `json:"at,omitzero"`
 	Identity *Identity `json:"identity,omitempty"`
+	// Passkey is the approver's passkey assertion, for a rule that needs one.
+	Passkey *passkey.Assertion `json:"passkey,omitempty"`
 }
 
 // Canonical returns e as canonical JSON: keys sorted, no insignificant
