@@ -154,6 +154,11 @@ type ApprovalRequest struct {
 	// decide it too, in the agent's own client (ChannelClient). Remote
 	// approvers of Groups still may; the first decision wins.
 	User bool `json:"user,omitempty"`
+	// Passkey needs, for every approval of the call (approve, approve with
+	// edits, approve for the session, each approval of a four-eyes
+	// quorum), a WebAuthn assertion over the decision by a passkey the
+	// deciding person registered. Denials need none.
+	Passkey bool `json:"passkey,omitempty"`
 }
 
 // MaxApprovals bounds ApprovalRequest.Approvals.

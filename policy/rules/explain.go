@@ -14,6 +14,9 @@ type Explained struct {
 	Groups []string `json:"groups,omitempty"`
 	// Approvals is how many approvals an ask rule needs (four eyes: 2+).
 	Approvals int `json:"approvals,omitempty"`
+	// Passkey says that every approval of an ask rule's calls needs a
+	// passkey of the approver (passkey: true; ApprovalRequest.Passkey).
+	Passkey bool `json:"passkey,omitempty"`
 	// Sandbox is how the processes of the calls it allows or asks about
 	// run (policy.SandboxGrant.Describe); empty for a deny rule.
 	Sandbox string               `json:"sandbox,omitempty"`
@@ -26,7 +29,8 @@ func (p *Policy) Explain() []Explained {
 	var out []Explained
 	for _, tier := range [][]*rule{p.deny, p.ask, p.allow, {p.fallback}} {
 		for _, r := range tier {
-			e := Explained{Name: r.name, Line: r.line, Action: r.action, Tools: r.tools, Reason: r.reason, Groups: r.groups, Approvals: r.approvals}
+			e := Explained{Name: r.name, Line: r.line, Action: r.action, Tools: r.tools, Reason: r.reason, Groups: r.groups, Approvals: r.approvals,
+				Passkey: r.action == ActionAsk && r.passkey}
 			if r.cond != nil {
 				e.When = r.cond.src
 			}

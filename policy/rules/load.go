@@ -5,6 +5,9 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net"
+	"net/netip"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -35,11 +38,13 @@ func Load(path string, opts Options) (*Policy, error) {
 // current directory, so that conditions reading `workspace`, and their
 // examples, are still compiled and run, and path guards judge paths as
 // they would in a workspace. A file's own `workspace:` wins over both.
+// The worker's public URL is not known either: a `passkey: true` rule is
+// taken without one (set PublicURL to check it against one).
 func CheckOptions(workspace string) Options {
 	if workspace == "" {
 		workspace = "."
 	}
-	return Options{Workspace: workspace}
+	return Options{Workspace: workspace, checking: true}
 }
 
 // Parse parses a policy file's content; name is the file's name, used in
@@ -73,7 +78,7 @@ var topFields = []string{"workspace", "default", "rules", "tools", "redact", "af
 var ruleFields = []string{
 	"name", "tool", "tools", "when", "action", "reason", "message", "groups", "timeout",
 	"on_timeout", "remind_after", "escalate_after", "escalate_to", "sticky_by", "report_timeout", "examples",
-	"approvals", "distinct_groups", "user", "sandbox",
+	"approvals", "distinct_groups", "user", "passkey", "sandbox",
 }
 
 // actionFields are the fields of a rule that say what it does; the
@@ -81,12 +86,12 @@ var ruleFields = []string{
 var actionFields = []string{
 	"action", "reason", "message", "groups", "timeout",
 	"on_timeout", "remind_after", "escalate_after", "escalate_to", "sticky_by",
-	"approvals", "distinct_groups", "user",
+	"approvals", "distinct_groups", "user", "passkey",
 }
 
 // askOnly are the fields that only an ask rule may set.
 var askOnly = []string{"message", "groups", "timeout", "on_timeout", "remind_after", "escalate_after", "escalate_to", "sticky_by",
-	"approvals", "distinct_groups", "user"}
+	"approvals", "distinct_groups", "user", "passkey"}
 
 func (l *loader) policy(root *yaml.Node, opts Options) *Policy {
 	p := &Policy{name: l.file, byName: map[string]*rule{}}
@@ -105,6 +110,7 @@ func (l *loader) policy(root *yaml.Node, opts Options) *Policy {
 	p.fallback = l.defaultRule(top["default"])
 	p.byName[RuleDefault] = p.fallback
 	l.rules(p, top["rules"])
+	l.passkeyURL(p, opts)
 	p.redactor = l.redact(top["redact"])
 	p.after = l.after(top["after"])
 	p.guards = l.guards(top["guards"], p.workspace)
@@ -206,6 +212,13 @@ func (l *loader) actionBody(r *rule, n *yaml.Node, f map[string]*yaml.Node, wher
 			l.errorf(n, "%s: user: true cannot go with approvals: %d; the person running the agent never counts toward four eyes", where, r.approvals)
 		}
 	}
+	if n := f["passkey"]; n != nil {
+		r.passkey = l.boolean(n, where+": passkey", false)
+		r.passkeyLine = n.Line
+		if r.passkey && r.user {
+			l.errorf(n, "%s: passkey: true cannot go with user: true; the person running the agent decides in the agent's own client, where no passkey can be asked for", where)
+		}
+	}
 	if n := f["on_timeout"]; n != nil {
 		switch s := l.str(n, where+": on_timeout"); s {
 		case "deny":
@@ -218,6 +231,9 @@ func (l *loader) actionBody(r *rule, n *yaml.Node, f map[string]*yaml.Node, wher
 	}
 	if r.approvals > 1 && r.onTimeout == policy.TimeoutApprove {
 		l.errorf(f["on_timeout"], "%s: on_timeout: allow would approve at the deadline a call that needs %d approvals; a four-eyes rule denies on timeout", where, r.approvals)
+	}
+	if r.passkey && r.onTimeout == policy.TimeoutApprove {
+		l.errorf(f["on_timeout"], "%s: on_timeout: allow would approve at the deadline, with no passkey, a call whose every approval needs one (passkey: true)", where)
 	}
 	r.stickyBy = l.strList(f["sticky_by"], where+": sticky_by")
 	for i, field := range r.stickyBy {
@@ -354,4 +370,78 @@ func (l *loader) condition(n *yaml.Node, where, workspace string) *condition {
 		l.errorf(n, "%s: the condition uses workspace, but no workspace is set (set workspace: in the file, or the workspace option)", where)
 	}
 	return c
+}
+
+// passkeyURL refuses the file's passkey rules when the public URL cannot
+// carry passkeys (see Options.PublicURL), one problem per rule, at the
+// line that says passkey: true.
+func (l *loader) passkeyURL(p *Policy, opts Options) {
+	if opts.checking && opts.PublicURL == "" {
+		return
+	}
+	problem := passkeyURLProblem(opts.PublicURL)
+	if problem == "" {
+		return
+	}
+	var rs []*rule
+	for _, r := range append(slices.Clip(p.ask), p.fallback) {
+		if r.passkey && r.action == ActionAsk {
+			rs = append(rs, r)
+		}
+	}
+	slices.SortFunc(rs, func(a, b *rule) int { return a.passkeyLine - b.passkeyLine })
+	for _, r := range rs {
+		where := fmt.Sprintf("rule %q", r.name)
+		if r == p.fallback {
+			where = "default"
+		}
+		l.errorf(&yaml.Node{Line: r.passkeyLine}, "%s: passkey: true needs %s", where, problem)
+	}
+}
+
+// passkeyURLProblem says what keeps a public URL from carrying passkeys,
+// completing "passkey: true needs ...", or returns "" if nothing does. A
+// passkey's relying party is the host people open toolgate at: browsers
+// refuse an IP address (and a host the URL standard reads as one, such as
+// 127.1), and offer passkeys only on https pages or http://localhost.
+func passkeyURLProblem(publicURL string) string {
+	const howTo = "start toolgate with --public-url https://HOST"
+	if strings.TrimSpace(publicURL) == "" {
+		return "a public URL: passkeys are bound to the host people open toolgate at; " + howTo +
+			" (browsers refuse an IP address as a passkey's relying party)"
+	}
+	u, err := url.Parse(publicURL)
+	if err != nil || (u.Scheme != "https" && u.Scheme != "http") || u.Hostname() == "" {
+		return fmt.Sprintf("a public URL such as https://HOST, not --public-url %q; %s", publicURL, howTo)
+	}
+	host := strings.ToLower(strings.TrimSuffix(u.Hostname(), "."))
+	if isIPHost(host) {
+		return fmt.Sprintf("a public URL with a host name, not the IP address %s (--public-url %s): browsers refuse an IP address as a passkey's relying party; %s",
+			u.Hostname(), u.Redacted(), howTo)
+	}
+	if u.Scheme == "http" && host != "localhost" && !strings.HasSuffix(host, ".localhost") {
+		return fmt.Sprintf("an https public URL, not --public-url %s: browsers offer passkeys only on secure pages (https, or http://localhost); %s",
+			u.Redacted(), howTo)
+	}
+	return ""
+}
+
+// isIPHost reports whether browsers take a URL's host for an IP address:
+// an IP literal, or a name whose last label is a number (the URL
+// standard parses 127.1 or 0x7f.1 as IPv4).
+func isIPHost(host string) bool {
+	if net.ParseIP(host) != nil {
+		return true
+	}
+	if _, err := netip.ParseAddr(host); err == nil {
+		return true // e.g. an IPv6 address with a zone
+	}
+	last := host[strings.LastIndex(host, ".")+1:]
+	if last == "" {
+		return false
+	}
+	if hex, ok := strings.CutPrefix(last, "0x"); ok {
+		return strings.Trim(hex, "0123456789abcdef") == ""
+	}
+	return strings.Trim(last, "0123456789") == ""
 }

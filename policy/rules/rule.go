@@ -42,6 +42,10 @@ type rule struct {
 	distinctGroups bool
 	// user lets the person running the agent decide (ApprovalRequest.User).
 	user bool
+	// passkey needs a passkey's assertion for each approval
+	// (ApprovalRequest.Passkey); passkeyLine is the line that says so.
+	passkey     bool
+	passkeyLine int
 	// reportTimeout bounds the wait for the agent's report of an
 	// agent-executed call this rule allows or asks about; 0 leaves it to
 	// the tools section or the default.
@@ -81,7 +85,7 @@ func (r *rule) askVerdict(in *input, reason string) Verdict {
 			StickyKey: r.stickyKey(in),
 			Rule:      r.name,
 			Approvals: r.approvals, DistinctGroups: r.distinctGroups,
-			User: r.user,
+			User: r.user, Passkey: r.passkey,
 		},
 	}
 	if s := r.schedule; s != nil {

@@ -73,6 +73,18 @@ type Options struct {
 	// databases): a rule's sandbox grant that reaches one is refused at
 	// load. Optional.
 	Own []string
+	// PublicURL is where people open toolgate (its --public-url), the
+	// origin a passkey is bound to. A file with a `passkey: true` rule is
+	// refused without it, or when its host is an IP address (browsers
+	// refuse one as a passkey's relying party), or when it is plain http
+	// on a host other than localhost (browsers offer passkeys only on
+	// secure pages). Optional for files without such a rule.
+	PublicURL string
+
+	// checking marks the options of a load away from the worker
+	// (CheckOptions): there the worker's public URL is not known, so a
+	// passkey rule's need of one is checked only if PublicURL is set.
+	checking bool
 }
 
 // Verdict is what the policy decides about one call.
@@ -111,6 +123,7 @@ func (v Verdict) MarshalJSON() ([]byte, error) {
 		Approvals     int      `json:"approvals,omitempty"`
 		Distinct      bool     `json:"distinct_groups,omitempty"`
 		User          bool     `json:"user,omitempty"`
+		Passkey       bool     `json:"passkey,omitempty"`
 	}
 	out := struct {
 		Action  Action               `json:"action"`
@@ -137,6 +150,7 @@ func (v Verdict) MarshalJSON() ([]byte, error) {
 			Approvals:     r.Approvals,
 			Distinct:      r.DistinctGroups,
 			User:          r.User,
+			Passkey:       r.Passkey,
 		}
 	}
 	return json.Marshal(out)
@@ -333,9 +347,26 @@ func (p *Policy) failedVerdict(r *rule, err error, in *input) Verdict {
 		req.Groups = append([]string(nil), r.groups...)
 		req.Timeout = r.timeout
 	}
+	// Nor is it approved with less than a rule that might have judged it
+	// needs: a passkey, if a passkey rule is one of them.
+	req.Passkey = p.passkeyMayApply(in.call.Tool)
 	// OnTimeout stays deny even for an ask rule that says on_timeout: allow:
 	// a call the rule could not judge is never approved by silence.
 	return Verdict{Action: ActionAsk, Rule: r.name, Reason: reason, Request: req}
+}
+
+// passkeyMayApply reports whether a passkey rule might decide a call of
+// tool: an ask rule of the tool, or the default, that says passkey: true.
+func (p *Policy) passkeyMayApply(tool string) bool {
+	if p.fallback.action == ActionAsk && p.fallback.passkey {
+		return true
+	}
+	for _, r := range p.ask {
+		if r.passkey && matchAny(r.tools, tool) {
+			return true
+		}
+	}
+	return false
 }
 
 func (p *Policy) fallbackVerdict(in *input) Verdict {
