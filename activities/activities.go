@@ -18,6 +18,7 @@ import (
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 
+	"github.com/toolgate/toolgate/passkey"
 	"github.com/toolgate/toolgate/policy"
 	"github.com/toolgate/toolgate/statement"
 	"github.com/toolgate/toolgate/tool"
@@ -71,6 +72,10 @@ type Activities struct {
 	MaxOutputBytes int
 	// Ledger receives the workflows' ledger entries; nil: none kept.
 	Ledger Ledger
+	// Passkeys and RelyingParty check the passkey assertions of rules
+	// that need them (VerifyPasskey); nil: such approvals are refused.
+	Passkeys     Passkeys
+	RelyingParty passkey.RelyingParty
 
 	// reads shares the describes of busy sessions among this worker's
 	// calls.

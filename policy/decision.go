@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/toolgate/toolgate/passkey"
 	"github.com/toolgate/toolgate/statement"
 )
 
@@ -132,6 +133,10 @@ type Decision struct {
 	// a timeout's and a handler's need none. It travels with a sticky
 	// decision and a session's end to every call they decide.
 	Statement *statement.Signed `json:"statement,omitempty"`
+	// Passkey is the person's WebAuthn assertion over this decision
+	// (passkey.Challenge), which a rule with `passkey: true` needs of
+	// every approval; its statement carries its digest.
+	Passkey *passkey.Assertion `json:"passkey,omitempty"`
 }
 
 // Identity is a person as their OpenID provider names them: the issuer
@@ -188,6 +193,9 @@ func (d Decision) ValidateIncoming() error {
 	}
 	if slices.Contains(ReservedChannels, d.Channel) {
 		return fmt.Errorf("channel %q is reserved for decisions toolgate takes itself", d.Channel)
+	}
+	if d.Passkey != nil && !d.Kind.Approves() {
+		return errors.New("a passkey assertion signs an approval; a denial needs none")
 	}
 	if d.User != (d.Channel == ChannelClient) {
 		return fmt.Errorf("a decision of the person running the agent (user) comes through channel %q, and only such a decision does", ChannelClient)

@@ -32,6 +32,9 @@ func DecisionStatement(call Call, d Decision, key string) statement.Statement {
 	if d.Kind.Sticky() {
 		st.Key = key
 	}
+	if d.Passkey != nil {
+		st.Passkey = d.Passkey.Digest()
+	}
 	who(&st, d.Approver())
 	return st
 }

@@ -87,6 +87,9 @@ type Statement struct {
 	Outcome string `json:"outcome,omitempty"`
 	// Decision is a decide statement's decision kind (approved, ...).
 	Decision string `json:"decision,omitempty"`
+	// Passkey is the Digest of the passkey assertion (package passkey) a
+	// decision carries: the device's signature the door passes on.
+	Passkey string `json:"passkey,omitempty"`
 	// Key is a sticky decision's key (decide, revoke), or the run a claim
 	// takes the approval for.
 	Key string `json:"key,omitempty"`
@@ -260,6 +263,8 @@ func mismatch(got, want Statement) string {
 		return "outcome"
 	case got.Decision != want.Decision:
 		return "decision"
+	case got.Passkey != want.Passkey:
+		return "passkey assertion"
 	case got.Key != want.Key:
 		return "key"
 	case got.By != want.By:

@@ -100,11 +100,12 @@ type callRun struct {
 	// originalArgs and note are set when an approver edited the arguments.
 	originalArgs json.RawMessage
 	note         string
-	// checkingEdit is set while edited arguments are checked by the
-	// policy; other decisions wait. editEval is the policy's verdict on
-	// edited arguments accepted at decision time.
-	checkingEdit bool
-	editEval     *activities.Evaluation
+	// checking names what of a decision is being checked (edited
+	// arguments by the policy, a passkey assertion); other decisions
+	// wait. editEval is the policy's verdict on edited arguments accepted
+	// at decision time.
+	checking string
+	editEval *activities.Evaluation
 	// noReport: an agent-executed call that ends at its decision.
 	noReport bool
 	// agentPreview is what the agent says its call will change.
@@ -146,7 +147,7 @@ func (c *callRun) showIdentity(ctx workflow.Context) {
 
 func newCallRun(ctx workflow.Context, in CallInput) *callRun {
 	return &callRun{
-		state:        CallState{Call: in.Call, Status: StatusEvaluating},
+		state:        CallState{Call: in.Call, Status: StatusEvaluating, Run: workflow.GetInfo(ctx).WorkflowExecution.RunID},
 		requestedAt:  workflow.GetInfo(ctx).WorkflowStartTime,
 		noReport:     in.NoReport && in.Call.Execution == policy.ExecutionAgent,
 		agentPreview: in.Preview,

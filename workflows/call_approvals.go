@@ -77,7 +77,7 @@ func (c *callRun) groupFor(d policy.Decision) string {
 // them all.
 func (c *callRun) countApproval(ctx workflow.Context, d policy.Decision) {
 	a := c.state.Approvals
-	given := ApprovalGiven{By: d.DecidedBy, Channel: d.Channel, At: d.DecidedAt, Identity: d.Identity}
+	given := ApprovalGiven{By: d.DecidedBy, Channel: d.Channel, At: d.DecidedAt, Identity: d.Identity, Passkey: d.Passkey}
 	if c.state.Request.DistinctGroups {
 		given.Group = c.groupFor(d)
 	}

@@ -106,8 +106,11 @@ func (c *callRun) checkDecisionRequest(_ workflow.Context, req DecideRequest) er
 	if len(req.Decision.EditedArgs) > policy.MaxArgsBytes {
 		return temporal.NewApplicationError(fmt.Sprintf("invalid decision: edited arguments are %d bytes, over the %d-byte limit", len(req.Decision.EditedArgs), policy.MaxArgsBytes), ErrTypeInvalidDecision)
 	}
-	if c.checkingEdit {
-		return temporal.NewApplicationError("call "+c.state.Call.ID+" is being decided: another approver's edited arguments are being checked", ErrTypeNotWaiting)
+	if c.checking != "" {
+		return temporal.NewApplicationError("call "+c.state.Call.ID+" is being decided: another approver's "+c.checking+" is being checked", ErrTypeNotWaiting)
+	}
+	if err := c.passkeyMissing(req.Decision); err != nil {
+		return err
 	}
 	if err := req.Decision.MayDecide(c.deciders()); err != nil {
 		return refusalOf(req.Decision.DecidedBy, c.state.Call.ID, err)
@@ -229,6 +232,9 @@ func (c *callRun) decide(ctx workflow.Context, req DecideRequest) (policy.Decisi
 			return policy.Decision{}, err
 		}
 	}
+	if err := c.verifyPasskey(ctx, d); err != nil {
+		return policy.Decision{}, err
+	}
 	if !c.approvalCounts(d) {
 		c.countApproval(ctx, d)
 		if c.state.Decision == nil {
@@ -247,8 +253,8 @@ func (c *callRun) decide(ctx workflow.Context, req DecideRequest) (policy.Decisi
 // groups, its acting user), or when it needs more than one approval (four
 // eyes counts no edit). On success the verdict is kept for the tool's run.
 func (c *callRun) checkEditAtDecision(ctx workflow.Context, d policy.Decision) error {
-	c.checkingEdit = true
-	defer func() { c.checkingEdit = false }()
+	c.checking = "edit"
+	defer func() { c.checking = "" }()
 	edited := c.state.Call
 	edited.Args = d.EditedArgs
 	var ev activities.Evaluation

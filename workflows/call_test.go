@@ -31,6 +31,8 @@ type CallSuite struct {
 	temporal *fakeTemporal
 	// ledger is the decision ledger every call writes to.
 	ledger *testLedger
+	// acts are the activities the calls run (a test may add to them).
+	acts *activities.Activities
 }
 
 func TestCallSuite(t *testing.T) { suite.Run(t, new(CallSuite)) }
@@ -49,6 +51,7 @@ func (s *CallSuite) SetupTest() {
 	acts := newActivities(s.policy, s.runs, s.hooks, s.channel)
 	s.ledger = newTestLedger(s.T())
 	acts.Ledger = s.ledger
+	s.acts = acts
 	s.env.RegisterActivity(acts)
 	s.env.RegisterWorkflow(ToolCallWorkflow)
 	s.env.RegisterWorkflowWithOptions(ToolgateSession, workflow.RegisterOptions{Name: SessionWorkflowType})

@@ -41,7 +41,7 @@ func (c *callRun) askForDecision(ctx workflow.Context, req policy.ApprovalReques
 		if err := workflow.ExecuteLocalActivity(lctx, a.AskHandler, in).Get(ctx, &d); err != nil {
 			return fmt.Errorf("approval handler: %w", err)
 		}
-		if d != nil && c.state.Decision == nil && c.approvalCounts(*d) {
+		if d != nil && c.state.Decision == nil && c.approvalCounts(*d) && !c.needsPasskey(*d) {
 			c.apply(ctx, *d)
 		}
 	}
@@ -69,7 +69,7 @@ func (c *callRun) stickyHolds(ctx workflow.Context, d policy.Decision) bool {
 // stickyCovers reports whether a sticky decision found at evaluation may
 // decide this call: its author could have decided it directly.
 func (c *callRun) stickyCovers(d policy.Decision) bool {
-	return c.approvalCounts(d) && d.MayDecide(c.deciders()) == nil
+	return c.approvalCounts(d) && !c.needsPasskey(d) && d.MayDecide(c.deciders()) == nil
 }
 
 func (c *callRun) waitForPerson(ctx workflow.Context, req policy.ApprovalRequest, timeout time.Duration) error {
@@ -94,7 +94,7 @@ func (c *callRun) waitForPerson(ctx workflow.Context, req policy.ApprovalRequest
 	}
 	switch {
 	case decided:
-	case req.OnTimeout == policy.TimeoutApprove:
+	case req.OnTimeout == policy.TimeoutApprove && !req.Passkey: // a passkey rule's approvals are people's
 		c.apply(ctx, policy.Decision{Kind: policy.Approved, DecidedBy: "timeout", Channel: "timeout",
 			Comment: "nobody answered within " + timeout.String() + "; the rule approves on timeout"})
 	default:
@@ -176,8 +176,8 @@ func (c *callRun) takeSessionDecision(ctx workflow.Context, sd SessionDecision) 
 		err = sd.Decision.Approver().MayAct(c.state.Request.Groups)
 	case sd.Key != c.stickyKey:
 		return false // another tool's
-	case !c.approvalCounts(*sd.Decision):
-		return false // four eyes: people approve it one by one
+	case !c.approvalCounts(*sd.Decision), c.needsPasskey(*sd.Decision):
+		return false // four eyes, or a passkey: people approve it one by one
 	default:
 		err = sd.Decision.MayDecide(c.deciders())
 	}

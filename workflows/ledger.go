@@ -182,7 +182,7 @@ func ledgerApprovals(a *Approvals) []ledger.Approval {
 	}
 	var out []ledger.Approval
 	for _, g := range a.Given {
-		ap := ledger.Approval{By: g.By, Channel: g.Channel, At: g.At, Identity: ledgerIdentity(g.Identity)}
+		ap := ledger.Approval{By: g.By, Channel: g.Channel, At: g.At, Identity: ledgerIdentity(g.Identity), Passkey: g.Passkey}
 		if g.Group != "" {
 			ap.Groups = []string{g.Group}
 		}
@@ -198,6 +198,7 @@ func ledgerDecision(d policy.Decision, session string) *ledger.Decision {
 		Kind: d.Kind.String(), DecidedBy: d.DecidedBy, Groups: d.DeciderGroups, Channel: d.Channel,
 		Reason: d.Reason, Comment: d.Comment, User: d.User, EditedArgs: d.EditedArgs, At: d.DecidedAt,
 		Sticky: stickyRef(d.Channel, d.Comment, session), Identity: ledgerIdentity(d.Identity), Statement: d.Statement,
+		Passkey: d.Passkey,
 	}
 }
 

@@ -16,6 +16,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/toolgate/toolgate/activities"
+	"github.com/toolgate/toolgate/passkey"
 	"github.com/toolgate/toolgate/policy"
 	"github.com/toolgate/toolgate/statement"
 )
@@ -110,6 +111,11 @@ const (
 	// ended denied.
 	ErrTypeApprovalVoided  = "ApprovalVoided"
 	ErrTypeInvalidDecision = "InvalidDecision"
+	// ErrTypePasskeyRequired: the call's rule needs the deciding person's
+	// passkey, and the approval carries no assertion;
+	// ErrTypePasskeyRefused: the assertion it carries does not hold.
+	ErrTypePasskeyRequired = "PasskeyRequired"
+	ErrTypePasskeyRefused  = activities.ErrTypePasskeyRefused
 	ErrTypeSelfApproval    = "SelfApproval"
 	ErrTypeNoSticky        = "NoStickyDecision"
 	ErrTypeSessionEnded    = "SessionEnded"
@@ -411,11 +417,15 @@ type ApprovalGiven struct {
 	At       time.Time        `json:"at"`
 	Group    string           `json:"group,omitempty"`
 	Identity *policy.Identity `json:"identity,omitempty"`
+	// Passkey is the approver's passkey assertion, for a rule that needs one.
+	Passkey *passkey.Assertion `json:"passkey,omitempty"`
 }
 
 // CallState is a call's live state, returned by QueryCall.
 type CallState struct {
-	Call    policy.Call             `json:"call"`
+	Call policy.Call `json:"call"`
+	// Run is the call's workflow run: a passkey's challenge names it.
+	Run     string                  `json:"run,omitempty"`
 	Status  Status                  `json:"status"`
 	Request *policy.ApprovalRequest `json:"request,omitempty"`
 	// WaitingSince and Deadline are set while a person is asked.

@@ -203,6 +203,9 @@ func writeExplained(w io.Writer, rs []rules.Explained) {
 		if len(r.Groups) > 0 {
 			fmt.Fprintf(w, "   groups:  %s\n", visible.Line(strings.Join(r.Groups, ", ")))
 		}
+		if r.Passkey {
+			fmt.Fprintln(w, "   passkey: every approval needs the approver's own passkey (approve in the inbox)")
+		}
 		if r.Approvals > 1 {
 			fmt.Fprintf(w, "   approvals: %d\n", r.Approvals)
 		}
