@@ -60,6 +60,9 @@ type Entry struct {
 	PolicyVersion string          `json:"policy_version,omitempty"`
 	// Preview is what the call would change, as shown (with computed_by).
 	Preview any `json:"preview,omitempty"`
+	// PasskeyRule: the call's rule needs the approver's passkey for every
+	// approval, so its call.decided approval must carry an assertion.
+	PasskeyRule bool `json:"passkey_rule,omitempty"`
 
 	// call.decided, session.sticky, session.revoked, pins.*
 	Decision *Decision `json:"decision,omitempty"`
@@ -261,6 +264,9 @@ type Decision struct {
 	// Passkey is the WebAuthn assertion of the person's own passkey over
 	// the decision, for a rule that needs one (package passkey).
 	Passkey *passkey.Assertion `json:"passkey,omitempty"`
+	// Run is the call's workflow run, which a passkey's challenge names:
+	// set when the decision or an approval carries a passkey assertion.
+	Run string `json:"run,omitempty"`
 }
 
 // Identity is a person as their OpenID provider names them.

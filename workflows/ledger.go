@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"encoding/json"
+	"slices"
 	"strings"
 	"time"
 
@@ -146,6 +147,9 @@ func (c *callRun) submittedEntry(ctx workflow.Context) ledger.Entry {
 	if p := c.eval.Preview; p != nil {
 		e.Preview = p
 	}
+	if r := c.eval.Ask; r != nil && r.Passkey {
+		e.PasskeyRule = true
+	}
 	if c.eval.Unsubmitted != "" {
 		// Nobody a door authenticated asked for it: the entry says so
 		// beside the requester it claims.
@@ -171,6 +175,9 @@ func (c *callRun) decidedEntry(ctx workflow.Context) ledger.Entry {
 		CallID: call.ID, Session: call.Session, Decision: ledgerDecision(*c.state.Decision, call.Session),
 	}
 	e.Decision.Approvals = ledgerApprovals(c.state.Approvals)
+	if e.Decision.Passkey != nil || slices.ContainsFunc(e.Decision.Approvals, func(a ledger.Approval) bool { return a.Passkey != nil }) {
+		e.Decision.Run = c.state.Run
+	}
 	return e
 }
 

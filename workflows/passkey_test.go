@@ -104,6 +104,8 @@ func (s *CallSuite) TestAPasskeyRuleRunsItsCallOnlyOnTheDecidingPersonsOwnPasske
 	s.Equal("alice", d["decided_by"])
 	s.NotNil(d["passkey"], "the ledger keeps the assertion, to be checked offline")
 	s.NotNil(d["statement"], "and the door's statement, which carries its digest")
+	s.NotEmpty(d["run"], "and the run its challenge names")
+	s.Equal(true, e[0]["passkey_rule"], "the submission says its rule needs a passkey")
 }
 
 func (s *CallSuite) TestAPasskeyApprovalIsRefusedForWhatIsWrongWithIt() {
