@@ -205,3 +205,16 @@ func detail(err error) string {
 	}
 	return err.Error()
 }
+
+// FromBrowser reads an assertion as a browser's
+// PublicKeyCredential.toJSON() of navigator.credentials.get writes it
+// (base64url fields), with the expiry of the challenge it was asked over.
+func FromBrowser(credential []byte, expires time.Time) (*Assertion, error) {
+	parsed, err := protocol.ParseCredentialRequestResponseBytes(credential)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s", ErrInvalid, detail(err))
+	}
+	r := parsed.Raw.AssertionResponse
+	return &Assertion{CredentialID: parsed.RawID, AuthenticatorData: r.AuthenticatorData, ClientDataJSON: r.ClientDataJSON,
+		Signature: r.Signature, UserHandle: r.UserHandle, Expires: expires.UTC()}, nil
+}

@@ -137,3 +137,19 @@ func TestAnAssertionsDigestCoversEveryByte(t *testing.T) {
 	assert.NotEqual(t, before, a.Digest())
 	assert.Regexp(t, `^sha256:[0-9a-f]{64}$`, before)
 }
+
+func TestAnAssertionReadFromABrowsersJSONVerifies(t *testing.T) {
+	now := time.Date(2026, 12, 5, 12, 0, 0, 0, time.UTC)
+	auth := passkeytest.New()
+	d := decision(now)
+	a := auth.Assert(d, rpID, origin)
+
+	read, err := passkey.FromBrowser(passkeytest.BrowserJSON(a), d.Expires)
+	require.NoError(t, err)
+	assert.Equal(t, a.Digest(), read.Digest())
+	_, err = passkey.Verify(auth.Credential("alice", rpID), read, d, rp, 0, now)
+	require.NoError(t, err)
+
+	_, err = passkey.FromBrowser([]byte(`{"id":"x"}`), d.Expires)
+	assert.ErrorIs(t, err, passkey.ErrInvalid)
+}

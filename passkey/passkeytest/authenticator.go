@@ -90,3 +90,15 @@ func (a *Authenticator) AssertChallenge(challenge []byte, expires time.Time, rpI
 	}
 	return &passkey.Assertion{CredentialID: a.ID, AuthenticatorData: data, ClientDataJSON: client, Signature: sig, Expires: expires}
 }
+
+// BrowserJSON writes an assertion as a browser's
+// PublicKeyCredential.toJSON() does.
+func BrowserJSON(a *passkey.Assertion) []byte {
+	b64 := base64.RawURLEncoding.EncodeToString
+	out, _ := json.Marshal(map[string]any{
+		"id": b64(a.CredentialID), "rawId": b64(a.CredentialID), "type": "public-key",
+		"response": map[string]any{"authenticatorData": b64(a.AuthenticatorData), "clientDataJSON": b64(a.ClientDataJSON),
+			"signature": b64(a.Signature)},
+	})
+	return out
+}
