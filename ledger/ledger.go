@@ -427,6 +427,12 @@ type Receipt struct {
 	Key        string        `json:"key,omitempty"`
 	Checkpoint string        `json:"checkpoint"`
 	Entries    []ProvenEntry `json:"entries"`
+	// Passkeys are the passkey.registered entries (and passkey.removed,
+	// when the log had them) of the passkeys whose assertions the call's
+	// decision carries, proved as Entries are: their public keys check
+	// the assertions offline (PasskeyCheck). Absent from receipts of
+	// calls without, and of receipts made before.
+	Passkeys []ProvenEntry `json:"passkeys,omitempty"`
 }
 
 // ProvenEntry is an entry, carried as exports carry it (its bytes, and
@@ -473,12 +479,23 @@ func (l *Ledger) Prove(ctx context.Context, callID string) (Receipt, error) {
 		}
 	}
 	r := Receipt{CallID: callID, Key: l.VerifierKey(), Checkpoint: string(c.Note)}
-	for _, e := range entries {
-		proof, err := tlog.ProveRecord(c.Size, e.Index, l.st.hashReader(ctx))
-		if err != nil {
-			return Receipt{}, fmt.Errorf("ledger: prove entry %d: %w", e.Index, err)
+	keys, err := l.passkeyEntries(ctx, entries, c.Size)
+	if err != nil {
+		return Receipt{}, err
+	}
+	for i, list := range [][]Stored{entries, keys} {
+		for _, e := range list {
+			proof, err := tlog.ProveRecord(c.Size, e.Index, l.st.hashReader(ctx))
+			if err != nil {
+				return Receipt{}, fmt.Errorf("ledger: prove entry %d: %w", e.Index, err)
+			}
+			p := ProvenEntry{Carried: e.Carry(), Proof: encodeHashes(proof)}
+			if i == 0 {
+				r.Entries = append(r.Entries, p)
+			} else {
+				r.Passkeys = append(r.Passkeys, p)
+			}
 		}
-		r.Entries = append(r.Entries, ProvenEntry{Carried: e.Carry(), Proof: encodeHashes(proof)})
 	}
 	return r, nil
 }

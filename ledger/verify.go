@@ -3,6 +3,7 @@ package ledger
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -314,6 +315,10 @@ type VerifyOptions struct {
 	// statements: its Finish says what it found. Believe that only when
 	// the log verified. Optional.
 	Statements *StatementCheck
+	// Passkeys, when set, is given every entry read, to check the
+	// passkey assertions its decisions carry: its Finish says what it
+	// found. Believe that only when the log verified. Optional.
+	Passkeys *PasskeyCheck
 	// Witnesses: the log's checkpoints count only with the cosignatures
 	// it requires (a receipt's too). Optional.
 	Witnesses WitnessRule
@@ -384,6 +389,7 @@ func VerifyExportWithOptions(r io.Reader, verifier note.Verifier, opts VerifyOpt
 		rep, err := verifyWhole(verifier, stored, notes, held, opts.Remembered, opts.Witnesses)
 		for _, e := range stored {
 			opts.statements(e.Index, e.Entry)
+			opts.passkeys(e.Index, e.Entry)
 		}
 		if err == nil && rep.Size != header.Size {
 			err = fmt.Errorf("the export says the log had %d entries, its checkpoints sign %d", header.Size, rep.Size)
@@ -410,11 +416,15 @@ func VerifyExportWithOptions(r io.Reader, verifier note.Verifier, opts VerifyOpt
 		return Report{}, err
 	}
 	rep := Report{Origin: verifier.Name(), Entries: int64(len(entries)), Checkpoints: len(notes), Size: latest.Size, Partial: true}
+	if opts.Passkeys != nil {
+		opts.Passkeys.scope = scopePart
+	}
 	for i, e := range entries {
 		if err := checkInclusion(latest, *e.Carried, stored[i].Entry, e.Proof); err != nil {
 			return rep, err
 		}
 		opts.statements(stored[i].Index, stored[i].Entry)
+		opts.passkeys(stored[i].Index, stored[i].Entry)
 	}
 	return rep, nil
 }
@@ -526,7 +536,7 @@ func checkInclusion(cp Checkpoint, c Carried, data []byte, proof []string) error
 }
 
 // VerifyReceipt checks a receipt offline: the checkpoint's signature, and
-// each entry's inclusion proof against it.
+// each entry's inclusion proof against it, the passkeys' entries too.
 func VerifyReceipt(r Receipt, verifier note.Verifier) (Checkpoint, error) {
 	return VerifyReceiptWithOptions(r, verifier, VerifyOptions{})
 }
@@ -550,6 +560,7 @@ func VerifyReceiptWithOptions(r Receipt, verifier note.Verifier, opts VerifyOpti
 	if len(r.Entries) == 0 {
 		return c, errors.New("the receipt has no entries")
 	}
+	var all []Stored
 	for _, e := range r.Entries {
 		s, err := e.Carried.Stored()
 		if err != nil {
@@ -565,7 +576,20 @@ func VerifyReceiptWithOptions(r Receipt, verifier note.Verifier, opts VerifyOpti
 		if err := checkInclusion(c, e.Carried, s.Entry, e.Proof); err != nil {
 			return c, err
 		}
+		all = append(all, s)
+	}
+	keys, err := checkReceiptPasskeys(r, c)
+	if err != nil {
+		return c, err
+	}
+	all = append(all, keys...)
+	slices.SortFunc(all, func(a, b Stored) int { return cmp.Compare(a.Index, b.Index) })
+	if opts.Passkeys != nil {
+		opts.Passkeys.scope = scopeReceipt
+	}
+	for _, s := range all {
 		opts.statements(s.Index, s.Entry)
+		opts.passkeys(s.Index, s.Entry)
 	}
 	return c, nil
 }
@@ -604,6 +628,7 @@ func (l *Ledger) VerifyStoreWithOptions(ctx context.Context, opts VerifyOptions)
 		for i, e := range page {
 			v.Entry(e.Index, e.Entry, leaves[i])
 			opts.statements(e.Index, e.Entry)
+			opts.passkeys(e.Index, e.Entry)
 		}
 		next = end
 	}
