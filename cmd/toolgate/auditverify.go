@@ -126,7 +126,11 @@ or every statement that does not verify.`,
 			if err != nil {
 				return err
 			}
-			rep, err := l.VerifyStoreWithOptions(cmd.Context(), ledger.VerifyOptions{Held: notes, Remembered: st.remembered(), Statements: sc, Witnesses: rule})
+			pc, err := f.passkeyCheck()
+			if err != nil {
+				return err
+			}
+			rep, err := l.VerifyStoreWithOptions(cmd.Context(), ledger.VerifyOptions{Held: notes, Remembered: st.remembered(), Statements: sc, Passkeys: pc, Witnesses: rule})
 			if err != nil {
 				return failed("ledger %s is NOT intact: %v", l.Where(), err)
 			}
@@ -137,8 +141,13 @@ or every statement that does not verify.`,
 			if err != nil {
 				return err
 			}
+			prep, err := finishPasskeys(fmt.Sprintf("ledger %s (%s)", l.Where(), rep.Origin), pc)
+			if err != nil {
+				return err
+			}
 			a.printReport(l.Where(), rep, st)
 			printStatements(a.stdout, srep)
+			printPasskeys(a.stdout, prep)
 			return nil
 		},
 	}
@@ -201,6 +210,10 @@ func (a *app) verifyAPI(ctx context.Context, f auditFlags, c *apiclient.Client, 
 	if err != nil {
 		return err
 	}
+	pc, err := f.passkeyCheck()
+	if err != nil {
+		return err
+	}
 	v := ledger.NewVerification(keys.Verifier)
 	v.RequireCosignatures(rule)
 	// The checkpoint first: the entries read after it cover it, however
@@ -236,6 +249,7 @@ func (a *app) verifyAPI(ctx context.Context, f auditFlags, c *apiclient.Client, 
 			if sc != nil {
 				sc.Entry(e.Index, e.Entry)
 			}
+			pc.Entry(e.Index, e.Entry)
 		}
 		next = n
 	}
@@ -250,8 +264,13 @@ func (a *app) verifyAPI(ctx context.Context, f auditFlags, c *apiclient.Client, 
 	if err != nil {
 		return err
 	}
+	prep, err := finishPasskeys(fmt.Sprintf("ledger at %s (%s)", f.api.url, rep.Origin), pc)
+	if err != nil {
+		return err
+	}
 	a.printReport("at "+f.api.url, rep, st)
 	printStatements(a.stdout, srep)
+	printPasskeys(a.stdout, prep)
 	return nil
 }
 
@@ -272,12 +291,16 @@ func (a *app) verifyExport(f auditFlags, path string, held [][]byte, stateFile s
 	if err != nil {
 		return err
 	}
+	pc, err := f.passkeyCheck()
+	if err != nil {
+		return err
+	}
 	file, err := os.Open(path)
 	if err != nil {
 		return usageError("--export: %v", err)
 	}
 	defer file.Close()
-	rep, err := ledger.VerifyExportWithOptions(file, keys.Verifier, ledger.VerifyOptions{Held: held, Remembered: st.remembered(), Statements: sc, Witnesses: rule})
+	rep, err := ledger.VerifyExportWithOptions(file, keys.Verifier, ledger.VerifyOptions{Held: held, Remembered: st.remembered(), Statements: sc, Passkeys: pc, Witnesses: rule})
 	if err != nil {
 		return failed("export %s is NOT intact: %v", path, err)
 	}
@@ -288,8 +311,13 @@ func (a *app) verifyExport(f auditFlags, path string, held [][]byte, stateFile s
 	if err != nil {
 		return err
 	}
+	prep, err := finishPasskeys("export "+path, pc)
+	if err != nil {
+		return err
+	}
 	a.printReport("export "+path, rep, st)
 	printStatements(a.stdout, srep)
+	printPasskeys(a.stdout, prep)
 	return nil
 }
 
@@ -314,7 +342,11 @@ func (a *app) verifyReceipt(f auditFlags, path string) error {
 	if err != nil {
 		return err
 	}
-	c, err := ledger.VerifyReceiptWithOptions(r, keys.Verifier, ledger.VerifyOptions{Statements: sc, Witnesses: rule})
+	pc, err := f.passkeyCheck()
+	if err != nil {
+		return err
+	}
+	c, err := ledger.VerifyReceiptWithOptions(r, keys.Verifier, ledger.VerifyOptions{Statements: sc, Passkeys: pc, Witnesses: rule})
 	if err != nil {
 		return failed("receipt %s does NOT verify: %v", path, err)
 	}
@@ -322,9 +354,14 @@ func (a *app) verifyReceipt(f auditFlags, path string) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(a.stdout, "receipt %s verified: call %s, %d entries in checkpoint %d of %s, signed by %s%s\n",
-		path, r.CallID, len(r.Entries), c.Size, c.Origin, keys.Verifier.Name(), cosignedBy(rule))
+	prep, err := finishPasskeys("receipt "+path, pc)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(a.stdout, "receipt %s verified: call %s, %d entries%s in checkpoint %d of %s, signed by %s%s\n",
+		path, r.CallID, len(r.Entries), passkeyEntries(r), c.Size, c.Origin, keys.Verifier.Name(), cosignedBy(rule))
 	printStatements(a.stdout, srep)
+	printPasskeys(a.stdout, prep)
 	return nil
 }
 
