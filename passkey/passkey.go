@@ -22,6 +22,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/go-webauthn/webauthn/protocol"
@@ -198,10 +199,12 @@ func parse(a *Assertion) (*protocol.ParsedCredentialAssertionData, error) {
 func detail(err error) string {
 	var pe *protocol.Error
 	if errors.As(err, &pe) {
+		// go-webauthn writes a nil cause as ": <nil>".
+		details := strings.TrimSuffix(pe.Details, ": <nil>")
 		if pe.DevInfo != "" {
-			return pe.Details + ": " + pe.DevInfo
+			return details + ": " + pe.DevInfo
 		}
-		return pe.Details
+		return details
 	}
 	return err.Error()
 }
