@@ -44,6 +44,8 @@ type inbox struct {
 	signIn *SignIn
 	flows  *authFlows
 	people *people
+	// passkeys are the account pages' registry and relying party.
+	passkeys *passkeyPages
 }
 
 func newInbox(cfg Config, people *people) *inbox {
@@ -67,6 +69,7 @@ func newInbox(cfg Config, people *people) *inbox {
 		now:           time.Now,
 		ledger:        cfg.Ledger,
 		secureCookies: secure,
+		passkeys:      newPasskeyPages(cfg),
 	}
 }
 
@@ -83,7 +86,7 @@ type inboxRoute struct {
 }
 
 func (i *inbox) table() []inboxRoute {
-	return []inboxRoute{
+	return append([]inboxRoute{
 		{"GET", "/login", http.HandlerFunc(i.loginPage)},
 		{"POST", "/login", crossOrigin.Handler(http.HandlerFunc(i.login))},
 		{"GET", "/auth/login", http.HandlerFunc(i.signInStart)},
@@ -100,7 +103,7 @@ func (i *inbox) table() []inboxRoute {
 		{"GET", "/inbox/pending.json", i.json(i.pendingJSON)},
 		{"GET", "/inbox/state.json", i.json(i.stateJSON)},
 		{"GET", "/static/", staticFiles},
-	}
+	}, i.accountRoutes()...)
 }
 
 func (i *inbox) routes(mux *http.ServeMux) {

@@ -16,6 +16,8 @@ import (
 	tgclient "github.com/toolgate/toolgate/client"
 	"github.com/toolgate/toolgate/ledger"
 	"github.com/toolgate/toolgate/notify"
+	"github.com/toolgate/toolgate/passkey"
+	"github.com/toolgate/toolgate/passkey/registry"
 	"github.com/toolgate/toolgate/websession"
 )
 
@@ -74,6 +76,14 @@ type Config struct {
 	// their per-session state, one directory per agent token. Default
 	// hook.DefaultStateDir()/http.
 	HookStateDir string
+	// Passkeys is the registry of people's passkeys, which the inbox's
+	// /account/passkeys pages register and remove. Optional: nil (or a
+	// zero PasskeyRP) turns passkeys off, and the pages say what they
+	// need.
+	Passkeys *registry.Registry
+	// PasskeyRP is the relying party passkeys are made for: the public
+	// URL's host name (never an IP address) and its origin.
+	PasskeyRP passkey.RelyingParty
 	// Tools says in words how the processes this process's worker starts
 	// for tools run (sandboxed, refused without Landlock, or unsandboxed),
 	// for /readyz. Empty when it runs no worker.

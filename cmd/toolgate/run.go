@@ -107,6 +107,7 @@ in the environment (SLACK_*, SMTP_*, TOOLGATE_*; see docs/channels.md).`,
 			if lf.dsn != ledgerOff {
 				ledgerNote = fmt.Sprintf("  ledger     %s  (toolgate audit show CALL_ID, toolgate audit verify)\n", lf.dsn)
 			}
+			ledgerNote += devPasskeysNote(lf, sf.publicURL, httpListener)
 			return a.runProcesses(ctx, processes{worker: &wf, ledger: &lf, signIn: &sf, sessions: &sess, dev: true, madeTokens: madeTokens, own: []string{tokensFile}, hookStateDir: filepath.Join(dataDir, "http-hooks"),
 				httpAddr: httpAddr, httpListener: httpListener, dataDir: dataDir, started: func(tools []string, ws, httpURL string) {
 					fmt.Fprintf(a.stdout, `toolgate dev is running
@@ -381,7 +382,14 @@ func (a *app) runProcesses(ctx context.Context, p processes) error {
 				defer sessions.Close()
 			}
 		}
-		cfg := server.Config{Calls: calls, Tokens: a.tokens, Sessions: sessions,
+		passkeys, rp, err := a.openPasskeys(ctx, p, lg)
+		if err != nil {
+			return err
+		}
+		if passkeys != nil {
+			defer passkeys.Close()
+		}
+		cfg := server.Config{Calls: calls, Tokens: a.tokens, Sessions: sessions, Passkeys: passkeys, PasskeyRP: rp,
 			Logger: a.logger.Named("http"), Notify: notifications, MCP: gateway.HTTPHandler(a.tokens.Agent),
 			Ready:  func(ctx context.Context) error { return worker.SearchAttributesUsable(ctx, tc, a.conn.namespace) },
 			Ledger: lg, Namespace: a.conn.namespace, CodecCORSOrigins: a.codecOrigins, CodecRate: a.codecRate, SignIn: signIn, HookStateDir: p.hookStateDir}
