@@ -30,6 +30,10 @@ func (c *Client) WithDoor(door *statement.Signer) *Client {
 }
 
 // sign signs what a message says.
+// Sign signs st as this client's door: a statement about no call (a
+// passkey's registration), which the ledger keeps with what it vouches for.
+func (c *Client) Sign(st statement.Statement) (*statement.Signed, error) { return c.sign(st) }
+
 func (c *Client) sign(st statement.Statement) (*statement.Signed, error) {
 	if c.door == nil {
 		return nil, ErrNoDoorKey

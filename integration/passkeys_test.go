@@ -61,6 +61,14 @@ func TestPasskeys(t *testing.T) {
 		assert.Equal(t, "bob", e["by"])
 		assert.Equal(t, "laptop", e["name"])
 		assert.Equal(t, "localhost", e["details"].(map[string]any)["passkey"].(map[string]any)["rp_id"])
+		require.NotNil(t, e["statement"], "vouched for by the door that authenticated bob")
+		raw, err := base64.StdEncoding.DecodeString(e["statement"].(map[string]any)["statement_bytes"].(string))
+		require.NoError(t, err)
+		var st map[string]any
+		require.NoError(t, json.Unmarshal(raw, &st))
+		assert.Equal(t, "register_passkey", st["kind"])
+		assert.Equal(t, "bob", st["by"])
+		assert.Equal(t, id, st["key"], "of this credential")
 	})
 
 	t.Run("the same authenticator is not added twice", func(t *testing.T) {

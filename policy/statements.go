@@ -87,6 +87,14 @@ func EndStatement(session string, by Approver) statement.Statement {
 	return st
 }
 
+// PasskeyStatement is what registering (or removing) the passkey whose
+// credential ID is id says: by, through channel, registers it as theirs.
+func PasskeyStatement(kind statement.Kind, id string, by Approver, channel string) statement.Statement {
+	st := statement.Statement{Kind: kind, Key: id, Channel: channel}
+	who(&st, by)
+	return st
+}
+
 func who(st *statement.Statement, by Approver) {
 	st.By, st.Groups = by.Name, by.Groups
 	if by.Identity != nil {

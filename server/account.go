@@ -19,6 +19,7 @@ import (
 
 	"github.com/toolgate/toolgate/passkey"
 	"github.com/toolgate/toolgate/passkey/registry"
+	"github.com/toolgate/toolgate/policy"
 	"github.com/toolgate/toolgate/statement"
 	"github.com/toolgate/toolgate/websession"
 )
@@ -304,8 +305,13 @@ func (i *inbox) passkeyRegister(w http.ResponseWriter, r *http.Request, s *inbox
 	}
 	reg := registry.Registration{Name: name, Identity: statementIdentity(s.principal),
 		Credential: passkey.Credential{ID: cred.ID, PublicKey: cred.PublicKey, Person: s.principal.Name, RPID: i.passkeys.rp.ID}}
-	// No door statement yet: statement has no kind for a registration.
-	reg, err = i.passkeys.registry.Register(ctx, reg, nil)
+	st, err := i.calls.Sign(policy.PasskeyStatement(statement.RegisterPasskey, passkey.IDString(cred.ID), s.principal.approver(), InboxChannel))
+	if err != nil {
+		i.logger.Error("Could not sign a passkey's registration", zap.Error(err))
+		writeError(w, &apiError{http.StatusInternalServerError, "internal", "the passkey could not be registered: this toolgate has no door key to vouch for you"})
+		return
+	}
+	reg, err = i.passkeys.registry.Register(ctx, reg, st)
 	switch {
 	case errors.Is(err, registry.ErrTaken):
 		writeError(w, &apiError{http.StatusConflict, "passkey_taken", err.Error()})
@@ -356,8 +362,10 @@ func (i *inbox) passkeyRemove(w http.ResponseWriter, r *http.Request, s *inboxSe
 	// even if the first removal failed to log it.
 	reg, err := i.passkeys.registry.Lookup(r.Context(), s.principal.Name, id)
 	if err == nil || errors.Is(err, registry.ErrRemoved) {
-		// No door statement yet: statement has no kind for a removal.
-		err = i.passkeys.registry.Remove(r.Context(), s.principal.Name, id, nil)
+		var st *statement.Signed
+		if st, err = i.calls.Sign(policy.PasskeyStatement(statement.RemovePasskey, passkey.IDString(id), s.principal.approver(), InboxChannel)); err == nil {
+			err = i.passkeys.registry.Remove(r.Context(), s.principal.Name, id, st)
+		}
 	}
 	switch {
 	case errors.Is(err, registry.ErrUnknown):

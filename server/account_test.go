@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	tgclient "github.com/toolgate/toolgate/client"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -55,7 +56,7 @@ func TestPasskeysPagesListOnlyTheirOwnAndRemoveOnlyTheirOwn(t *testing.T) {
 	require.NoError(t, err)
 	theirs, err := reg.Register(ctx, registry.Registration{Credential: passkeytest.New().Credential("root", "localhost"), Name: "root's key"}, nil)
 	require.NoError(t, err)
-	i, h := newAuditInbox(t, Config{Passkeys: reg, PasskeyRP: passkey.RelyingParty{ID: "localhost", Origins: []string{"http://localhost:7700"}}})
+	i, h := newAuditInbox(t, Config{Calls: tgclient.New(nil, "").WithDoor(testDoor), Passkeys: reg, PasskeyRP: passkey.RelyingParty{ID: "localhost", Origins: []string{"http://localhost:7700"}}})
 
 	c := signIn(t, h, "approver-token")
 	sess, ok := i.sessions.get(c.Value)

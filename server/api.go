@@ -45,6 +45,8 @@ type api struct {
 	// ledger is the decision ledger; nil: the deployment keeps none.
 	ledger *ledger.Ledger
 	authn  *authenticator
+	// passkeyRP is the passkeys' relying party ID; "": passkeys are off.
+	passkeyRP string
 }
 
 // route is one API endpoint and the roles that may call it.
@@ -69,6 +71,7 @@ func (a *api) table() []route {
 		{"GET", "/v1/calls/{call_id}", a.getCall, readers},
 		{"GET", "/v1/pending", a.pending, watchers},
 		{"POST", "/v1/calls/{call_id}/decision", a.decideOne, approvers},
+		{"POST", "/v1/calls/{call_id}/passkey-challenge", a.passkeyChallengeAPI, approvers},
 		{"POST", "/v1/calls/{call_id}/cancel", a.cancelCall, everyone},
 		{"POST", "/v1/calls/{call_id}/user-decision", a.userDecision, []Role{RoleAgent}},
 		{"POST", "/v1/calls/{call_id}/claim", a.claim, agents},

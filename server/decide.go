@@ -21,14 +21,17 @@ type decisionRequest struct {
 	Reason   string          `json:"reason,omitempty"`
 	Args     json.RawMessage `json:"args,omitempty"`
 	Comment  string          `json:"comment,omitempty"`
+	// WebAuthn is the person's passkey assertion over this decision, for
+	// a call whose rule needs one (passkeydecide.go).
+	WebAuthn *webauthnAssertion `json:"webauthn,omitempty"`
 }
 
 // toDecision maps the API's four words onto the six decisions: a reason
 // turns deny into denied_with_reason, args turn approve into
 // approved_with_edits.
-func (d decisionRequest) toDecision(p Principal, channel string) (policy.Decision, error) {
+func (d decisionRequest) toDecision(p Principal, channel string) (out policy.Decision, err error) {
 	approver := p.approver()
-	out := policy.Decision{DecidedBy: approver.Name, DeciderGroups: approver.Groups, Identity: approver.Identity, Channel: channel, Reason: d.Reason, Comment: d.Comment}
+	out = policy.Decision{DecidedBy: approver.Name, DeciderGroups: approver.Groups, Identity: approver.Identity, Channel: channel, Reason: d.Reason, Comment: d.Comment}
 	switch d.Decision {
 	case "approve":
 		out.Kind = policy.Approved
@@ -49,6 +52,9 @@ func (d decisionRequest) toDecision(p Principal, channel string) (policy.Decisio
 	}
 	if len(d.Args) > 0 && out.Kind != policy.ApprovedWithEdits {
 		return out, badRequest("args", `edited arguments go with "approve" only`)
+	}
+	if out.Passkey, err = d.WebAuthn.assertion(); err != nil {
+		return out, err
 	}
 	if len(d.Args) > 0 {
 		var obj map[string]json.RawMessage

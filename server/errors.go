@@ -73,6 +73,10 @@ func (a *api) mapError(err error) error {
 			return &apiError{http.StatusConflict, "approval_void", refused.Message}
 		case workflows.ErrTypeNotAnotherApproval:
 			return &apiError{http.StatusConflict, "not_another_approval", refused.Message}
+		case workflows.ErrTypePasskeyRequired:
+			return &apiError{http.StatusForbidden, "passkey_required", refused.Message}
+		case workflows.ErrTypePasskeyRefused:
+			return &apiError{http.StatusForbidden, "passkey_refused", refused.Message}
 		case workflows.ErrTypeSelfApproval:
 			return &apiError{http.StatusForbidden, "self_approval", refused.Message}
 		case workflows.ErrTypeNotAuthorized, workflows.ErrTypeNotYourSession:

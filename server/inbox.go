@@ -64,7 +64,7 @@ func newInbox(cfg Config, people *people) *inbox {
 		calls:         cfg.Calls,
 		tokens:        cfg.Tokens,
 		logger:        cfg.Logger,
-		errs:          &api{calls: cfg.Calls, tokens: cfg.Tokens, logger: cfg.Logger},
+		errs:          &api{calls: cfg.Calls, tokens: cfg.Tokens, logger: cfg.Logger, passkeyRP: cfg.PasskeyRP.ID},
 		sessions:      &inboxSessions{store: sessions, tokens: cfg.Tokens},
 		now:           time.Now,
 		ledger:        cfg.Ledger,
@@ -96,6 +96,7 @@ func (i *inbox) table() []inboxRoute {
 		{"GET", "/calls/{call_id}", i.page(i.callPage)},
 		{"GET", "/calls/{call_id}/receipt", i.page(i.receipt)},
 		{"POST", "/calls/{call_id}/decision", i.change(i.decide)},
+		{"POST", "/calls/{call_id}/passkey-challenge", i.change(i.passkeyChallenge)},
 		{"GET", "/sessions/{session}", i.page(i.sessionPage)},
 		{"POST", "/sessions/{session}/revoke", i.change(i.revoke)},
 		{"POST", "/sessions/{session}/end", i.change(i.endSession)},
@@ -339,6 +340,9 @@ func (i *inbox) decide(w http.ResponseWriter, r *http.Request, s *inboxSession) 
 	callID := r.PathValue("call_id")
 	form := decisionForm{Decision: r.PostFormValue("decision"), Reason: strings.TrimSpace(r.PostFormValue("reason")), Args: r.PostFormValue("args")}
 	req, err := form.request()
+	if err == nil {
+		req.WebAuthn, err = formAssertion(r.PostFormValue("webauthn"))
+	}
 	if err == nil {
 		var applied policy.Decision
 		if applied, err = Decide(r.Context(), i.calls, s.principal, callID, req, InboxChannel); err == nil {

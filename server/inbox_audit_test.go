@@ -60,7 +60,7 @@ func TestTheInboxShowsAnAuditorNoButtonsAndRefusesItsPosts(t *testing.T) {
 			assert.Contains(t, rec.Body.String(), "Nothing was done.", path)
 		}
 	}
-	assert.Equal(t, 6, walked, "decide, revoke, end; a passkey's options, registration and removal")
+	assert.Equal(t, 7, walked, "decide, a decision's passkey challenge, revoke, end; a passkey's options, registration and removal")
 
 	now := time.Date(2026, 1, 1, 9, 0, 0, 0, time.UTC)
 	pending := tgclient.Status{State: &workflows.CallState{

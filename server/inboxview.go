@@ -207,6 +207,8 @@ type callView struct {
 	// Notified lists the notices sent (waiting, reminders, escalation).
 	Notified       []string
 	Final, Pending bool
+	// Passkey: its rule needs the approver's passkey for every approval.
+	Passkey bool
 	// CanDecide: the call waits and the signed-in approver may decide it;
 	// otherwise Why says why not.
 	CanDecide bool
@@ -256,6 +258,7 @@ func newCallView(st tgclient.Status, p Principal, now time.Time, form decisionFo
 		v = callView{ID: cs.Call.ID, Session: cs.Call.Session, Tool: cs.Call.Tool, Requester: cs.Call.Requester, Status: cs.Status, Args: pretty(cs.Call.Args)}
 		if cs.Request != nil {
 			v.Message, v.Rule, v.Groups = cs.Request.Message, cs.Request.Rule, cs.Request.Groups
+			v.Passkey = cs.Request.Passkey
 			v.Preview = newPreviewView(cs.Request.Preview)
 			v.User = policy.DecidersOf(cs.Call, *cs.Request, nil).User
 		}

@@ -164,7 +164,7 @@ func New(cfg Config) *Handler {
 	}
 	signedIn := &people{}
 	authn := &authenticator{tokens: cfg.Tokens, signIn: cfg.SignIn, people: signedIn, logger: cfg.Logger}
-	(&api{calls: cfg.Calls, tokens: cfg.Tokens, logger: cfg.Logger, ready: ready, ledger: cfg.Ledger, authn: authn}).routes(mux)
+	(&api{calls: cfg.Calls, tokens: cfg.Tokens, logger: cfg.Logger, ready: ready, ledger: cfg.Ledger, authn: authn, passkeyRP: cfg.PasskeyRP.ID}).routes(mux)
 	newHTTPHooks(cfg, authn, ready).routes(mux)
 	in := newInbox(cfg, signedIn)
 	in.routes(mux)

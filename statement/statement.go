@@ -46,6 +46,12 @@ const (
 	End Kind = "end"
 	// Report says how the agent's own run of an approved call went.
 	Report Kind = "report"
+	// RegisterPasskey: a person registers a passkey; RemovePasskey: they
+	// remove one (Key: its credential ID, base64url). The ledger keeps it
+	// with the registration, so an assertion is checked against a key the
+	// door that authenticated the person vouched for.
+	RegisterPasskey Kind = "register_passkey"
+	RemovePasskey   Kind = "remove_passkey"
 )
 
 // Lifetime is how long a statement holds after it is made: long enough

@@ -12,6 +12,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/toolgate/toolgate/activities"
+	"github.com/toolgate/toolgate/passkey"
 	"github.com/toolgate/toolgate/policy"
 	"github.com/toolgate/toolgate/statement"
 	"github.com/toolgate/toolgate/tool"
@@ -52,6 +53,11 @@ type Options struct {
 	// without a valid one. Nil trusts none. A worker holds no door key:
 	// tools run on workers.
 	Doors *statement.Doors
+	// Passkeys and RelyingParty check the passkey assertions of the rules
+	// that need them (activities.VerifyPasskey); nil: their approvals are
+	// refused.
+	Passkeys     activities.Passkeys
+	RelyingParty passkey.RelyingParty
 	// Worker passes options through to the Temporal worker (pollers,
 	// concurrency, cache). Zero values are the SDK's defaults.
 	Worker sdkworker.Options
@@ -88,6 +94,8 @@ func New(c client.Client, o Options) (sdkworker.Worker, error) {
 		Ledger:         o.Ledger,
 		DataConverter:  o.DataConverter,
 		Doors:          o.Doors,
+		Passkeys:       o.Passkeys,
+		RelyingParty:   o.RelyingParty,
 	})
 	return w, nil
 }

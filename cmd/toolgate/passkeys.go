@@ -2,12 +2,14 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
 
 	"go.uber.org/zap"
 
+	"github.com/toolgate/toolgate/activities"
 	"github.com/toolgate/toolgate/ledger"
 	"github.com/toolgate/toolgate/passkey"
 	"github.com/toolgate/toolgate/passkey/registry"
@@ -63,8 +65,11 @@ func (a *app) openPasskeys(ctx context.Context, p processes, lg *ledger.Ledger) 
 		return nil, passkey.RelyingParty{}, nil
 	}
 	publicURL, devListener := "", net.Listener(nil)
-	if p.signIn != nil {
+	switch {
+	case p.signIn != nil:
 		publicURL = p.signIn.publicURL
+	case p.worker != nil:
+		publicURL = p.worker.publicURL
 	}
 	if p.dev {
 		devListener = p.httpListener
@@ -80,4 +85,21 @@ func (a *app) openPasskeys(ctx context.Context, p processes, lg *ledger.Ledger) 
 	}
 	a.logger.Info("Passkeys on", zap.String("rpID", rp.ID), zap.Strings("origins", rp.Origins))
 	return reg, rp, nil
+}
+
+// workerPasskeys is the registry as the worker's VerifyPasskey reads it:
+// an unknown or removed passkey is the registry's answer, not a failure
+// to answer.
+type workerPasskeys struct{ reg *registry.Registry }
+
+func (w workerPasskeys) Credential(ctx context.Context, person string, id []byte) (passkey.Credential, uint32, error) {
+	r, err := w.reg.Lookup(ctx, person, id)
+	if errors.Is(err, registry.ErrUnknown) || errors.Is(err, registry.ErrRemoved) {
+		return passkey.Credential{}, 0, activities.PasskeyRefusal(err)
+	}
+	return r.Credential, r.SignCount, err
+}
+
+func (w workerPasskeys) Used(ctx context.Context, id []byte, before, after uint32) error {
+	return w.reg.Used(ctx, id, before, after)
 }

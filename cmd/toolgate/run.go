@@ -26,6 +26,8 @@ import (
 	"github.com/toolgate/toolgate/mcpgate"
 	"github.com/toolgate/toolgate/metrics"
 	"github.com/toolgate/toolgate/notify"
+	"github.com/toolgate/toolgate/passkey"
+	"github.com/toolgate/toolgate/passkey/registry"
 	"github.com/toolgate/toolgate/policy"
 	"github.com/toolgate/toolgate/policy/rules"
 	"github.com/toolgate/toolgate/server"
@@ -200,6 +202,7 @@ On SIGTERM it stops polling and lets running tools finish (--shutdown-timeout).`
 	_ = cmd.Flags().MarkHidden("door-key") // read by no worker
 	wf.add(cmd, "workspace")
 	lf.add(cmd, false)
+	cmd.Flags().StringVar(&wf.publicURL, "public-url", os.Getenv("TOOLGATE_PUBLIC_URL"), "the https URL people open toolgate's inbox at (serve's --public-url); its host is the passkeys' relying party, which a policy rule with passkey: true needs (env TOOLGATE_PUBLIC_URL)")
 	cmd.Flags().StringVar(&metricsAddr, "metrics", envOr("TOOLGATE_METRICS", "127.0.0.1:9090"), "serve Prometheus metrics at http://ADDR/metrics; empty disables (env TOOLGATE_METRICS)")
 	return cmd
 }
@@ -348,8 +351,16 @@ func (a *app) runProcesses(ctx context.Context, p processes) error {
 			a.logger.Warn("This worker holds the ledger's signing key, beside the tools it runs: give workers its verifier key ('toolgate audit key --ledger-key FILE') and the signing key to toolgate serve (docs/production.md, \"Worker placement\")")
 		}
 	}
+	passkeys, rp, err := a.openPasskeys(ctx, p, lg)
+	if err != nil {
+		return err
+	}
+	if passkeys != nil {
+		defer passkeys.Close()
+	}
 	if p.worker != nil {
 		p.worker.own = a.ownFiles(p)
+		p.worker.passkeys, p.worker.passkeyRP = passkeys, rp
 		w, names, ws, err := a.startWorker(ctx, tc, *p.worker, channels, lg)
 		if err != nil {
 			return err
@@ -381,13 +392,6 @@ func (a *app) runProcesses(ctx context.Context, p processes) error {
 			if sessions != nil {
 				defer sessions.Close()
 			}
-		}
-		passkeys, rp, err := a.openPasskeys(ctx, p, lg)
-		if err != nil {
-			return err
-		}
-		if passkeys != nil {
-			defer passkeys.Close()
 		}
 		cfg := server.Config{Calls: calls, Tokens: a.tokens, Sessions: sessions, Passkeys: passkeys, PasskeyRP: rp,
 			Logger: a.logger.Named("http"), Notify: notifications, MCP: gateway.HTTPHandler(a.tokens.Agent),
@@ -476,6 +480,13 @@ type workerFlags struct {
 	trusted *statement.Doors
 	// unsandboxed: --unsandboxed-tools.
 	unsandboxed bool
+	// publicURL is where people open the inbox (toolgate worker's
+	// --public-url): its host is the passkeys' relying party. passkeys
+	// and passkeyRP are the registry and relying party the process
+	// opened; nil: passkey approvals are refused.
+	publicURL string
+	passkeys  *registry.Registry
+	passkeyRP passkey.RelyingParty
 	// own are toolgate's own files (ownFiles): no sandbox grant may reach
 	// them.
 	own []string
@@ -514,7 +525,11 @@ func (a *app) startWorker(ctx context.Context, tc client.Client, f workerFlags, 
 			return nil, nil, "", err
 		}
 	}
-	pol, middleware, err := a.loadPolicy(ctx, f.policyFile, ws, f.own, lg)
+	publicURL := ""
+	if f.passkeyRP.ID != "" {
+		publicURL = f.passkeyRP.Origins[0]
+	}
+	pol, middleware, err := a.loadPolicy(ctx, f.policyFile, rules.Options{Workspace: ws, Own: f.own, PublicURL: publicURL}, lg)
 	if err != nil {
 		return nil, nil, "", err
 	}
@@ -550,6 +565,7 @@ func (a *app) startWorker(ctx context.Context, tc client.Client, f workerFlags, 
 		// The converter tc was dialled with (dial loaded the keys).
 		DataConverter: keyring.DataConverter(a.conn.keys.ring),
 		Doors:         f.trusted,
+		RelyingParty:  f.passkeyRP,
 		Worker: sdkworker.Options{
 			MaxConcurrentActivityTaskPollers:       f.pollers,
 			MaxConcurrentWorkflowTaskPollers:       f.pollers,
@@ -560,6 +576,9 @@ func (a *app) startWorker(ctx context.Context, tc client.Client, f workerFlags, 
 	}
 	if lg != nil {
 		wo.Ledger = lg
+	}
+	if f.passkeys != nil {
+		wo.Passkeys = workerPasskeys{f.passkeys}
 	}
 	w, err := worker.New(tc, wo)
 	if err != nil {
@@ -578,13 +597,13 @@ func (a *app) startWorker(ctx context.Context, tc client.Client, f workerFlags, 
 // loadPolicy returns the policy file's rules, reloaded while ctx lasts, or
 // the built-in policy when no file is given.
 // Each version it serves is logged to the ledger (policy.loaded).
-func (a *app) loadPolicy(ctx context.Context, file, workspace string, own []string, lg *ledger.Ledger) (policy.ToolPolicy, []policy.OutputMiddleware, error) {
+func (a *app) loadPolicy(ctx context.Context, file string, opts rules.Options, lg *ledger.Ledger) (policy.ToolPolicy, []policy.OutputMiddleware, error) {
 	if file == "" {
-		p := builtin.DefaultPolicy(builtin.Workspace{Root: workspace})
+		p := builtin.DefaultPolicy(builtin.Workspace{Root: opts.Workspace})
 		a.logPolicyLoaded(lg, "", policy.VersionOf(p))
 		return p, nil, nil
 	}
-	r, err := rules.NewReloader(file, rules.Options{Workspace: workspace, Own: own}, a.logger.Named("policy"))
+	r, err := rules.NewReloader(file, opts, a.logger.Named("policy"))
 	if err != nil {
 		return nil, nil, usageError("%v", err)
 	}

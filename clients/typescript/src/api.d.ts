@@ -223,6 +223,13 @@ export type DecisionRequest = {
   args?: Record<string, unknown>;
   /** audit note; the model never sees it */
   comment?: string;
+  /** with approve, for a call whose rule needs a passkey: the deciding person's WebAuthn assertion over the decision's challenge (POST /v1/calls/{call_id}/passkey-challenge) */
+  webauthn?: {
+    /** PublicKeyCredential.toJSON() of navigator.credentials.get (base64url fields) */
+    credential: Record<string, unknown>;
+    /** the challenge's expires, as the challenge answered it */
+    expires: string;
+  };
 };
 
 export type Session = {
@@ -282,6 +289,17 @@ export type Receipt = {
     /** the inclusion proof's hashes, base64 */
     proof: Array<string>;
   }>;
+  /** the passkey.registered (and passkey.removed) entries of the passkeys the call's decision was signed with, with their inclusion proofs against the same checkpoint (docs/passkeys.md) */
+  passkeys?: Array<{
+    /** the entry's index in the log, from 0 */
+    index: number;
+    /** the same entry as a JSON object, to read; a verifier checks it holds the same JSON as entry_bytes */
+    entry: Record<string, unknown>;
+    /** the entry's bytes as stored, base64: its leaf hash is SHA-256(0x00 ‖ these bytes); a string, so the receipt verifies however it is laid out */
+    entry_bytes: string;
+    /** the inclusion proof's hashes, base64 */
+    proof: Array<string>;
+  }>;
 };
 
 /** The proof (RFC 6962, as golang.org/x/mod/sumdb/tlog's ProveTree gives it) that the log's latest signed checkpoint extends its tree of size old */
@@ -292,6 +310,16 @@ export type ConsistencyProof = {
   old: number;
   /** the proof's hashes, base64; empty when old is 0 or the checkpoint's size */
   proof: Array<string>;
+};
+
+export type PasskeyChallenge = {
+  /** base64url: SHA-256 of the canonical JSON of decision (docs/passkeys.md); pass it to navigator.credentials.get as publicKey.challenge */
+  challenge?: string;
+  expires?: string;
+  /** the relying party ID: the public URL's host */
+  rp_id?: string;
+  /** what the challenge covers: call, run, tool, args (digest), decision, by, expires */
+  decision?: Record<string, unknown>;
 };
 
 /** Every operation of the API: its path and query parameters, its JSON body, and its answers by HTTP status. */
@@ -454,7 +482,28 @@ export interface Operations {
       400: ApiError;
       /** missing or unknown bearer token */
       401: ApiError;
-      /** the token's role or groups do not allow this; read_only: an auditor token, which reads only */
+      /** the token's role or groups do not allow this; read_only: an auditor token, which reads only; passkey_required: the call's rule needs the person's passkey (send webauthn); passkey_refused: the assertion does not hold (the message says why) */
+      403: ApiError;
+      /** unknown call */
+      404: ApiError;
+      /** already decided (says by whom, when, via what), timed out, or not waiting yet */
+      409: ApiError;
+    };
+  };
+  /** The WebAuthn challenge of a decision of a call whose rule needs a passkey (approver, admin); the body is the decision about to be sent */
+  'POST /v1/calls/{call_id}/passkey-challenge': {
+    path: {
+      call_id: string;
+    };
+    body: DecisionRequest;
+    responses: {
+      /** the challenge */
+      200: PasskeyChallenge;
+      /** the call needs no passkey, a denial (which needs none), or an invalid decision */
+      400: ApiError;
+      /** missing or unknown bearer token */
+      401: ApiError;
+      /** the token's role or groups do not allow this; read_only: an auditor token, which reads only; passkey_required: the call's rule needs the person's passkey (send webauthn); passkey_refused: the assertion does not hold (the message says why) */
       403: ApiError;
       /** unknown call */
       404: ApiError;

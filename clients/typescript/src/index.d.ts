@@ -117,6 +117,7 @@ export declare class Toolgate {
 
   pending(filter?: PendingFilter, options?: RequestOptions): Promise<Answer<'GET /v1/pending', 200>>;
   decide(callId: string, decision: DecisionRequest, options?: RequestOptions): Promise<Answer<'POST /v1/calls/{call_id}/decision', 200>>;
+  passkeyChallenge(callId: string, decision: DecisionRequest, options?: RequestOptions): Promise<Answer<'POST /v1/calls/{call_id}/passkey-challenge', 200>>;
   decideAll(decisions: Body<'POST /v1/decisions'>['decisions'], options?: RequestOptions): Promise<Answer<'POST /v1/decisions', 200>>;
   session(session: string, options?: RequestOptions): Promise<Answer<'GET /v1/sessions/{session}', 200>>;
   revokeSticky(session: string, tool: string, options?: RequestOptions): Promise<Answer<'DELETE /v1/sessions/{session}/sticky/{tool}', 200>>;

@@ -143,6 +143,15 @@ export class Toolgate {
     return this.request('POST', `/v1/calls/${seg(callId)}/decision`, { body: decision, signal });
   }
 
+  /**
+   * The WebAuthn challenge of a decision of a call whose rule needs a passkey:
+   * pass it to navigator.credentials.get, then send decide() with the same
+   * decision and webauthn: { credential: cred.toJSON(), expires }.
+   */
+  passkeyChallenge(callId, decision, { signal } = {}) {
+    return this.request('POST', `/v1/calls/${seg(callId)}/passkey-challenge`, { body: decision, signal });
+  }
+
   /** Decide up to 100 calls, all or none (409 bulk_refused lists the refusals in error.refused). */
   decideAll(decisions, { signal } = {}) {
     return this.request('POST', '/v1/decisions', { body: { decisions }, signal });

@@ -27,6 +27,7 @@ const methods = {
   'GET /v1/calls/{call_id}': 'status',
   'GET /v1/pending': 'pending',
   'POST /v1/calls/{call_id}/decision': 'decide',
+  'POST /v1/calls/{call_id}/passkey-challenge': 'passkeyChallenge',
   'POST /v1/calls/{call_id}/cancel': 'cancel',
   'POST /v1/calls/{call_id}/user-decision': 'userDecision',
   'POST /v1/decisions': 'decideAll',

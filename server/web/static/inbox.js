@@ -120,3 +120,63 @@ function checkArgs(text) {
   }
   return "";
 }
+
+// A call whose rule needs a passkey: an approval first asks the server for
+// the decision's challenge (what this person approves: the call, its run,
+// the arguments that will run), has the person's passkey sign it
+// (navigator.credentials.get, user verification required), and sends the
+// signed answer with the decision. A denial goes as it is.
+if (form && form.dataset.passkey) {
+  const answer = form.querySelector('input[name="webauthn"]');
+  const problem = document.getElementById("passkey-error");
+  form.addEventListener("submit", async (e) => {
+    const choice = e.submitter && e.submitter.value;
+    if (e.defaultPrevented || !choice || !choice.startsWith("approve")) return;
+    e.preventDefault();
+    problem.hidden = true;
+    try {
+      const body = new FormData(form);
+      body.set("decision", choice);
+      const resp = await fetch(form.dataset.passkey, { method: "POST", body, cache: "no-store" });
+      const ch = await resp.json().catch(() => ({}));
+      if (!resp.ok) throw new Error((ch.error && ch.error.message) || "the server answered " + resp.status);
+      const cred = await navigator.credentials.get({ publicKey: {
+        challenge: fromB64url(ch.challenge), rpId: ch.rp_id, userVerification: "required", timeout: 120000,
+      } });
+      answer.value = JSON.stringify({ credential: assertionJSON(cred), expires: ch.expires });
+      const decision = document.createElement("input");
+      decision.type = "hidden";
+      decision.name = "decision";
+      decision.value = choice;
+      form.append(decision);
+      form.submit();
+    } catch (err) {
+      problem.textContent = "The passkey did not sign the decision: " + err.message;
+      problem.hidden = false;
+    }
+  });
+}
+
+function toB64url(buf) {
+  let s = "";
+  for (const b of new Uint8Array(buf)) s += String.fromCharCode(b);
+  return btoa(s).replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "");
+}
+
+function fromB64url(s) {
+  const bin = atob(s.replace(/-/g, "+").replace(/_/g, "/"));
+  return Uint8Array.from(bin, (c) => c.charCodeAt(0));
+}
+
+// assertionJSON is a get ceremony's credential in WebAuthn's JSON
+// (PublicKeyCredential.toJSON()).
+function assertionJSON(cred) {
+  const r = cred.response;
+  return {
+    id: cred.id, rawId: toB64url(cred.rawId), type: cred.type,
+    response: {
+      authenticatorData: toB64url(r.authenticatorData), clientDataJSON: toB64url(r.clientDataJSON),
+      signature: toB64url(r.signature), userHandle: r.userHandle ? toB64url(r.userHandle) : undefined,
+    },
+  };
+}
