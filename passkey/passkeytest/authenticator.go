@@ -9,9 +9,11 @@ import (
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/sha256"
+	"crypto/x509"
 	"encoding/base64"
 	"encoding/binary"
 	"encoding/json"
+	"fmt"
 	"time"
 
 	"github.com/go-webauthn/webauthn/protocol/webauthncbor"
@@ -101,4 +103,19 @@ func BrowserJSON(a *passkey.Assertion) []byte {
 			"signature": b64(a.Signature)},
 	})
 	return out
+}
+
+// FromPKCS8 is the authenticator of an existing passkey: its credential
+// ID, its private key (PKCS #8, P-256, as Chrome's virtual authenticator
+// exports it) and its sign counter so far.
+func FromPKCS8(id, pkcs8 []byte, count uint32) (*Authenticator, error) {
+	k, err := x509.ParsePKCS8PrivateKey(pkcs8)
+	if err != nil {
+		return nil, err
+	}
+	key, ok := k.(*ecdsa.PrivateKey)
+	if !ok {
+		return nil, fmt.Errorf("passkeytest: a %T key, not ES256's", k)
+	}
+	return &Authenticator{ID: id, Count: count, key: key}, nil
 }

@@ -135,7 +135,8 @@ if (form && form.dataset.passkey) {
     e.preventDefault();
     problem.hidden = true;
     try {
-      const body = new FormData(form);
+      // URL-encoded, as the form itself posts (the server reads no multipart).
+      const body = new URLSearchParams(new FormData(form));
       body.set("decision", choice);
       const resp = await fetch(form.dataset.passkey, { method: "POST", body, cache: "no-store" });
       const ch = await resp.json().catch(() => ({}));
