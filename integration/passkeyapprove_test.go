@@ -31,6 +31,7 @@ func TestPasskeyApprovals(t *testing.T) {
 	d := startDevWithPolicy(t, `
 default: allow
 rules:
+  - {name: pay-twice, tool: write_file, when: args.path.startsWith("four"), action: ask, groups: [ops], approvals: 2, passkey: true, timeout: 10m}
   - {name: pay, tool: write_file, action: ask, passkey: true, timeout: 10m}
 `)
 	port := d.httpAddr[strings.LastIndex(d.httpAddr, ":")+1:]
@@ -38,26 +39,13 @@ rules:
 	as := func(name string) apiClient { return apiClient{t: t, base: origin, token: "token-" + name} }
 	agent, bob, alice, auditor := as("agent-1"), as("bob"), as("alice"), as("audrey")
 
-	b := newBrowser(t)
-	b.base = origin
-	ctx, cancel := context.WithTimeout(b.ctx, stepTimeout)
-	defer cancel()
-	_, err := chromedp.Call(ctx, cdpwebauthn.Enable, cdpwebauthn.EnableParams{})
-	require.NoError(t, err)
-	authn, err := chromedp.Call(ctx, cdpwebauthn.AddVirtualAuthenticator, cdpwebauthn.AddVirtualAuthenticatorParams{Options: &cdpwebauthn.VirtualAuthenticatorOptions{
-		Protocol: cdpwebauthn.AuthenticatorProtocolCtap2, Transport: cdpwebauthn.AuthenticatorTransportInternal,
-		HasResidentKey: true, HasUserVerification: true, IsUserVerified: true, AutomaticPresenceSimulation: true,
-	}})
-	require.NoError(t, err)
-	b.do(chromedp.Navigate(b.base+"/login?next=%2Faccount%2Fpasskeys"), chromedp.SendKeys(chromedp.CSS("#token"), "token-bob"), chromedp.Click(chromedp.CSS("#login button")))
-	b.waitJS(`location.pathname === "/account/passkeys" && !!document.querySelector("#passkeys-empty")`, "bob's passkeys page")
-	b.do(chromedp.SendKeys(chromedp.CSS("#passkey-name"), "laptop"), chromedp.Click(chromedp.CSS("#passkey-add-button")))
-	b.waitJS(`document.querySelector("#passkeys .passkey-name")?.textContent === "laptop"`, "bob's passkey")
+	b, ctx, authn := passkeyBrowser(t, origin, "bob")
+	b.keepScreenshot("passkeys-account.png")
 
 	// device is bob's passkey outside the browser: its key, as the virtual
 	// authenticator holds it, signing where a company's own UI would.
 	device := func(t *testing.T) *passkeytest.Authenticator {
-		creds, err := chromedp.Call(ctx, cdpwebauthn.GetCredentials, cdpwebauthn.GetCredentialsParams{AuthenticatorID: authn.AuthenticatorID})
+		creds, err := chromedp.Call(ctx, cdpwebauthn.GetCredentials, cdpwebauthn.GetCredentialsParams{AuthenticatorID: authn})
 		require.NoError(t, err)
 		require.Len(t, creds.Credentials, 1)
 		c := creds.Credentials[0]
@@ -116,6 +104,7 @@ rules:
 		b.do(chromedp.Navigate(b.base + "/calls/pk-door"))
 		b.waitJS(`!!document.querySelector("#passkey-note")`, "the page says the rule needs a passkey")
 		assert.Contains(t, evalJS[string](b, `document.querySelector("#passkey-note").textContent`), "needs your passkey")
+		b.keepScreenshot("passkey-approve.png")
 		b.do(chromedp.Click(chromedp.CSS(`#decide button[value="approve"]`)))
 		body := finished(t, "pk-door")
 		assert.Equal(t, "bob", body["decided_by"])
@@ -137,6 +126,30 @@ rules:
 		assert.Equal(t, "pay 10", string(data), "the edited arguments ran")
 	})
 
+	t.Run("four eyes: two people, two authenticators", func(t *testing.T) {
+		a, _, _ := passkeyBrowser(t, origin, "alice")
+		submit(t, "four-1", "pay 1000")
+		approveOnPage := func(b *browserTab, who string) {
+			b.do(chromedp.Navigate(b.base + "/calls/four-1"))
+			b.waitJS(`!!document.querySelector("#passkey-note")`, who+"'s page of the call")
+			b.do(chromedp.Click(chromedp.CSS(`#decide button[value="approve"]`)))
+		}
+		approveOnPage(b.in(t), "bob")
+		require.Eventually(t, func() bool {
+			ap, _ := agent.do("GET", "/v1/calls/four-1", nil).body["approvals"].(map[string]any)
+			given, _ := ap["given"].([]any)
+			return len(given) == 1
+		}, 30*time.Second, 50*time.Millisecond, "bob's approval counted")
+		assert.Equal(t, "pending", agent.do("GET", "/v1/calls/four-1", nil).body["status"], "one of two: it waits")
+		approveOnPage(a.in(t), "alice")
+		finished(t, "four-1")
+		r := auditor.do("GET", "/v1/audit/calls/four-1", nil)
+		require.Equal(t, http.StatusOK, r.status, r.raw)
+		assert.Equal(t, 2, strings.Count(r.raw, `"authenticator_data"`)-1, "each approval carries its own assertion (the last is also the decision's): %s", r.raw)
+	})
+
+	// From here bob's passkey also signs outside the browser, as a
+	// company's own UI would; its counter moves on there.
 	var used *passkey.Assertion
 	var usedExpires time.Time
 	t.Run("an assertion made in a company's own UI, over the API", func(t *testing.T) {
@@ -190,4 +203,26 @@ rules:
 		assert.Contains(t, r.raw, `"authenticator_data"`)
 		assert.Contains(t, r.raw, `"passkeys"`, "the receipt carries the passkey's registration")
 	})
+}
+
+// passkeyBrowser is a Chromium of its own with a virtual authenticator
+// (user verification included), signed in to the inbox at origin as who,
+// who has registered a passkey named "laptop" there.
+func passkeyBrowser(t *testing.T, origin, who string) (*browserTab, context.Context, cdpwebauthn.AuthenticatorID) {
+	b := newBrowser(t)
+	b.base = origin
+	ctx, cancel := context.WithTimeout(b.ctx, 2*stepTimeout)
+	t.Cleanup(cancel)
+	_, err := chromedp.Call(ctx, cdpwebauthn.Enable, cdpwebauthn.EnableParams{})
+	require.NoError(t, err)
+	authn, err := chromedp.Call(ctx, cdpwebauthn.AddVirtualAuthenticator, cdpwebauthn.AddVirtualAuthenticatorParams{Options: &cdpwebauthn.VirtualAuthenticatorOptions{
+		Protocol: cdpwebauthn.AuthenticatorProtocolCtap2, Transport: cdpwebauthn.AuthenticatorTransportInternal,
+		HasResidentKey: true, HasUserVerification: true, IsUserVerified: true, AutomaticPresenceSimulation: true,
+	}})
+	require.NoError(t, err)
+	b.do(chromedp.Navigate(b.base+"/login?next=%2Faccount%2Fpasskeys"), chromedp.SendKeys(chromedp.CSS("#token"), "token-"+who), chromedp.Click(chromedp.CSS("#login button")))
+	b.waitJS(`location.pathname === "/account/passkeys" && !!document.querySelector("#passkeys-empty")`, who+"'s passkeys page")
+	b.do(chromedp.SendKeys(chromedp.CSS("#passkey-name"), "laptop"), chromedp.Click(chromedp.CSS("#passkey-add-button")))
+	b.waitJS(`document.querySelector("#passkeys .passkey-name")?.textContent === "laptop"`, who+"'s passkey")
+	return b, ctx, authn.AuthenticatorID
 }
