@@ -272,8 +272,11 @@ func (e *emailLinks) confirmPage(w http.ResponseWriter, r *http.Request) {
 	if err := e.errs.checkDecidable(ctx, v.principal, decisionRequest{CallID: v.claims.CallID, Decision: v.claims.Decision}, map[string]bool{}); err != nil {
 		ae := asAPIError(e.errs.mapError(err))
 		title := "Cannot decide"
-		if ae.code == "already_decided" || ae.code == "not_waiting" {
+		switch ae.code {
+		case "already_decided", "not_waiting":
 			title = "Already decided"
+		case "passkey_required":
+			title, ae.message = "Needs your passkey", ae.message+" ("+callURL(v.claims.CallID)+")"
 		}
 		e.refuse(w, ae.status, title, ae.message+"; nothing was decided.")
 		return

@@ -280,7 +280,11 @@ func (s *slackInteractions) viewSubmission(w http.ResponseWriter, ic slack.Inter
 func (s *slackInteractions) decide(ctx context.Context, p Principal, callID string, req decisionRequest, reply func(context.Context, string)) *workflows.CallState {
 	applied, err := Decide(ctx, s.calls, p, callID, req, SlackChannel)
 	if err != nil {
-		msg := asAPIError(s.errs.mapError(err)).message
+		ae := asAPIError(s.errs.mapError(err))
+		msg := ae.message
+		if ae.code == "passkey_required" && s.publicURL != "" {
+			msg = strings.TrimSuffix(msg, ".") + ": " + strings.TrimSuffix(s.publicURL, "/") + callURL(callID)
+		}
 		s.logger.Info("Slack decision refused", zap.String("callID", callID), zap.String("approver", p.Name), zap.String("decision", req.Decision), zap.String("refusal", msg))
 		reply(ctx, ":warning: "+strings.TrimSuffix(msg, ".")+". Nothing was recorded.")
 		return nil
