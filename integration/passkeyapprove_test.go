@@ -152,19 +152,39 @@ rules:
 	// company's own UI would; its counter moves on there.
 	var used *passkey.Assertion
 	var usedExpires time.Time
+	var outside *passkeytest.Authenticator // bob's passkey signing outside the browser
 	t.Run("an assertion made in a company's own UI, over the API", func(t *testing.T) {
 		submit(t, "pk-api", "pay 2")
 		dec, expires := challenge(t, "pk-api", map[string]any{"decision": "approve"})
-		used, usedExpires = device(t).Assert(dec, "localhost", origin), expires
+		outside = device(t)
+		used, usedExpires = outside.Assert(dec, "localhost", origin), expires
 		r := decide(bob, "pk-api", used, expires)
 		require.Equal(t, http.StatusOK, r.status, r.raw)
 		finished(t, "pk-api")
 	})
 
+	t.Run("a bulk of passkey calls: one assertion per call", func(t *testing.T) {
+		require.NotNil(t, outside)
+		dev := outside
+		var items []map[string]any
+		for _, id := range []string{"pk-bulk-1", "pk-bulk-2"} {
+			submit(t, id, "pay 5")
+			dec, expires := challenge(t, id, map[string]any{"decision": "approve"})
+			items = append(items, map[string]any{"call_id": id, "decision": "approve",
+				"webauthn": map[string]any{"credential": json.RawMessage(passkeytest.BrowserJSON(dev.Assert(dec, "localhost", origin))), "expires": expires}})
+		}
+		r := bob.do("POST", "/v1/decisions", map[string]any{"decisions": items})
+		require.Equal(t, http.StatusOK, r.status, r.raw)
+		assert.NotContains(t, r.raw, `"error"`)
+		finished(t, "pk-bulk-1")
+		finished(t, "pk-bulk-2")
+	})
+
 	t.Run("refused, each named, and nothing runs", func(t *testing.T) {
 		submit(t, "pk-no", "pay 3")
 		dec, expires := challenge(t, "pk-no", map[string]any{"decision": "approve"})
-		dev := device(t)
+		require.NotNil(t, outside)
+		dev := outside
 		otherArgs := dec
 		otherArgs.Args = "sha256:" + strings.Repeat("0", 64)
 		expired := dec
