@@ -6,14 +6,12 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/toolgate/toolgate/ledger"
 	"github.com/toolgate/toolgate/passkey"
 	"github.com/toolgate/toolgate/passkey/passkeytest"
 	"github.com/toolgate/toolgate/passkey/registry"
@@ -21,13 +19,7 @@ import (
 
 func openPasskeys(t *testing.T) *registry.Registry {
 	t.Helper()
-	dir := t.TempDir()
-	keys, _, err := ledger.LoadOrCreateKey(filepath.Join(dir, "ledger.key"), "test")
-	require.NoError(t, err)
-	dsn := filepath.Join(dir, "ledger.db")
-	l, err := ledger.Open(context.Background(), ledger.Options{DSN: dsn, Keys: keys})
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = l.Close() })
+	l, _, dsn := testLedger(t)
 	r, err := registry.Open(context.Background(), dsn, l, nil)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = r.Close() })
