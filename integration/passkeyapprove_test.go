@@ -216,6 +216,38 @@ rules:
 		assert.True(t, os.IsNotExist(err), "the tool never ran")
 	})
 
+	t.Run("the CLI's approval is refused, naming the passkey", func(t *testing.T) {
+		r := d.cli("approve", "pk-no", "--by", "bob")
+		assert.NotEqual(t, 0, r.code, r.stdout)
+		assert.Contains(t, r.stderr, "needs bob's passkey")
+		assert.Equal(t, "pending", agent.do("GET", "/v1/calls/pk-no", nil).body["status"])
+	})
+
+	t.Run("a receipt proves the passkey approval offline, and one changed byte breaks it", func(t *testing.T) {
+		operator := d.cli("audit", "key", "--ledger-key", filepath.Join(d.dataDir, "ledger.key"))
+		require.Equal(t, 0, operator.code, operator.stderr)
+		vkey := filepath.Join(t.TempDir(), "verifier.key")
+		require.NoError(t, os.WriteFile(vkey, []byte(operator.stdout), 0o644))
+		r := auditor.do("GET", "/v1/audit/calls/pk-api", nil)
+		require.Equal(t, http.StatusOK, r.status, r.raw)
+		receipt := filepath.Join(t.TempDir(), "pk-api.receipt")
+		require.NoError(t, os.WriteFile(receipt, []byte(r.raw), 0o644))
+		ok := d.cli("audit", "verify", "--receipt", receipt, "--key", "@"+vkey)
+		require.Equal(t, 0, ok.code, ok.stderr)
+		assert.Contains(t, ok.stdout, "passkeys: 1 approvals verified", "the assertion is checked against the registration the receipt carries")
+
+		// One byte of the signature the device made, changed.
+		sig := base64.StdEncoding.EncodeToString(used.Signature)
+		flipped := append([]byte(nil), used.Signature...)
+		flipped[len(flipped)-1] ^= 1
+		require.Contains(t, r.raw, sig)
+		tampered := filepath.Join(t.TempDir(), "tampered.receipt")
+		require.NoError(t, os.WriteFile(tampered, []byte(strings.Replace(r.raw, sig, base64.StdEncoding.EncodeToString(flipped), 1)), 0o644))
+		bad := d.cli("audit", "verify", "--receipt", tampered, "--key", "@"+vkey)
+		assert.Equal(t, 1, bad.code, bad.stdout)
+		assert.Contains(t, bad.stderr, "was changed")
+	})
+
 	t.Run("the ledger keeps each assertion", func(t *testing.T) {
 		r := auditor.do("GET", "/v1/audit/calls/pk-api", nil)
 		require.Equal(t, http.StatusOK, r.status, r.raw)
