@@ -62,7 +62,9 @@ rules:
 	finished := func(t *testing.T, id string) map[string]any {
 		var body map[string]any
 		require.Eventually(t, func() bool {
-			body = agent.do("GET", "/v1/calls/"+id, nil).body
+			// With wait, the final result: a call that says ok while it
+			// finishes answers in its waiting shape without it.
+			body = agent.do("GET", "/v1/calls/"+id+"?wait=10s", nil).body
 			return body["status"] == "ok"
 		}, 30*time.Second, 50*time.Millisecond, "call %s ran", id)
 		return body
@@ -214,6 +216,21 @@ rules:
 		assert.Equal(t, "pending", agent.do("GET", "/v1/calls/pk-no", nil).body["status"], "nothing ran")
 		_, err := os.Stat(filepath.Join(d.workspace, "pk-no.txt"))
 		assert.True(t, os.IsNotExist(err), "the tool never ran")
+	})
+
+	t.Run("a removed passkey approves nothing", func(t *testing.T) {
+		require.NotNil(t, outside)
+		submit(t, "pk-removed", "pay 4")
+		b := b.in(t)
+		id := base64.RawURLEncoding.EncodeToString(outside.ID)
+		b.do(chromedp.Navigate(b.base+"/account/passkeys"), chromedp.Click(chromedp.CSS(`#passkeys li[data-credential-id="`+id+`"] button`)))
+		b.waitJS(`!!document.querySelector("#passkeys-empty")`, "bob's passkey removed")
+		dec, expires := challenge(t, "pk-removed", map[string]any{"decision": "approve"})
+		r := decide(bob, "pk-removed", outside.Assert(dec, "localhost", origin), expires)
+		assert.Equal(t, http.StatusForbidden, r.status, r.raw)
+		assert.Equal(t, "passkey_refused", r.errorCode())
+		assert.Contains(t, r.errorMessage(), "removed")
+		assert.Equal(t, "pending", agent.do("GET", "/v1/calls/pk-removed", nil).body["status"], "nothing ran")
 	})
 
 	t.Run("the CLI's approval is refused, naming the passkey", func(t *testing.T) {

@@ -347,8 +347,11 @@ func (e *emailLinks) decide(w http.ResponseWriter, r *http.Request) {
 		e.used.giveBack(c.ID)
 		ae := asAPIError(e.errs.mapError(err))
 		title := "Cannot decide"
-		if ae.code == "already_decided" || ae.code == "not_waiting" {
+		switch ae.code {
+		case "already_decided", "not_waiting":
 			title = "Already decided"
+		case "passkey_required":
+			title, ae.message = "Needs your passkey", ae.message+" ("+callURL(c.CallID)+")"
 		}
 		e.logger.Info("Email decision refused", zap.String("callID", c.CallID), zap.String("approver", v.principal.Name), zap.String("decision", c.Decision), zap.String("refusal", ae.message))
 		e.refuse(w, ae.status, title, ae.message+"; nothing was decided.")

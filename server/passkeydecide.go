@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"net/http"
+	"strings"
 	"time"
 
 	tgclient "github.com/toolgate/toolgate/client"
@@ -142,4 +143,15 @@ func (i *inbox) passkeyChallenge(w http.ResponseWriter, r *http.Request, s *inbo
 		return
 	}
 	writeJSON(w, http.StatusOK, ch)
+}
+
+// passkeyInbox is the base of the links that send a person to a call's
+// page to approve it with their passkey: the passkeys' origin (toolgate
+// dev offers them at localhost even when its public URL is an IP
+// address, where no browser makes one), else the public URL.
+func passkeyInbox(cfg Config, publicURL string) string {
+	if len(cfg.PasskeyRP.Origins) > 0 {
+		return cfg.PasskeyRP.Origins[0]
+	}
+	return strings.TrimSuffix(publicURL, "/")
 }

@@ -62,8 +62,9 @@ type slackInteractions struct {
 	now       func() time.Time
 	// running counts the goroutines still working on clicks (for tests).
 	running sync.WaitGroup
-	// publicURL is the base of the links in messages.
-	publicURL string
+	// publicURL is the base of the links in messages; inboxURL of the
+	// link to a call's page where a passkey can sign (passkeyInbox).
+	publicURL, inboxURL string
 }
 
 // newSlackInteractions returns the endpoint, or nil when Slack is not
@@ -87,6 +88,7 @@ func newSlackInteractions(cfg Config, signedIn *people) *slackInteractions {
 		errs:      &api{calls: cfg.Calls, tokens: cfg.Tokens, logger: cfg.Logger},
 		now:       time.Now,
 		publicURL: n.PublicURL,
+		inboxURL:  passkeyInbox(cfg, n.PublicURL),
 		people:    signedIn,
 	}
 }
@@ -282,8 +284,8 @@ func (s *slackInteractions) decide(ctx context.Context, p Principal, callID stri
 	if err != nil {
 		ae := asAPIError(s.errs.mapError(err))
 		msg := ae.message
-		if ae.code == "passkey_required" && s.publicURL != "" {
-			msg = strings.TrimSuffix(msg, ".") + ": " + strings.TrimSuffix(s.publicURL, "/") + callURL(callID)
+		if ae.code == "passkey_required" && s.inboxURL != "" {
+			msg = strings.TrimSuffix(msg, ".") + ": " + s.inboxURL + callURL(callID)
 		}
 		s.logger.Info("Slack decision refused", zap.String("callID", callID), zap.String("approver", p.Name), zap.String("decision", req.Decision), zap.String("refusal", msg))
 		reply(ctx, ":warning: "+strings.TrimSuffix(msg, ".")+". Nothing was recorded.")
