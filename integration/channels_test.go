@@ -87,6 +87,13 @@ type channelsEnv struct {
 }
 
 func newChannelsDev(t *testing.T) *channelsEnv {
+	e, _ := newChannelsDevWith(t, channelsPolicy)
+	return e
+}
+
+// newChannelsDevWith is newChannelsDev's toolgate dev with another
+// policy, and its process (for its banner).
+func newChannelsDevWith(t *testing.T, policy string) (*channelsEnv, *proc) {
 	dir := t.TempDir()
 	write := func(name, content string) string {
 		path := filepath.Join(dir, name)
@@ -119,13 +126,12 @@ func newChannelsDev(t *testing.T) *channelsEnv {
 	} {
 		t.Setenv(k, v) // start() hands the test's environment to the binary
 	}
-	dataDir := filepath.Join(dir, "data")
-	start(t, devReady, "dev", "--data-dir", dataDir,
+	dev := start(t, devReady, "dev", "--data-dir", filepath.Join(dir, "data"),
 		"--temporal-port", strconv.Itoa(freePort(t)), "--http", httpAddr,
-		"--tokens", writeTokensFile(t, dir), "--policy", write("policy.yaml", channelsPolicy))
+		"--tokens", writeTokensFile(t, dir), "--policy", write("policy.yaml", policy))
 	e.agent = apiClient{t: t, base: e.base, token: "token-agent-1"}
 	e.alice = apiClient{t: t, base: e.base, token: "token-alice"}
-	return e
+	return e, dev
 }
 
 // submit submits a shell call and waits until it is pending.

@@ -1,23 +1,16 @@
 package integration
 
 import (
-	"fmt"
 	"html"
 	"net/http"
 	"net/url"
-	"os"
-	"path/filepath"
 	"regexp"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"github.com/toolgate/toolgate/notify"
-	"github.com/toolgate/toolgate/notify/notifytest"
 )
 
 // A rule with passkey: true over Slack and email, against the real
@@ -32,52 +25,8 @@ rules:
   - {name: pay, tool: write_file, action: ask, passkey: true, timeout: 10m}
 `
 
-// newPasskeyChannelsDev is newChannelsDev's toolgate dev (Slack, email,
-// webhooks, the approvers file; TOOLGATE_PUBLIC_URL at 127.0.0.1) with
-// the passkey policy, and its banner.
-func newPasskeyChannelsDev(t *testing.T) (*channelsEnv, *proc) {
-	dir := t.TempDir()
-	write := func(name, content string) string {
-		path := filepath.Join(dir, name)
-		require.NoError(t, os.WriteFile(path, []byte(content), 0o600))
-		return path
-	}
-	e := &channelsEnv{
-		t:     t,
-		slack: notifytest.NewFakeSlack(t, slackToken),
-		smtp:  notifytest.NewSMTPServer(t, "", ""),
-		hooks: notifytest.NewWebhookReceiver(t, webhookSecret),
-	}
-	links, err := notify.NewLinkSigner([]byte(linkSecret))
-	require.NoError(t, err)
-	e.links = links
-	httpAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	e.base = "http://" + httpAddr
-	for k, v := range map[string]string{
-		"SLACK_BOT_TOKEN":         slackToken,
-		"SLACK_SIGNING_SECRET":    slackSecret,
-		"SLACK_CHANNEL":           "#approvals",
-		"SLACK_API_URL":           e.slack.URL,
-		"SMTP_ADDR":               e.smtp.Addr,
-		"SMTP_FROM":               "toolgate <toolgate@example.com>",
-		"TOOLGATE_PUBLIC_URL":     e.base,
-		"TOOLGATE_APPROVERS_FILE": write("approvers.yaml", channelsApprovers),
-		"TOOLGATE_WEBHOOK_URLS":   e.hooks.URL,
-		"TOOLGATE_WEBHOOK_SECRET": webhookSecret,
-		"TOOLGATE_LINK_SECRET":    linkSecret,
-	} {
-		t.Setenv(k, v) // start() hands the test's environment to the binary
-	}
-	dev := start(t, devReady, "dev", "--data-dir", filepath.Join(dir, "data"),
-		"--temporal-port", strconv.Itoa(freePort(t)), "--http", httpAddr,
-		"--tokens", writeTokensFile(t, dir), "--policy", write("policy.yaml", passkeyChannelsPolicy))
-	e.agent = apiClient{t: t, base: e.base, token: "token-agent-1"}
-	e.alice = apiClient{t: t, base: e.base, token: "token-alice"}
-	return e, dev
-}
-
 func TestPasskeyChannels(t *testing.T) {
-	e, dev := newPasskeyChannelsDev(t)
+	e, dev := newChannelsDevWith(t, passkeyChannelsPolicy)
 	port := e.base[strings.LastIndex(e.base, ":")+1:]
 
 	// The public URL is at an IP address: dev offers passkeys at
