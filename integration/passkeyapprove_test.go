@@ -280,7 +280,19 @@ rules:
 func passkeyBrowser(t *testing.T, origin, who string) (*browserTab, context.Context, cdpwebauthn.AuthenticatorID) {
 	b := newBrowser(t)
 	b.base = origin
-	ctx, cancel := context.WithTimeout(b.ctx, 2*stepTimeout)
+	ctx, authn := virtualAuthenticator(t, b, 2*stepTimeout)
+	b.do(chromedp.Navigate(b.base+"/login?next=%2Faccount%2Fpasskeys"), chromedp.SendKeys(chromedp.CSS("#token"), "token-"+who), chromedp.Click(chromedp.CSS("#login button")))
+	b.waitJS(`location.pathname === "/account/passkeys" && !!document.querySelector("#passkeys-empty")`, who+"'s passkeys page")
+	b.do(chromedp.SendKeys(chromedp.CSS("#passkey-name"), "laptop"), chromedp.Click(chromedp.CSS("#passkey-add-button")))
+	b.waitJS(`document.querySelector("#passkeys .passkey-name")?.textContent === "laptop"`, who+"'s passkey")
+	return b, ctx, authn
+}
+
+// virtualAuthenticator gives b's Chromium a CDP virtual authenticator that
+// verifies its user (CTAP2, internal, resident keys), and returns a
+// context for CDP calls that lasts timeout, and the authenticator's ID.
+func virtualAuthenticator(t *testing.T, b *browserTab, timeout time.Duration) (context.Context, cdpwebauthn.AuthenticatorID) {
+	ctx, cancel := context.WithTimeout(b.ctx, timeout)
 	t.Cleanup(cancel)
 	_, err := chromedp.Call(ctx, cdpwebauthn.Enable, cdpwebauthn.EnableParams{})
 	require.NoError(t, err)
@@ -289,9 +301,5 @@ func passkeyBrowser(t *testing.T, origin, who string) (*browserTab, context.Cont
 		HasResidentKey: true, HasUserVerification: true, IsUserVerified: true, AutomaticPresenceSimulation: true,
 	}})
 	require.NoError(t, err)
-	b.do(chromedp.Navigate(b.base+"/login?next=%2Faccount%2Fpasskeys"), chromedp.SendKeys(chromedp.CSS("#token"), "token-"+who), chromedp.Click(chromedp.CSS("#login button")))
-	b.waitJS(`location.pathname === "/account/passkeys" && !!document.querySelector("#passkeys-empty")`, who+"'s passkeys page")
-	b.do(chromedp.SendKeys(chromedp.CSS("#passkey-name"), "laptop"), chromedp.Click(chromedp.CSS("#passkey-add-button")))
-	b.waitJS(`document.querySelector("#passkeys .passkey-name")?.textContent === "laptop"`, who+"'s passkey")
-	return b, ctx, authn.AuthenticatorID
+	return ctx, authn.AuthenticatorID
 }

@@ -2,7 +2,6 @@ package integration
 
 import (
 	"bufio"
-	"context"
 	"encoding/base64"
 	"encoding/json"
 	"net/http"
@@ -26,15 +25,7 @@ func TestPasskeys(t *testing.T) {
 	auditor := as("audrey")
 	b.base = "http://localhost:" + d.httpAddr[strings.LastIndex(d.httpAddr, ":")+1:]
 
-	ctx, cancel := context.WithTimeout(b.ctx, stepTimeout)
-	defer cancel()
-	_, err := chromedp.Call(ctx, cdpwebauthn.Enable, cdpwebauthn.EnableParams{})
-	require.NoError(t, err)
-	authn, err := chromedp.Call(ctx, cdpwebauthn.AddVirtualAuthenticator, cdpwebauthn.AddVirtualAuthenticatorParams{Options: &cdpwebauthn.VirtualAuthenticatorOptions{
-		Protocol: cdpwebauthn.AuthenticatorProtocolCtap2, Transport: cdpwebauthn.AuthenticatorTransportInternal,
-		HasResidentKey: true, HasUserVerification: true, IsUserVerified: true, AutomaticPresenceSimulation: true,
-	}})
-	require.NoError(t, err)
+	ctx, authn := virtualAuthenticator(t, b, stepTimeout)
 
 	b.do(chromedp.Navigate(b.base+"/login?next=%2Faccount%2Fpasskeys"), chromedp.SendKeys(chromedp.CSS("#token"), "token-bob"), chromedp.Click(chromedp.CSS("#login button")))
 	b.waitJS(`location.pathname === "/account/passkeys" && !!document.querySelector("#passkeys-empty")`, "bob's empty passkeys page")
@@ -47,7 +38,7 @@ func TestPasskeys(t *testing.T) {
 		b.waitJS(`document.querySelector("#passkeys .passkey-name")?.textContent === "laptop" &&
 			document.querySelector(".notice")?.textContent === 'Added the passkey "laptop".'`, "the new passkey in the list")
 
-		creds, err := chromedp.Call(ctx, cdpwebauthn.GetCredentials, cdpwebauthn.GetCredentialsParams{AuthenticatorID: authn.AuthenticatorID})
+		creds, err := chromedp.Call(ctx, cdpwebauthn.GetCredentials, cdpwebauthn.GetCredentialsParams{AuthenticatorID: authn})
 		require.NoError(t, err)
 		require.Len(t, creds.Credentials, 1)
 		c := creds.Credentials[0]

@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"context"
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
@@ -59,15 +58,7 @@ rules:
 
 	b := newBrowser(t)
 	b.base = base
-	ctx, cancel := context.WithTimeout(b.ctx, 4*stepTimeout)
-	defer cancel()
-	_, err := chromedp.Call(ctx, cdpwebauthn.Enable, cdpwebauthn.EnableParams{})
-	require.NoError(t, err)
-	authn, err := chromedp.Call(ctx, cdpwebauthn.AddVirtualAuthenticator, cdpwebauthn.AddVirtualAuthenticatorParams{Options: &cdpwebauthn.VirtualAuthenticatorOptions{
-		Protocol: cdpwebauthn.AuthenticatorProtocolCtap2, Transport: cdpwebauthn.AuthenticatorTransportInternal,
-		HasResidentKey: true, HasUserVerification: true, IsUserVerified: true, AutomaticPresenceSimulation: true,
-	}})
-	require.NoError(t, err)
+	ctx, authn := virtualAuthenticator(t, b, 4*stepTimeout)
 
 	var credentialID string
 	t.Run("olga signs in through Hydra and adds a passkey; the ledger names her and her identity", func(t *testing.T) {
@@ -83,7 +74,7 @@ rules:
 		b.waitJS(`document.querySelector("#passkeys .passkey-name")?.textContent === "laptop" &&
 			document.querySelector(".notice")?.textContent === 'Added the passkey "laptop".'`, "the new passkey in olga's list")
 
-		creds, err := chromedp.Call(ctx, cdpwebauthn.GetCredentials, cdpwebauthn.GetCredentialsParams{AuthenticatorID: authn.AuthenticatorID})
+		creds, err := chromedp.Call(ctx, cdpwebauthn.GetCredentials, cdpwebauthn.GetCredentialsParams{AuthenticatorID: authn})
 		require.NoError(t, err)
 		require.Len(t, creds.Credentials, 1)
 		c := creds.Credentials[0]
