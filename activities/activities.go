@@ -86,6 +86,10 @@ type Activities struct {
 // (workflows.MetricStatementsRefused), tagged message.
 const MetricStatementsRefused = "toolgate_statements_refused"
 
+// MetricShadowVerdicts counts the calls a `mode: shadow` rule would have
+// decided, by rule, by its action and by the enforced verdict.
+const MetricShadowVerdicts = "toolgate_shadow_verdicts"
+
 func (a *Activities) doors() *statement.Doors {
 	if a.Doors == nil {
 		return statement.NewDoors()
@@ -151,6 +155,23 @@ type Evaluation struct {
 	// costs the call a search-attribute write). A result recorded by an
 	// earlier release lacks it, and the call asks for the marker.
 	AtBaseline bool `json:"at_baseline,omitempty"`
+	// Shadow is what a `mode: shadow` rule would have decided, when one
+	// would: recorded in the call's ledger entry, never enforced.
+	Shadow *policy.Shadow `json:"shadow,omitempty"`
+}
+
+// Verdict is what the policy said about the call: allow, ask or deny; ""
+// when it never judged it (a refused submission, a problem).
+func (ev Evaluation) Verdict() string {
+	switch {
+	case ev.Unsubmitted != "" || ev.Problem != "":
+		return ""
+	case ev.Denied:
+		return "deny"
+	case ev.Ask != nil:
+		return "ask"
+	}
+	return "allow"
 }
 
 // EvaluateInput is the argument of Evaluate.
@@ -211,6 +232,7 @@ func (a *Activities) Evaluate(ctx context.Context, in EvaluateInput) (Evaluation
 	activity.GetMetricsHandler(ctx).WithTags(map[string]string{"tool": call.Tool}).Timer(MetricPolicyEvaluation).Record(time.Since(start))
 	if deny, ok := policy.AsDeny(err); ok {
 		ev.Denied, ev.Reason, ev.Rule = true, deny.Reason, deny.Rule
+		a.recordShadow(ctx, call, &ev)
 		return ev, nil
 	}
 	if err != nil {
@@ -246,7 +268,22 @@ func (a *Activities) Evaluate(ctx context.Context, in EvaluateInput) (Evaluation
 		}
 		ev.Sticky, ev.SessionEnded, ev.SessionOwner = word.Sticky, word.End != nil, word.Owner
 	}
+	a.recordShadow(ctx, call, &ev)
 	return ev, nil
+}
+
+// recordShadow sets what a shadow rule would have decided about a call
+// the policy judged, and counts it by rule, by what it would do and by
+// what the enforced rules did.
+func (a *Activities) recordShadow(ctx context.Context, call policy.Call, ev *Evaluation) {
+	enforced := ev.Verdict()
+	if enforced == "" {
+		return
+	}
+	if ev.Shadow = policy.ShadowOf(a.Policy, call); ev.Shadow != nil {
+		activity.GetMetricsHandler(ctx).WithTags(map[string]string{"rule": ev.Shadow.Rule, "action": ev.Shadow.Action, "enforced": enforced}).
+			Counter(MetricShadowVerdicts).Inc(1)
+	}
 }
 
 // checkTool checks the call's tool and arguments: against the registry for

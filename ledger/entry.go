@@ -63,6 +63,13 @@ type Entry struct {
 	// PasskeyRule: the call's rule needs the approver's passkey for every
 	// approval, so its call.decided approval must carry an assertion.
 	PasskeyRule bool `json:"passkey_rule,omitempty"`
+	// Verdict is what the policy said: allow, ask or deny ("" when it
+	// never judged the call: a refused submission, an unknown tool).
+	// Entries written before it was recorded lack it (package callrecord infers it).
+	Verdict string `json:"verdict,omitempty"`
+	// Shadow is what a `mode: shadow` rule would have decided, recorded
+	// and not enforced.
+	Shadow *Shadow `json:"shadow,omitempty"`
 
 	// call.decided, session.sticky, session.revoked, pins.*
 	Decision *Decision `json:"decision,omitempty"`
@@ -267,6 +274,12 @@ type Decision struct {
 	// Run is the call's workflow run, which a passkey's challenge names:
 	// set when the decision or an approval carries a passkey assertion.
 	Run string `json:"run,omitempty"`
+}
+
+// Shadow is a shadow rule's verdict on a call: what it would have done.
+type Shadow struct {
+	Rule   string `json:"rule"`
+	Action string `json:"action"`
 }
 
 // Identity is a person as their OpenID provider names them.

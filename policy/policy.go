@@ -381,6 +381,16 @@ func (c chain) CheckAgentArgs(tool string, args json.RawMessage) error {
 	return nil
 }
 
+// ShadowFor returns the first shadow verdict a chained policy gives.
+func (c chain) ShadowFor(call Call) *Shadow {
+	for _, p := range c {
+		if s := ShadowOf(p, call); s != nil {
+			return s
+		}
+	}
+	return nil
+}
+
 // ReportTimeout returns the first report timeout a chained policy sets.
 func (c chain) ReportTimeout(call Call) time.Duration {
 	for _, p := range c {
@@ -429,4 +439,29 @@ func (a TimeoutAction) String() string {
 		return "approve"
 	}
 	return fmt.Sprintf("TimeoutAction(%d)", int(a))
+}
+
+// Shadow is what a rule in shadow mode (`mode: shadow`) would have
+// decided about a call: recorded beside the call and counted, never
+// enforced, so a team can watch a rule on live traffic before switching
+// it on.
+type Shadow struct {
+	Rule   string `json:"rule"`
+	Action string `json:"action"`
+}
+
+// ShadowPolicy is a policy with rules in shadow mode.
+type ShadowPolicy interface {
+	// ShadowFor is the verdict of the policy with its shadow rules
+	// enforced, when one of them decides call; nil otherwise.
+	ShadowFor(call Call) *Shadow
+}
+
+// ShadowOf is p's shadow verdict on call, nil when no shadow rule would
+// decide it.
+func ShadowOf(p ToolPolicy, call Call) *Shadow {
+	if s, ok := p.(ShadowPolicy); ok {
+		return s.ShadowFor(call)
+	}
+	return nil
 }

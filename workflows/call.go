@@ -84,6 +84,9 @@ type callRun struct {
 	state       CallState
 	requestedAt time.Time
 	eval        activities.Evaluation
+	// judged: eval holds the policy's evaluation (a reserved tool's call
+	// is refused before any).
+	judged bool
 	// stickyKey is the key of the sticky decisions that may decide the
 	// call, once it asks.
 	stickyKey string
@@ -233,6 +236,7 @@ func (c *callRun) evaluate(ctx workflow.Context, call policy.Call, lookupSession
 	if err := workflow.ExecuteLocalActivity(lctx, a.Evaluate, in).Get(ctx, &c.eval); err != nil {
 		return fmt.Errorf("evaluate policy: %w", err)
 	}
+	c.judged = true
 	return nil
 }
 

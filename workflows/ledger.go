@@ -144,6 +144,12 @@ func (c *callRun) submittedEntry(ctx workflow.Context) ledger.Entry {
 		Tool: call.Tool, Execution: executionName(call.Execution), Args: args,
 		Rule: c.eval.Rule, PolicyVersion: c.eval.PolicyVersion, Statement: c.submission,
 	}
+	if c.judged {
+		e.Verdict = c.eval.Verdict()
+	}
+	if s := c.eval.Shadow; s != nil {
+		e.Shadow = &ledger.Shadow{Rule: s.Rule, Action: s.Action}
+	}
 	if p := c.eval.Preview; p != nil {
 		e.Preview = p
 	}

@@ -190,7 +190,11 @@ func writeExplained(w io.Writer, rs []rules.Explained) {
 		if r.Line > 0 {
 			where = fmt.Sprintf(" (line %d)", r.Line)
 		}
-		fmt.Fprintf(w, "%d. %s%s: %s\n", i+1, visible.Line(r.Name), where, r.Action)
+		mode := ""
+		if r.Shadow {
+			mode = " (shadow: evaluated and recorded, not enforced)"
+		}
+		fmt.Fprintf(w, "%d. %s%s: %s%s\n", i+1, visible.Line(r.Name), where, r.Action, mode)
 		if len(r.Tools) > 0 {
 			fmt.Fprintf(w, "   tools:   %s\n", visible.Line(strings.Join(r.Tools, ", ")))
 		}

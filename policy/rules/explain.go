@@ -21,16 +21,23 @@ type Explained struct {
 	// run (policy.SandboxGrant.Describe); empty for a deny rule.
 	Sandbox string               `json:"sandbox,omitempty"`
 	Grant   *policy.SandboxGrant `json:"grant,omitempty"`
+	// Shadow: the rule is in shadow mode, evaluated and recorded, never
+	// enforced.
+	Shadow bool `json:"shadow,omitempty"`
 }
 
 // Explain lists the rules in the order they are tried (deny, ask, allow,
 // then the default), each with what it grants the processes of its calls.
 func (p *Policy) Explain() []Explained {
 	var out []Explained
-	for _, tier := range [][]*rule{p.deny, p.ask, p.allow, {p.fallback}} {
+	all := p.tiers
+	if p.shadowed != nil {
+		all = p.shadowed.tiers // shadow rules are listed where they would be tried
+	}
+	for _, tier := range [][]*rule{all.deny, all.ask, all.allow, {p.fallback}} {
 		for _, r := range tier {
 			e := Explained{Name: r.name, Line: r.line, Action: r.action, Tools: r.tools, Reason: r.reason, Groups: r.groups, Approvals: r.approvals,
-				Passkey: r.action == ActionAsk && r.passkey}
+				Passkey: r.action == ActionAsk && r.passkey, Shadow: r.shadow}
 			if r.cond != nil {
 				e.When = r.cond.src
 			}

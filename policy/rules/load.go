@@ -78,7 +78,7 @@ var topFields = []string{"workspace", "default", "rules", "tools", "redact", "af
 var ruleFields = []string{
 	"name", "tool", "tools", "when", "action", "reason", "message", "groups", "timeout",
 	"on_timeout", "remind_after", "escalate_after", "escalate_to", "sticky_by", "report_timeout", "examples",
-	"approvals", "distinct_groups", "user", "passkey", "sandbox",
+	"approvals", "distinct_groups", "user", "passkey", "sandbox", "mode",
 }
 
 // actionFields are the fields of a rule that say what it does; the
@@ -115,7 +115,29 @@ func (l *loader) policy(root *yaml.Node, opts Options) *Policy {
 	p.after = l.after(top["after"])
 	p.guards = l.guards(top["guards"], p.workspace)
 	p.quotas = l.quotas(top["quotas"])
+	if len(l.all.deny)+len(l.all.ask)+len(l.all.allow) > len(p.deny)+len(p.ask)+len(p.allow) {
+		shadowed := *p
+		shadowed.tiers = l.all
+		p.shadowed = &shadowed
+	}
 	return p
+}
+
+// mode reads a rule's mode: enforce (the default) or shadow, which
+// evaluates and records the rule without enforcing it.
+func (l *loader) mode(n *yaml.Node, where string) (shadow bool) {
+	if n == nil {
+		return false
+	}
+	switch m := l.str(n, where+": mode"); m {
+	case "enforce":
+		return false
+	case "shadow":
+		return true
+	default:
+		l.errorf(n, "%s: mode must be enforce or shadow, not %q", where, m)
+		return false
+	}
 }
 
 func (l *loader) defaultRule(n *yaml.Node) *rule {
@@ -321,13 +343,10 @@ func (l *loader) rules(p *Policy, n *yaml.Node) {
 			}
 			r.sandbox = l.sandbox(n, where, l.own)
 		}
-		switch r.action {
-		case ActionDeny:
-			p.deny = append(p.deny, r)
-		case ActionAsk:
-			p.ask = append(p.ask, r)
-		case ActionAllow:
-			p.allow = append(p.allow, r)
+		r.shadow = l.mode(f["mode"], where)
+		l.all.add(r)
+		if !r.shadow {
+			p.tiers.add(r)
 		}
 		if en := f["examples"]; en != nil {
 			all = append(all, ruleExamples{rule: r, where: where, cases: l.examples(en, where)})

@@ -255,3 +255,8 @@ func (r *Reloader) AgentTools() []AgentTool { return r.Current().AgentTools() }
 func (r *Reloader) SandboxFor(call policy.Call) *policy.SandboxGrant {
 	return r.Current().SandboxFor(call)
 }
+
+// ShadowFor implements policy.ShadowPolicy with the current policy.
+func (r *Reloader) ShadowFor(call policy.Call) *policy.Shadow {
+	return r.Current().ShadowFor(call)
+}

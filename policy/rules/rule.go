@@ -53,6 +53,9 @@ type rule struct {
 	// sandbox grants its calls' processes more than the sandbox's default
 	// (allow and ask rules); nil: the default.
 	sandbox *policy.SandboxGrant
+	// shadow: `mode: shadow`, evaluated and recorded (Policy.ShadowFor),
+	// never enforced.
+	shadow bool
 }
 
 // matches reports whether the call is one of r's tools and satisfies its

@@ -190,16 +190,17 @@ type Policy struct {
 	name      string
 	version   string
 	workspace string
-	deny      []*rule
-	ask       []*rule
-	allow     []*rule
-	byName    map[string]*rule
-	fallback  *rule
-	guards    *guards
-	redactor  *redactor
-	after     []*afterRule
-	quotas    []Quota
-	tools     map[string]*agentTool
+	// tiers are the enforced rules; shadowed is the policy with its
+	// shadow rules enforced too (nil without any), for ShadowFor.
+	tiers
+	shadowed *Policy
+	byName   map[string]*rule
+	fallback *rule
+	guards   *guards
+	redactor *redactor
+	after    []*afterRule
+	quotas   []Quota
+	tools    map[string]*agentTool
 }
 
 var (
@@ -209,7 +210,39 @@ var (
 	_ policy.QuotaPolicy      = (*Policy)(nil)
 	_ policy.AgentToolPolicy  = (*Policy)(nil)
 	_ policy.OutrightDenier   = (*Policy)(nil)
+	_ policy.ShadowPolicy     = (*Policy)(nil)
 )
+
+// tiers are rules in the order they are tried: deny, then ask, then
+// allow, each in file order.
+type tiers struct {
+	deny, ask, allow []*rule
+}
+
+func (t *tiers) add(r *rule) {
+	switch r.action {
+	case ActionDeny:
+		t.deny = append(t.deny, r)
+	case ActionAsk:
+		t.ask = append(t.ask, r)
+	case ActionAllow:
+		t.allow = append(t.allow, r)
+	}
+}
+
+// ShadowFor implements policy.ShadowPolicy: when one of the file's
+// `mode: shadow` rules would decide call were it enforced, what it would
+// do. Evaluate never applies them.
+func (p *Policy) ShadowFor(call policy.Call) *policy.Shadow {
+	if p.shadowed == nil {
+		return nil
+	}
+	v := p.shadowed.evaluate(call)
+	if r := p.byName[v.Rule]; r == nil || !r.shadow {
+		return nil
+	}
+	return &policy.Shadow{Rule: v.Rule, Action: string(v.Action)}
+}
 
 // Name returns the file name the policy was loaded from.
 func (p *Policy) Name() string { return p.name }

@@ -38,6 +38,8 @@ type loader struct {
 	errs []error
 	// own are toolgate's own files, which no sandbox grant may reach.
 	own []string
+	// all are the file's rules, shadow ones included.
+	all tiers
 }
 
 func (l *loader) errorf(n *yaml.Node, format string, args ...any) {
