@@ -101,6 +101,7 @@ func (i *inbox) table() []inboxRoute {
 		{"POST", "/sessions/{session}/revoke", i.change(i.revoke)},
 		{"POST", "/sessions/{session}/end", i.change(i.endSession)},
 		{"GET", "/audit", i.page(i.auditPage)},
+		{"GET", "/stats", i.page(i.statsPage)},
 		{"GET", "/inbox/pending.json", i.json(i.pendingJSON)},
 		{"GET", "/inbox/state.json", i.json(i.stateJSON)},
 		{"GET", "/static/", staticFiles},

@@ -30,7 +30,7 @@ var webFS embed.FS
 var inboxPages = func() map[string]*template.Template {
 	funcs := pageFuncs
 	pages := map[string]*template.Template{}
-	for _, name := range []string{"login", "list", "call", "session", "audit", "error"} {
+	for _, name := range []string{"login", "list", "call", "session", "audit", "stats", "error"} {
 		pages[name] = template.Must(template.New(name).Funcs(funcs).ParseFS(webFS, "web/templates/layout.html", "web/templates/"+name+".html"))
 	}
 	return pages
@@ -84,13 +84,16 @@ type pageData struct {
 	CSRF string
 	// Auditor: the signed-in token reads only.
 	Auditor bool
-	Error   string
-	Notice  string
-	Body    any
+	// Stats: the signed-in token may read the approval statistics
+	// (inboxstats.go), which the navigation then links.
+	Stats  bool
+	Error  string
+	Notice string
+	Body   any
 }
 
 func (i *inbox) pageData(s *inboxSession, title string, body any) pageData {
-	return pageData{Title: title, User: s.principal.Name, CSRF: s.csrf, Auditor: s.principal.Role == RoleAuditor, Body: body}
+	return pageData{Title: title, User: s.principal.Name, CSRF: s.csrf, Auditor: s.principal.Role == RoleAuditor, Stats: mayReadStats(s.principal), Body: body}
 }
 
 // render writes a page; a template error is logged and answered with a
