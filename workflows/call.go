@@ -236,6 +236,12 @@ func (c *callRun) evaluate(ctx workflow.Context, call policy.Call, lookupSession
 	if err := workflow.ExecuteLocalActivity(lctx, a.Evaluate, in).Get(ctx, &c.eval); err != nil {
 		return fmt.Errorf("evaluate policy: %w", err)
 	}
+	if !c.judged && lookupSession {
+		if v := c.eval.Verdict(); v != "" {
+			workflow.GetMetricsHandler(ctx).WithTags(map[string]string{"verdict": v, "rule": c.eval.Rule, "tool": call.Tool}).
+				Counter(MetricVerdicts).Inc(1)
+		}
+	}
 	c.judged = true
 	return nil
 }
