@@ -76,6 +76,9 @@ type Activities struct {
 	// that need them (VerifyPasskey); nil: such approvals are refused.
 	Passkeys     Passkeys
 	RelyingParty passkey.RelyingParty
+	// Tracing exports the calls' spans (TraceCall); nil: no tracing, and
+	// no call asks for it.
+	Tracing *Tracing
 
 	// reads shares the describes of busy sessions among this worker's
 	// calls.
@@ -158,6 +161,10 @@ type Evaluation struct {
 	// Shadow is what a `mode: shadow` rule would have decided, when one
 	// would: recorded in the call's ledger entry, never enforced.
 	Shadow *policy.Shadow `json:"shadow,omitempty"`
+	// Trace is set when this worker exports traces: the call emits its
+	// spans when it ends (TraceCall). Recorded here, so that the call's
+	// workflow branches on its history, never on a worker's settings.
+	Trace *TraceSettings `json:"trace,omitempty"`
 }
 
 // Verdict is what the policy said about the call: allow, ask or deny; ""
@@ -203,6 +210,7 @@ func (a *Activities) Evaluate(ctx context.Context, in EvaluateInput) (Evaluation
 		HasHandler:    a.Handler != nil,
 		Channels:      a.channelNames(),
 		AtBaseline:    true,
+		Trace:         a.Tracing.settings(),
 	}
 	if in.CheckSubmission {
 		at := in.StartedAt
@@ -245,8 +253,6 @@ func (a *Activities) Evaluate(ctx context.Context, in EvaluateInput) (Evaluation
 	if req != nil {
 		ev.Ask = req
 		ev.Rule = req.Rule
-	} else {
-		ev.Rule = policy.AllowRuleOf(a.Policy, call) // for the result, the ledger and the metrics
 	}
 	ev.Sandbox = policy.SandboxOf(a.Policy, call)
 	if req != nil || in.Preview {

@@ -18,6 +18,7 @@ import (
 
 	tgclient "github.com/toolgate/toolgate/client"
 	"github.com/toolgate/toolgate/policy"
+	"github.com/toolgate/toolgate/traceparent"
 	"github.com/toolgate/toolgate/workflows"
 )
 
@@ -74,6 +75,7 @@ func (c *Client) exchange(ctx context.Context, method, path string, body any) (i
 	}
 	req.Header.Set("Authorization", "Bearer "+c.token)
 	req.Header.Set("Content-Type", "application/json")
+	traceparent.ToHeader(ctx, req.Header) // the caller's trace, when ctx carries one
 	resp, err := c.http.Do(req)
 	if err != nil {
 		return 0, nil, nil, fmt.Errorf("toolgate API at %s: %w", c.base, err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"sync"
 	"time"
@@ -44,6 +45,12 @@ type Options struct {
 	// PostgreSQL); DataDir is then unused. Their schemas must be set up
 	// already; the namespace is registered through the frontend if absent.
 	SQL *SQLStores
+	// ServerTraces lets the server export its own spans when the
+	// environment says so (OTEL_TRACES_EXPORTER=otlp and the OTLP
+	// variables): tens of MB a minute. False: the server is built without
+	// seeing OTEL_TRACES_EXPORTER, so toolgate's own tracing, set with the
+	// same variables, does not turn the server's on.
+	ServerTraces bool
 }
 
 // SQLStores are the databases of a server that does not use SQLite.
@@ -99,6 +106,9 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 		}
 	}
 
+	if !o.ServerTraces {
+		defer hideEnv(envTracesExporter)()
+	}
 	gate := newLogGate()
 	serverLogger := log.NewZapLogger(gate.wrap(o.Logger.Named("temporal")))
 	dc, stopForcing := newDynamicConfig()
@@ -215,4 +225,20 @@ func (s *Server) Stop() error {
 		s.logger.Debug("devserver stopped", zap.Duration("took", time.Since(began)), zap.Error(s.stopErr))
 	})
 	return s.stopErr
+}
+
+// envTracesExporter is the variable whose "otlp" turns the server's own
+// tracing on (go.temporal.io/server/common/telemetry, read with
+// os.LookupEnv while the server is built and started).
+const envTracesExporter = "OTEL_TRACES_EXPORTER"
+
+// hideEnv unsets a variable until restore is called. The server reads it
+// from the process's environment, with no option to say otherwise.
+func hideEnv(name string) (restore func()) {
+	v, ok := os.LookupEnv(name)
+	if !ok {
+		return func() {}
+	}
+	_ = os.Unsetenv(name)
+	return func() { _ = os.Setenv(name, v) }
 }

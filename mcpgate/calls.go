@@ -14,6 +14,7 @@ import (
 
 	tgclient "github.com/toolgate/toolgate/client"
 	"github.com/toolgate/toolgate/tool"
+	"github.com/toolgate/toolgate/traceparent"
 	"github.com/toolgate/toolgate/workflows"
 )
 
@@ -55,7 +56,7 @@ func (h *handler) call(ctx context.Context, req *mcp.CallToolRequest) (*mcp.Call
 		log.Info("MCP call joins the identical call still waiting", zap.String("joined", joined))
 		return h.awaitAsWaiter(ctx, req, desc, key, joined), nil
 	}
-	_, err = h.g.agent.Submit(ctx, call)
+	_, err = h.g.agent.Submit(callerTrace(ctx, req), call)
 	var input *tgclient.InputError
 	switch {
 	case errors.As(err, &input), errors.Is(err, tgclient.ErrNotYourSession):
@@ -68,6 +69,17 @@ func (h *handler) call(ctx context.Context, req *mcp.CallToolRequest) (*mcp.Call
 	}
 	log.Info("MCP call submitted")
 	return h.awaitAsWaiter(ctx, req, desc, key, call.CallID), nil
+}
+
+// callerTrace hands the request's _meta.traceparent (and tracestate), the
+// MCP client's trace, to the submission, over the HTTP API or Temporal;
+// a traceparent on /mcp's HTTP request is in ctx already, and _meta's
+// wins over it.
+func callerTrace(ctx context.Context, req *mcp.CallToolRequest) context.Context {
+	meta := req.Params.GetMeta()
+	tp, _ := meta[traceparent.Field].(string)
+	ts, _ := meta[traceparent.StateField].(string)
+	return traceparent.Into(ctx, tp, ts)
 }
 
 // awaitAsWaiter is await for a tools/call counted among the waiters of

@@ -1,7 +1,8 @@
 // Package metrics exposes the Temporal SDK's metrics and toolgate's own in
-// Prometheus form. The SDK and toolgate's workflows and activities write
-// through one client.MetricsHandler (toolgate's names are in
-// workflows.Metric* and activities.Metric*); HTTP serves them at /metrics.
+// Prometheus form, and to an OpenTelemetry meter when OTLP export is on.
+// The SDK and toolgate's workflows and activities write through one
+// client.MetricsHandler (toolgate's names are in workflows.Metric* and
+// activities.Metric*); HTTP serves them at /metrics.
 package metrics
 
 import (
@@ -13,7 +14,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/uber-go/tally/v4"
 	"github.com/uber-go/tally/v4/prometheus"
+	"go.opentelemetry.io/otel/metric"
 	"go.temporal.io/sdk/client"
+	sdkotel "go.temporal.io/sdk/contrib/opentelemetry"
 	sdktally "go.temporal.io/sdk/contrib/tally"
 )
 
@@ -27,7 +30,12 @@ type Metrics struct {
 }
 
 // New returns a registry with Go runtime metrics, ready for the SDK.
-func New() *Metrics {
+func New() *Metrics { return NewWithMeter(nil, nil) }
+
+// NewWithMeter is New whose handler also writes every metric to meter
+// (OTLP export); nil meter: Prometheus alone. onError hears the meter's
+// errors (nil: they are dropped; the SDK's default panics).
+func NewWithMeter(meter metric.Meter, onError func(error)) *Metrics {
 	reg := prom.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	reporter := prometheus.NewReporter(prometheus.Options{Registerer: reg, DefaultTimerType: prometheus.HistogramTimerType})
@@ -36,7 +44,15 @@ func New() *Metrics {
 		Separator:       prometheus.DefaultSeparator,
 		SanitizeOptions: &sdktally.PrometheusSanitizeOptions,
 	}, time.Second)
-	return &Metrics{Handler: sdktally.NewMetricsHandler(scope), HTTP: reporter.HTTPHandler(), closer: closer}
+	m := &Metrics{Handler: sdktally.NewMetricsHandler(scope), HTTP: reporter.HTTPHandler(), closer: closer}
+	if meter != nil {
+		if onError == nil {
+			onError = func(error) {}
+		}
+		otel := sdkotel.NewMetricsHandler(sdkotel.MetricsHandlerOptions{Meter: meter, OnError: onError, UseMonotonicCounters: true})
+		m.Handler = fanout{m.Handler, otel}
+	}
+	return m
 }
 
 // Close flushes and stops the registry.

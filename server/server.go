@@ -181,7 +181,7 @@ func New(cfg Config) *Handler {
 	if cfg.MCP != nil {
 		mux.Handle("/mcp", cfg.MCP)
 	}
-	return &Handler{Handler: mux, codec: codec}
+	return &Handler{Handler: withCallerTrace(mux), codec: codec}
 }
 
 //go:embed openapi.json

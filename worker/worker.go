@@ -58,6 +58,10 @@ type Options struct {
 	// refused.
 	Passkeys     activities.Passkeys
 	RelyingParty passkey.RelyingParty
+	// Tracing emits each call's spans when it ends (package calltrace);
+	// nil: no spans. The caller's trace reaches a call through the SDK's
+	// tracing interceptor on the client c was dialled with.
+	Tracing *activities.Tracing
 	// Worker passes options through to the Temporal worker (pollers,
 	// concurrency, cache). Zero values are the SDK's defaults.
 	Worker sdkworker.Options
@@ -74,6 +78,9 @@ func New(c client.Client, o Options) (sdkworker.Worker, error) {
 	}
 	wo := o.Worker
 	wo.Interceptors = append(slices.Clone(wo.Interceptors), workflows.DoorsInterceptor(o.Doors))
+	if o.Tracing != nil {
+		wo.Interceptors = append(wo.Interceptors, workflows.CallerTraceInterceptor())
+	}
 	w := sdkworker.New(c, o.TaskQueue, wo)
 	w.RegisterWorkflowWithOptions(workflows.ToolCallWorkflow, workflow.RegisterOptions{Name: workflows.ToolCallWorkflowType})
 	w.RegisterWorkflowWithOptions(workflows.ToolgateSession, workflow.RegisterOptions{Name: workflows.SessionWorkflowType})
@@ -96,6 +103,7 @@ func New(c client.Client, o Options) (sdkworker.Worker, error) {
 		Doors:          o.Doors,
 		Passkeys:       o.Passkeys,
 		RelyingParty:   o.RelyingParty,
+		Tracing:        o.Tracing,
 	})
 	return w, nil
 }

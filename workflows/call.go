@@ -10,6 +10,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/toolgate/toolgate/activities"
+	"github.com/toolgate/toolgate/calltrace"
 	"github.com/toolgate/toolgate/policy"
 	"github.com/toolgate/toolgate/statement"
 )
@@ -58,9 +59,11 @@ func ToolCallWorkflow(ctx workflow.Context, in CallInput) (Result, error) {
 	if err == nil {
 		// Logged whatever happens next: a cancel no longer stops it.
 		dctx, _ := workflow.NewDisconnectedContext(ctx)
+		traced := c.startTrace(dctx, r) // beside the ledger's append
 		if lerr := c.logFinished(dctx, r); lerr != nil {
 			return Result{}, lerr
 		}
+		c.awaitTrace(dctx, traced)
 		c.state.Result = &r // shown once it is in the ledger
 	}
 	c.awaitTold(ctx)
@@ -131,6 +134,8 @@ type callRun struct {
 	doors *statement.Doors
 	// baseline: whether the call began at versionBaseline, once asked.
 	baseline struct{ checked, on bool }
+	// trace is what the call keeps for its spans (call_trace.go).
+	trace callTrace
 }
 
 // showIdentity sets the call's identifying search attributes when whoever
@@ -156,6 +161,7 @@ func newCallRun(ctx workflow.Context, in CallInput) *callRun {
 		agentPreview: in.Preview,
 		submission:   in.Submission,
 		doors:        doorsOf(ctx),
+		trace:        callTrace{parent: callerSpan(ctx)},
 	}
 }
 
@@ -233,14 +239,13 @@ func (c *callRun) evaluate(ctx workflow.Context, call policy.Call, lookupSession
 		in.Submission, in.StartedAt = c.submission, c.requestedAt
 	}
 	lctx := workflow.WithLocalActivityOptions(ctx, localOptions)
+	began := workflow.Now(ctx)
 	if err := workflow.ExecuteLocalActivity(lctx, a.Evaluate, in).Get(ctx, &c.eval); err != nil {
 		return fmt.Errorf("evaluate policy: %w", err)
 	}
-	if !c.judged && lookupSession {
-		if v := c.eval.Verdict(); v != "" {
-			workflow.GetMetricsHandler(ctx).WithTags(map[string]string{"verdict": v, "rule": c.eval.Rule, "tool": call.Tool}).
-				Counter(MetricVerdicts).Inc(1)
-		}
+	if lookupSession { // the call's own evaluation (not an edit's)
+		c.trace.on, c.trace.verdict = c.eval.Trace, c.eval.Verdict()
+		c.trace.policy = calltrace.Step{Start: began, End: workflow.Now(ctx)} // a local activity's end moves workflow time
 	}
 	c.judged = true
 	return nil

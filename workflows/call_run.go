@@ -82,7 +82,9 @@ func (c *callRun) execute(ctx workflow.Context) (Result, error) {
 			c.note = joinNotes(c.note, "the agent runs the tool itself and does not report how it went")
 			return c.finish(ctx, StatusOK, "", nil), nil
 		}
+		c.trace.run.Start = workflow.Now(ctx)
 		err = c.awaitReport(ctx, &output)
+		c.trace.run.End = workflow.Now(ctx)
 		if c.voided != "" {
 			c.note = joinNotes(c.note, "the approval ("+describeDecision(c.state.Decision)+") was voided before the agent took it")
 			c.state.Decision = &policy.Decision{Kind: policy.DeniedWithReason, Reason: c.voided,
@@ -104,7 +106,9 @@ func (c *callRun) execute(ctx workflow.Context) (Result, error) {
 			err = nil
 		}
 	} else {
+		c.trace.run.Start = workflow.Now(ctx)
 		err = c.runTool(ctx, call, &output)
+		c.trace.run.End = workflow.Now(ctx)
 	}
 	if err != nil {
 		return c.toolFailed(ctx, err), nil

@@ -93,6 +93,13 @@ func forward(url, token string, event []byte, timeout time.Duration) ([]byte, er
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Authorization", "Bearer "+token)
+	// The agent's trace, passed on as is: toolgate checks it.
+	if tp := os.Getenv("TRACEPARENT"); tp != "" {
+		req.Header.Set("traceparent", tp)
+		if ts := os.Getenv("TRACESTATE"); ts != "" {
+			req.Header.Set("tracestate", ts)
+		}
+	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("toolgate is unreachable: %w", err)

@@ -24,6 +24,8 @@ type connection struct {
 	keys payloadKeys
 	// door signs what this process sends for whom it authenticated.
 	door doorKey
+	// otel is the process's OpenTelemetry (dev, serve, worker, mcp).
+	otel otelSetup
 }
 
 func envOr(name, fallback string) string {
@@ -65,6 +67,13 @@ func (c *connection) dial(logger *zap.Logger, metrics client.MetricsHandler) (cl
 		MetricsHandler: metrics,
 	}
 	keyring.Configure(&opts, ring)
+	tracing, err := c.otel.interceptor()
+	if err != nil {
+		return nil, err
+	}
+	if tracing != nil {
+		opts.Interceptors = append(opts.Interceptors, tracing)
+	}
 	tlsConfig, err := c.tlsConfig()
 	if err != nil {
 		return nil, usageError("%v", err)

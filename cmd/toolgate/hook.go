@@ -15,6 +15,7 @@ import (
 	tgclient "github.com/toolgate/toolgate/client"
 	"github.com/toolgate/toolgate/hook"
 	"github.com/toolgate/toolgate/server"
+	"github.com/toolgate/toolgate/traceparent"
 )
 
 func (a *app) hookCommand() *cobra.Command {
@@ -133,7 +134,10 @@ toolgate at URL and starts in milliseconds.`,
 			}
 			cfg.Logger = a.logger.Named("hook")
 			cfg.Connect = a.hookConnect(api)
-			code := cfg.Run(cmd.Context(), os.Stdin, a.stdout, a.stderr)
+			// The agent's trace (TRACEPARENT), to the call over the API or
+			// over Temporal.
+			a.conn.otel.propagate = hookTraceContext()
+			code := cfg.Run(traceparent.FromEnv(cmd.Context()), os.Stdin, a.stdout, a.stderr)
 			if code != 0 {
 				return &exitError{code: code, err: fmt.Errorf("")}
 			}

@@ -60,6 +60,11 @@ stderr; stdout carries only MCP.`,
 					return usageError("--%v", err)
 				}
 			}
+			stopOtel, err := a.conn.otel.start(cmd.Context(), a.logger.Named("otel"))
+			if err != nil {
+				return err
+			}
+			defer stopOtel()
 			opts := mcpgate.Options{Wait: wait, Session: session, Requester: requester, ActingUser: user, Logger: a.logger.Named("mcp")}
 			var agent tgclient.Agent
 			if a.api.url != "" {
@@ -97,6 +102,7 @@ stderr; stdout carries only MCP.`,
 	f.StringVar(&requester, "requester", mcpgate.DefaultRequester, "who asks, over Temporal (over --api the token names the agent)")
 	f.StringVar(&user, "user", "", "the person running the agent, over Temporal: asked in the client about calls whose rule says user: true (over --api: the token's owner)")
 	a.conn.addFlags(cmd)
+	a.conn.otel.add(cmd)
 	a.api.add(cmd)
 	return cmd
 }

@@ -82,6 +82,7 @@ in the environment (SLACK_*, SMTP_*, TOOLGATE_*; see docs/channels.md).`,
 				Namespace:        "default",
 				SearchAttributes: workflows.SearchAttributeTypes(),
 				Logger:           a.serverLogger(),
+				ServerTraces:     a.conn.otel.serverTraces,
 			})
 			if err != nil {
 				return fmt.Errorf("start embedded Temporal: %w", err)
@@ -136,6 +137,8 @@ Stop with Ctrl-C.
 	a.conn.keys.add(cmd, true)
 	a.addCodecFlags(cmd)
 	f.StringVar(&tokensFile, "tokens", os.Getenv("TOOLGATE_TOKENS_FILE"), "API tokens file (default: generate an agent and an approver token in <data-dir>/tokens.json)")
+	a.conn.otel.add(cmd)
+	f.BoolVar(&a.conn.otel.serverTraces, "otel-temporal-server", false, "let the embedded Temporal server export its own spans with the OTEL_* variables (OTEL_TRACES_EXPORTER=otlp): tens of MB a minute; off, it never reads them")
 	return cmd
 }
 
@@ -204,6 +207,7 @@ On SIGTERM it stops polling and lets running tools finish (--shutdown-timeout).`
 	lf.add(cmd, false)
 	cmd.Flags().StringVar(&wf.publicURL, "public-url", os.Getenv("TOOLGATE_PUBLIC_URL"), "the https URL people open toolgate's inbox at (serve's --public-url); its host is the passkeys' relying party, which a policy rule with passkey: true needs (env TOOLGATE_PUBLIC_URL)")
 	cmd.Flags().StringVar(&metricsAddr, "metrics", envOr("TOOLGATE_METRICS", "127.0.0.1:9090"), "serve Prometheus metrics at http://ADDR/metrics; empty disables (env TOOLGATE_METRICS)")
+	a.conn.otel.add(cmd)
 	return cmd
 }
 
@@ -249,6 +253,7 @@ func (a *app) serveCommand() *cobra.Command {
 	sf.add(cmd)
 	sess.add(cmd)
 	a.addCodecFlags(cmd)
+	a.conn.otel.add(cmd)
 	return cmd
 }
 
@@ -313,7 +318,12 @@ func (a *app) runProcesses(ctx context.Context, p processes) error {
 	if err != nil {
 		return usageError("notification settings: %v", err)
 	}
-	m := metrics.New()
+	stopOtel, err := a.conn.otel.start(ctx, a.logger.Named("otel"))
+	if err != nil {
+		return err
+	}
+	defer stopOtel() // after the worker and the listeners: their last spans go out
+	m := metrics.NewWithMeter(a.conn.otel.tel.Meter(), func(err error) { a.logger.Debug("OpenTelemetry metric", zap.Error(err)) })
 	defer m.Close()
 	a.metrics = m.Handler
 	tc, err := a.conn.dial(a.logger, m.Handler)
@@ -580,6 +590,7 @@ func (a *app) startWorker(ctx context.Context, tc client.Client, f workerFlags, 
 	if f.passkeys != nil {
 		wo.Passkeys = workerPasskeys{f.passkeys}
 	}
+	wo.Tracing = a.conn.otel.tracing()
 	w, err := worker.New(tc, wo)
 	if err != nil {
 		closeTools()

@@ -16,6 +16,12 @@ export type CallAnswer = Result | WaitingCall;
 
 export declare const FINAL: readonly NonNullable<FinalStatus>[];
 export declare function isFinal(call: CallAnswer): call is Result;
+/**
+ * traceHeaders are the W3C traceparent (and tracestate) of the active
+ * OpenTelemetry span, which every request sends when the application has
+ * @opentelemetry/api; none without it or without an active span.
+ */
+export declare function traceHeaders(): { traceparent?: string; tracestate?: string };
 export declare function deriveCallId(session: string, toolCallId: string): Promise<string>;
 
 export type SubmitRequest = Body<'POST /v1/calls'>;

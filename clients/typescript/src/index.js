@@ -5,6 +5,28 @@ import { ConflictError, InvalidRequestError, MalformedAnswerError, ToolgateError
 
 export * from './errors.js';
 
+// @opentelemetry/api, when the application has it: each request carries
+// the active span's context as a W3C traceparent, so toolgate's spans of
+// the call (execute_tool and its wait) sit in the agent's trace. Optional:
+// without it nothing is sent, and nothing else changes.
+let otel = null;
+try {
+  otel = await import('@opentelemetry/api');
+} catch {
+  // not installed: no trace context
+}
+
+/** traceHeaders are the active span's traceparent (and tracestate), or none. */
+export function traceHeaders() {
+  const span = otel?.trace.getSpan(otel.context.active());
+  const sc = span?.spanContext();
+  if (!sc || !otel.isSpanContextValid(sc)) return {};
+  const headers = { traceparent: `00-${sc.traceId}-${sc.spanId}-${(sc.traceFlags & 1) === 1 ? '01' : '00'}` };
+  const state = sc.traceState?.serialize();
+  if (state) headers.tracestate = state;
+  return headers;
+}
+
 /** The statuses of a Result; a WaitingCall's are evaluating, pending, running and approved. */
 export const FINAL = Object.freeze(['ok', 'denied', 'timed_out', 'error', 'unknown']);
 
@@ -268,6 +290,7 @@ export class Toolgate {
         response = await this.fetch(url, {
           method,
           headers: {
+            ...traceHeaders(),
             authorization: `Bearer ${this.token}`,
             accept: text ? 'text/plain, application/x-ndjson, application/json' : 'application/json',
             ...(body === undefined ? {} : { 'content-type': 'application/json' }),

@@ -207,3 +207,11 @@ test('a call that ended before (a restarted agent rejoining it) is not run again
     assert.equal(outcome.output, 'done before');
   });
 });
+
+test('a request sends no traceparent without an active OpenTelemetry span', async () => {
+  await withToolgate({ 'POST /v1/calls': result('c1', { status: 'ok', output: {} }) }, async (tg, fake) => {
+    await tg.submit({ session: 's1', tool: 'deploy', args: {} });
+    assert.equal(fake.requests[0].headers.traceparent, undefined);
+    assert.equal(fake.requests[0].headers.authorization, 'Bearer agent-token');
+  });
+});
