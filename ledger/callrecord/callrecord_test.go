@@ -168,3 +168,32 @@ func TestSealedArgumentsReadWithoutTheKeyAreSealed(t *testing.T) {
 	assert.JSONEq(t, `{"command":"ls"}`, string(rs[0].Args))
 	assert.Equal(t, "not on prod", rs[0].Decision.Reason)
 }
+
+// A keyring that lacks the key an entry was sealed with (a key retired,
+// another deployment's keyring) leaves the entry sealed: the call is
+// counted, its secrets unread, and the other calls read as ever.
+func TestAnEntryNoKeyHereOpensStaysSealed(t *testing.T) {
+	dir := t.TempDir()
+	old, _, err := keyring.LoadOrCreate(filepath.Join(dir, "old-keys.json"))
+	require.NoError(t, err)
+	w := openLedger(t, dir, old)
+	ctx := context.Background()
+	_, err = w.Append(ctx, entries("c1", "r1", callrecord.VerdictAsk, &ledger.Decision{Kind: "approved", DecidedBy: "alice", Channel: "inbox"}, "ok")...)
+	require.NoError(t, err)
+	require.NoError(t, w.Close())
+
+	current, _, err := keyring.LoadOrCreate(filepath.Join(t.TempDir(), "keys.json"))
+	require.NoError(t, err)
+	l := openLedger(t, dir, current)
+	_, err = l.Append(ctx, entries("c2", "r1", callrecord.VerdictAsk, &ledger.Decision{Kind: "approved", DecidedBy: "bob", Channel: "cli"}, "ok")...)
+	require.NoError(t, err)
+	rs, err := callrecord.Read(ctx, l, time.Time{}, time.Time{})
+	require.NoError(t, err)
+	require.Len(t, rs, 2)
+	assert.True(t, rs[0].Sealed, "c1's key is not in this keyring")
+	assert.Nil(t, rs[0].Args)
+	assert.Equal(t, "ok", rs[0].Status)
+	assert.False(t, rs[1].Sealed)
+	assert.JSONEq(t, `{"command":"ls"}`, string(rs[1].Args))
+}
+
