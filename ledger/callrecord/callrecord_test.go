@@ -196,4 +196,3 @@ func TestAnEntryNoKeyHereOpensStaysSealed(t *testing.T) {
 	assert.False(t, rs[1].Sealed)
 	assert.JSONEq(t, `{"command":"ls"}`, string(rs[1].Args))
 }
-
