@@ -253,6 +253,8 @@ func (a *Activities) Evaluate(ctx context.Context, in EvaluateInput) (Evaluation
 	if req != nil {
 		ev.Ask = req
 		ev.Rule = req.Rule
+	} else {
+		ev.Rule = policy.AllowRuleOf(a.Policy, call) // for the result, the ledger and the metrics
 	}
 	ev.Sandbox = policy.SandboxOf(a.Policy, call)
 	if req != nil || in.Preview {

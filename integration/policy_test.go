@@ -1,16 +1,25 @@
 package integration
 
 import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/toolgate/toolgate/integration/cluster"
+	"github.com/toolgate/toolgate/workflows"
 )
 
 const policyV1 = `
@@ -133,17 +142,82 @@ rules:
     tools: [read_file, list_dir]
     action: allow
 `), 0o644))
-		r := d.cli("policy", "whatif", candidate, "--since", "1h")
+		ledgerFlags := []string{"--ledger", filepath.Join(d.dataDir, "ledger.db"), "--ledger-key", filepath.Join(d.dataDir, "ledger.key")}
+		for _, from := range [][]string{ledgerFlags, {"--from", "temporal", "--since", "1h"}} {
+			r := d.cli(append([]string{"policy", "whatif", candidate}, from...)...)
+			require.Equal(t, 0, r.code, r.stderr)
+			assert.Regexp(t, `(?m)^\S+\s+q1\s+echo\s+allow\s+deny\s+no-echo`, r.stdout)
+			assert.Regexp(t, `(?m)^\s+allow -> deny\s+[4-9]`, r.stdout, "the echo calls of q1 and q2")
+			assert.NotContains(t, r.stdout, "ledger1", "the ledger write asked then and would ask now")
+			assert.Contains(t, r.stdout, "would be decided differently by "+candidate)
+		}
+
+		// Temporal forgets a call (its retention, or a delete); the
+		// ledger does not, and whatif still replays it.
+		cli, err := cluster.BuildCLI(context.Background())
+		require.NoError(t, err)
+		forgotten := "forget-me"
+		d.callJSON(0, "--session", "q5", "--id", forgotten, "echo", `{}`)
+		out, err := exec.Command(cli, "workflow", "delete", "--workflow-id", workflows.CallWorkflowID(forgotten),
+			"--address", d.address(), "--namespace", "default").CombinedOutput()
+		require.NoError(t, err, string(out))
+		require.Eventually(t, func() bool {
+			return !strings.Contains(d.cli("policy", "whatif", candidate, "--from", "temporal", "--since", "1h").stdout, forgotten)
+		}, 30*time.Second, 500*time.Millisecond, "Temporal no longer has the call")
+		r := d.cli(append([]string{"policy", "whatif", candidate}, ledgerFlags...)...)
 		require.Equal(t, 0, r.code, r.stderr)
-		assert.Regexp(t, `(?m)^\S+\s+q1\s+echo\s+allow\s+deny\s+no-echo`, r.stdout)
-		assert.Regexp(t, `(?m)^\s+allow -> deny\s+[4-9]`, r.stdout, "the echo calls of q1 and q2")
-		assert.NotContains(t, r.stdout, "ledger1", "the ledger write asked then and would ask now")
-		assert.Contains(t, r.stdout, "would be decided differently by "+candidate)
+		assert.Regexp(t, `(?m)^`+regexp.QuoteMeta(forgotten)+`\s+q5\s+echo\s+allow\s+deny\s+no-echo`, r.stdout, "the ledger still has it")
+		assert.Contains(t, r.stdout, "the ledger, calls of any age")
+
+		r = d.cliWith([]string{"TOOLGATE_KEYS="}, append([]string{"policy", "whatif", candidate}, ledgerFlags...)...)
+		require.Equal(t, 0, r.code, r.stderr)
+		assert.Regexp(t, `calls not replayed: their arguments are encrypted and no key given opens them`, r.stdout,
+			"without the keyring the sealed arguments are not guessed at")
 
 		r = d.cli("policy", "check", candidate)
 		assert.Equal(t, 0, r.code, r.stderr)
 		r = d.cli("policy", "eval", candidate, "echo", `{}`)
 		assert.Equal(t, 0, r.code)
 		assert.Contains(t, r.stdout, `"rule": "no-echo"`)
+	})
+
+	t.Run("a shadow rule records what it would have done and enforces nothing", func(t *testing.T) {
+		d := d.in(t)
+		shadowed := strings.Replace(policyV1, "quotas:", `  - name: retire-list-dir
+    tool: list_dir
+    action: deny
+    reason: list_dir is being retired
+    mode: shadow
+quotas:`, 1)
+		require.NoError(t, os.WriteFile(policyFile, []byte(shadowed), 0o644))
+		r := d.cli("policy", "explain", policyFile)
+		assert.Regexp(t, `retire-list-dir \(line \d+\): deny \(shadow: evaluated and recorded, not enforced\)`, r.stdout)
+		sum := sha256.Sum256([]byte(shadowed))
+		version := "sha256:" + hex.EncodeToString(sum[:])[:12]
+		var out map[string]any
+		require.Eventually(t, func() bool {
+			out = d.callJSON(0, "--session", "sh1", "list_dir", `{"path":"."}`)
+			return out["policy_version"] == version
+		}, 20*time.Second, 300*time.Millisecond, "the worker takes the file")
+		assert.Equal(t, "ok", out["status"], "the shadow deny refused nothing: %v", out)
+		assert.Equal(t, "reads", out["rule"])
+
+		entries := d.cli("audit", "show", out["call_id"].(string), "--json", "--ledger", filepath.Join(d.dataDir, "ledger.db"),
+			"--ledger-key", filepath.Join(d.dataDir, "ledger.key"))
+		require.Equal(t, 0, entries.code, entries.stderr)
+		assert.Contains(t, entries.stdout, `"shadow":{"action":"deny","rule":"retire-list-dir"}`, "the call's submission records it")
+		assert.Contains(t, entries.stdout, `"verdict":"allow"`)
+
+		require.EventuallyWithT(t, func(c *assert.CollectT) {
+			resp, err := http.Get("http://" + d.httpAddr + "/metrics")
+			if !assert.NoError(c, err) {
+				return
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			// Prometheus's sanitizer writes the rule's "-" as "_".
+			assert.Regexp(c, `(?m)^toolgate_shadow_verdicts\{[^}]*action="deny"[^}]*enforced="allow"[^}]*rule="retire_list_dir"[^}]*\} [1-9]`, string(body))
+			assert.Regexp(c, `(?m)^toolgate_verdicts\{[^}]*rule="reads"[^}]*tool="list_dir"[^}]*verdict="allow"[^}]*\} [1-9]`, string(body))
+		}, 15*time.Second, 200*time.Millisecond, "and counts it")
 	})
 }

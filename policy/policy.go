@@ -381,6 +381,17 @@ func (c chain) CheckAgentArgs(tool string, args json.RawMessage) error {
 	return nil
 }
 
+// AllowRule names the first rule a chained policy names for an allowed
+// call.
+func (c chain) AllowRule(call Call) string {
+	for _, p := range c {
+		if r := AllowRuleOf(p, call); r != "" {
+			return r
+		}
+	}
+	return ""
+}
+
 // ShadowFor returns the first shadow verdict a chained policy gives.
 func (c chain) ShadowFor(call Call) *Shadow {
 	for _, p := range c {
@@ -439,6 +450,21 @@ func (a TimeoutAction) String() string {
 		return "approve"
 	}
 	return fmt.Sprintf("TimeoutAction(%d)", int(a))
+}
+
+// AllowRuler is a policy that names the rule that let a call through
+// (EvaluateApproval says only that it did).
+type AllowRuler interface {
+	// AllowRule names the rule that allows call; "" when none does.
+	AllowRule(call Call) string
+}
+
+// AllowRuleOf names the rule of p that allows call, "" when p names none.
+func AllowRuleOf(p ToolPolicy, call Call) string {
+	if r, ok := p.(AllowRuler); ok {
+		return r.AllowRule(call)
+	}
+	return ""
 }
 
 // Shadow is what a rule in shadow mode (`mode: shadow`) would have

@@ -247,6 +247,12 @@ func (c *callRun) evaluate(ctx workflow.Context, call policy.Call, lookupSession
 		c.trace.on, c.trace.verdict = c.eval.Trace, c.eval.Verdict()
 		c.trace.policy = calltrace.Step{Start: began, End: workflow.Now(ctx)} // a local activity's end moves workflow time
 	}
+	if !c.judged && lookupSession {
+		if v := c.eval.Verdict(); v != "" {
+			workflow.GetMetricsHandler(ctx).WithTags(map[string]string{"verdict": v, "rule": c.eval.Rule, "tool": call.Tool}).
+				Counter(MetricVerdicts).Inc(1)
+		}
+	}
 	c.judged = true
 	return nil
 }

@@ -85,10 +85,14 @@ func (c *callRun) registerHandlers(ctx workflow.Context) error {
 // that cannot apply to this call (checkDecisionRequest) or that no
 // statement of a trusted door makes its author's.
 func (c *callRun) validateDecision(ctx workflow.Context, req DecideRequest) error {
-	if err := c.checkDecisionRequest(ctx, req); err != nil {
-		return err
+	err := c.checkDecisionRequest(ctx, req)
+	if err == nil {
+		err = c.checkCallStatement(ctx, "decide", req.Decision.Statement, policy.DecisionStatement(c.submitted(), req.Decision, c.stickyKey)) //workflowcheck:ignore
 	}
-	return c.checkCallStatement(ctx, "decide", req.Decision.Statement, policy.DecisionStatement(c.submitted(), req.Decision, c.stickyKey)) //workflowcheck:ignore
+	if err != nil {
+		workflow.GetMetricsHandler(ctx).WithTags(map[string]string{"reason": checkOf(err).RefusalType}).Counter(MetricDecisionsRefused).Inc(1)
+	}
+	return err
 }
 
 // checkDecisionRequest refuses a decision that cannot apply to this call:

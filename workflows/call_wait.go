@@ -53,8 +53,26 @@ func (c *callRun) askForDecision(ctx workflow.Context, req policy.ApprovalReques
 	if err := ctx.Err(); err != nil {
 		return err // cancelled while it waited
 	}
+	c.countAsked(ctx)
 	c.tellSession(ctx)
 	return nil
+}
+
+// countAsked records how an asked call was decided: the time it took, by
+// rule, channel and outcome, and whether a sticky decision covered it.
+func (c *callRun) countAsked(ctx workflow.Context) {
+	tags := map[string]string{"rule": c.eval.Rule, "channel": "timeout", "outcome": string(StatusTimedOut)}
+	if d := c.state.Decision; d != nil {
+		tags["channel"], tags["outcome"] = d.Channel, "denied"
+		if d.Kind.Approves() {
+			tags["outcome"] = "approved"
+		}
+		if _, sticky := stickyOrigin(d.Comment); sticky && d.Channel == "session" {
+			workflow.GetMetricsHandler(ctx).WithTags(map[string]string{"rule": c.eval.Rule, "tool": c.state.Call.Tool, "decision": d.Kind.String()}).
+				Counter(MetricStickyCovered).Inc(1)
+		}
+	}
+	workflow.GetMetricsHandler(ctx).WithTags(tags).Timer(MetricTimeToDecision).Record(workflow.Now(ctx).Sub(c.requestedAt))
 }
 
 // stickyHolds checks the statement of a sticky decision the session's

@@ -37,9 +37,13 @@ type testPolicy struct {
 	quotas map[string]policy.Quota
 	// grants are the sandbox grants of each tool's calls.
 	grants map[string]*policy.SandboxGrant
+	// shadows are what shadow rules would do with each tool's calls.
+	shadows map[string]*policy.Shadow
 }
 
 func (p *testPolicy) SandboxFor(call policy.Call) *policy.SandboxGrant { return p.grants[call.Tool] }
+
+func (p *testPolicy) ShadowFor(call policy.Call) *policy.Shadow { return p.shadows[call.Tool] }
 
 func (p *testPolicy) SessionQuota(tool string) (policy.Quota, bool) {
 	q, ok := p.quotas[tool]

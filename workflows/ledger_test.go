@@ -94,6 +94,8 @@ func (s *CallSuite) TestAnAutoApprovedCallIsInTheLedgerOnceBeforeItsToolRunsAndI
 	s.Equal("echo", e[0]["tool"])
 	s.Equal("server", e[0]["execution"])
 	s.Equal("test/1", e[0]["policy_version"])
+	s.Equal("allow", e[0]["verdict"])
+	s.Nil(e[0]["shadow"], "no shadow rule decided it")
 	s.Equal(map[string]any{"text": "hi"}, e[0]["args"])
 	s.Equal("policy", e[1]["decision"].(map[string]any)["decided_by"])
 	s.Equal("ok", e[2]["status"])
@@ -109,6 +111,7 @@ func (s *CallSuite) TestAPersonsDecisionAndTheRedactedOutputAreInTheLedger() {
 	kinds, e := s.ledger.kinds(s.T(), "c1")
 	s.Equal(callKinds, kinds)
 	s.Equal("ask-leak", e[0]["rule"])
+	s.Equal("ask", e[0]["verdict"])
 	d := e[1]["decision"].(map[string]any)
 	s.Equal("alice", d["decided_by"])
 	s.Equal([]any{"ops"}, d["groups"])
@@ -124,6 +127,7 @@ func (s *CallSuite) TestDeniedAndTimedOutCallsAreInTheLedger() {
 	kinds, e := s.ledger.kinds(s.T(), "c1")
 	s.Equal(callKinds, kinds)
 	s.Equal("frozen", e[1]["decision"].(map[string]any)["reason"])
+	s.Equal("deny", e[0]["verdict"])
 	s.Equal("denied", e[2]["status"])
 
 	s.SetupTest()
@@ -133,6 +137,21 @@ func (s *CallSuite) TestDeniedAndTimedOutCallsAreInTheLedger() {
 	kinds, e = s.ledger.kinds(s.T(), "c2")
 	s.Equal([]string{ledger.KindCallSubmitted, ledger.KindCallFinished}, kinds, "nobody decided")
 	s.Equal("timed_out", e[1]["status"])
+	s.Equal("ask", e[0]["verdict"])
+}
+
+// A shadow rule's verdict is recorded in the call's submission and
+// enforces nothing: the call its shadow deny would refuse runs.
+func (s *CallSuite) TestAShadowRulesVerdictIsRecordedAndNotEnforced() {
+	s.policy.shadows = map[string]*policy.Shadow{"echo": {Rule: "no-echo", Action: "deny"}}
+	r := s.runOne(call("c1", "echo", `{"text":"hi"}`))
+
+	s.Equal(StatusOK, r.Status, "the tool ran")
+	kinds, e := s.ledger.kinds(s.T(), "c1")
+	s.Equal(callKinds, kinds)
+	s.Equal("allow", e[0]["verdict"])
+	s.Equal(map[string]any{"rule": "no-echo", "action": "deny"}, e[0]["shadow"])
+	s.Equal("policy", e[1]["decision"].(map[string]any)["decided_by"])
 }
 
 // A ledger that is down holds the call: its status says why, the tool does

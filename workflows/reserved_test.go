@@ -43,6 +43,9 @@ func (s *CallSuite) TestACallIntoWhatToolgateKeepsForItselfIsDeniedUnlessToolgat
 			s.Equal(policy.ToolgateRequester, r.DecidedBy)
 			s.Zero(s.runs.total(), "nothing ran")
 			s.Empty(s.channel.notices, "nobody was asked")
+			kinds, e := s.ledger.kinds(s.T(), in.Call.ID)
+			s.Equal(callKinds, kinds[:3])
+			s.NotContains(e[0], "verdict", "the policy never judged it: its submission says no verdict")
 		})
 	}
 }

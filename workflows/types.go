@@ -148,6 +148,19 @@ const (
 	MetricDecisions = "toolgate_decisions"
 	// MetricApprovalWait times the wait for a person, tagged tool.
 	MetricApprovalWait = "toolgate_approval_wait"
+	// MetricVerdicts counts the policy's verdicts, tagged verdict (allow,
+	// ask, deny), rule and tool: auto-approvals, asks and denials.
+	MetricVerdicts = "toolgate_verdicts"
+	// MetricTimeToDecision times an asked call from its submission to its
+	// decision or its timeout, tagged rule, channel and outcome
+	// (approved, denied, timed_out).
+	MetricTimeToDecision = "toolgate_time_to_decision"
+	// MetricStickyCovered counts the asked calls a sticky decision of
+	// their session decided, tagged rule, tool and decision.
+	MetricStickyCovered = "toolgate_sticky_covered"
+	// MetricDecisionsRefused counts the decisions a call refused, tagged
+	// reason (the refusal's error type, e.g. NotAllowed, NoStatement).
+	MetricDecisionsRefused = "toolgate_decisions_refused"
 )
 
 // Search attributes on every call, so waiting calls are one visibility

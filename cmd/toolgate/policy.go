@@ -4,18 +4,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"slices"
 	"strings"
-	"text/tabwriter"
-	"time"
 
 	"github.com/spf13/cobra"
 
-	tgclient "github.com/toolgate/toolgate/client"
 	"github.com/toolgate/toolgate/policy"
 	"github.com/toolgate/toolgate/policy/rules"
 	"github.com/toolgate/toolgate/visible"
-	"github.com/toolgate/toolgate/workflows"
 )
 
 func (a *app) policyCommand() *cobra.Command {
@@ -88,96 +83,12 @@ directories, and whether they reach the network). A worker started with
 		},
 	}
 	explain.Flags().BoolVar(&explainJSON, "json", false, "print JSON")
-	var since time.Duration
-	whatif := &cobra.Command{
-		Use:   "whatif FILE [--since 7d]",
-		Short: "Replay recorded calls against the file and show which verdicts would change",
-		Long: `Read the calls recorded on the Temporal server (each call's request from the
-first event of its workflow history, and the verdict it got), evaluate them
-against FILE, and print every call whose verdict would change and a summary
-of the changes (allow -> ask, ask -> deny, ...). Nothing is changed.`,
-		Args: exactArgs("FILE"),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			p, err := load(args[0])
-			if err != nil {
-				return err
-			}
-			c, closeFn, err := a.client()
-			if err != nil {
-				return err
-			}
-			defer closeFn()
-			return a.whatIf(cmd, c, p, since)
-		},
-	}
-	whatif.Flags().DurationVar(&since, "since", 7*24*time.Hour, "how far back to look (e.g. 24h, 168h)")
-	a.conn.addFlags(whatif)
+	whatif := a.whatIfCommand(load)
 	for _, sub := range []*cobra.Command{check, eval, explain, whatif} {
 		sub.Flags().StringVar(&workspace, "workspace", "", "workspace directory the file's conditions and guards use, when the file sets none (default: the current directory)")
 		cmd.AddCommand(sub)
 	}
 	return cmd
-}
-
-// whatIf compares each recorded call's verdict with the candidate file's.
-func (a *app) whatIf(cmd *cobra.Command, c *tgclient.Client, p *rules.Policy, since time.Duration) error {
-	ctx := cmd.Context()
-	calls, err := c.List(ctx, tgclient.ListFilter{Since: time.Now().Add(-since), Limit: 10000})
-	if err != nil {
-		return err
-	}
-	changes := map[string]int{}
-	evaluated := 0
-	tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "CALL_ID\tSESSION\tTOOL\tWAS\tWOULD BE\tRULE")
-	for _, s := range calls {
-		was := recordedVerdict(s)
-		if was == "" {
-			continue
-		}
-		req, err := c.Request(ctx, s.CallID)
-		if err != nil {
-			return err
-		}
-		evaluated++
-		now := p.Evaluate(req)
-		if string(now.Action) == was {
-			continue
-		}
-		changes[was+" -> "+string(now.Action)]++
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", s.CallID, s.Session, s.Tool, was, now.Action, now.Rule)
-	}
-	_ = tw.Flush()
-	keys := make([]string, 0, len(changes))
-	for k := range changes {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
-	total := 0
-	for _, k := range keys {
-		total += changes[k]
-	}
-	fmt.Fprintf(a.stdout, "\n%d of %d calls in the last %s would be decided differently by %s (version %s)\n", total, evaluated, since, p.Name(), p.Version())
-	for _, k := range keys {
-		fmt.Fprintf(a.stdout, "  %-14s %d\n", k, changes[k])
-	}
-	return nil
-}
-
-// recordedVerdict is what the policy said about a recorded call: allow or
-// deny when the policy itself decided; ask when a person, a handler or a
-// sticky decision did, or one is awaited; "" when the call never reached a
-// verdict (unknown tool, bad arguments).
-func recordedVerdict(s tgclient.CallSummary) string {
-	switch {
-	case s.Status == string(workflows.StatusPending) || (s.DecidedBy != "" && s.Channel != "policy"):
-		return string(rules.ActionAsk)
-	case s.Channel == "policy" && s.Status == string(workflows.StatusDenied):
-		return string(rules.ActionDeny)
-	case s.Channel == "policy":
-		return string(rules.ActionAllow)
-	}
-	return ""
 }
 
 // writeExplained prints the rules of `policy explain`, one block each.

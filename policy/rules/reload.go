@@ -260,3 +260,6 @@ func (r *Reloader) SandboxFor(call policy.Call) *policy.SandboxGrant {
 func (r *Reloader) ShadowFor(call policy.Call) *policy.Shadow {
 	return r.Current().ShadowFor(call)
 }
+
+// AllowRule implements policy.AllowRuler with the current policy.
+func (r *Reloader) AllowRule(call policy.Call) string { return r.Current().AllowRule(call) }

@@ -211,6 +211,7 @@ var (
 	_ policy.AgentToolPolicy  = (*Policy)(nil)
 	_ policy.OutrightDenier   = (*Policy)(nil)
 	_ policy.ShadowPolicy     = (*Policy)(nil)
+	_ policy.AllowRuler       = (*Policy)(nil)
 )
 
 // tiers are rules in the order they are tried: deny, then ask, then
@@ -228,6 +229,15 @@ func (t *tiers) add(r *rule) {
 	case ActionAllow:
 		t.allow = append(t.allow, r)
 	}
+}
+
+// AllowRule implements policy.AllowRuler: the rule (or the default) that
+// allows call; "" when the file does not allow it.
+func (p *Policy) AllowRule(call policy.Call) string {
+	if v := p.evaluate(call); v.Action == ActionAllow {
+		return v.Rule
+	}
+	return ""
 }
 
 // ShadowFor implements policy.ShadowPolicy: when one of the file's
