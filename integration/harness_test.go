@@ -117,7 +117,14 @@ func start(t *testing.T, ready string, args ...string) *proc {
 // to the environment.
 func startIn(t *testing.T, dir string, env []string, ready string, args ...string) *proc {
 	t.Helper()
-	p := &proc{t: t, cmd: exec.Command(binary, args...), out: &syncBuffer{}, exited: make(chan struct{})}
+	return startProgram(t, binary, dir, env, ready, args...)
+}
+
+// startProgram is startIn for the toolgate binary at bin (a copy beside
+// companions the other tests' processes do not have).
+func startProgram(t *testing.T, bin, dir string, env []string, ready string, args ...string) *proc {
+	t.Helper()
+	p := &proc{t: t, cmd: exec.Command(bin, args...), out: &syncBuffer{}, exited: make(chan struct{})}
 	pr, pw := io.Pipe()
 	p.cmd.Stdout, p.cmd.Stderr = pw, pw
 	p.cmd.Dir = dir

@@ -41,6 +41,7 @@ import (
 func (a *app) devCommand() *cobra.Command {
 	var (
 		dataDir, httpAddr, tokensFile string
+		uiAddr                        string
 		port                          int
 		wf                            workerFlags
 		lf                            ledgerFlags
@@ -54,9 +55,12 @@ func (a *app) devCommand() *cobra.Command {
 an embedded Temporal server (state in a SQLite file under --data-dir, so it
 survives restarts and kill -9), a worker with the built-in tools and the
 default policy (or --policy FILE), and the HTTP listener: API, web inbox,
-/metrics. The Temporal gRPC port accepts the stock 'temporal' CLI and the
-Temporal Web UI. Slack, email and webhooks are used when their settings are
-in the environment (SLACK_*, SMTP_*, TOOLGATE_*; see docs/channels.md).`,
+/metrics. The Temporal gRPC port accepts the stock 'temporal' CLI. With
+toolgate-ui installed beside toolgate (go install ./cmd/...), the Temporal
+Web UI runs at --ui, read-only, decoding payloads through toolgate's codec
+endpoint for people signed in to the inbox. Slack, email and webhooks are
+used when their settings are in the environment (SLACK_*, SMTP_*,
+TOOLGATE_*; see docs/channels.md).`,
 		Args: exactArgs(),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			ctx := cmd.Context()
@@ -111,18 +115,24 @@ in the environment (SLACK_*, SMTP_*, TOOLGATE_*; see docs/channels.md).`,
 				ledgerNote = fmt.Sprintf("  ledger     %s  (toolgate audit show CALL_ID, toolgate audit verify)\n", lf.dsn)
 			}
 			ledgerNote += devPasskeysNote(lf, sf.publicURL, httpListener)
+			ui, err := a.planWebUI(uiAddr, cmd.Flags().Changed("ui"), httpAddr)
+			if err != nil {
+				return err
+			}
+			defer ui.stop()
 			return a.runProcesses(ctx, processes{worker: &wf, ledger: &lf, signIn: &sf, sessions: &sess, dev: true, madeTokens: madeTokens, own: []string{tokensFile}, hookStateDir: filepath.Join(dataDir, "http-hooks"),
 				httpAddr: httpAddr, httpListener: httpListener, dataDir: dataDir, started: func(tools []string, ws, httpURL string) {
+					ui.start(ctx, a.logger, srv.FrontendAddress(), httpURL, srv.Namespace())
 					fmt.Fprintf(a.stdout, `toolgate dev is running
   Temporal   %s  namespace %s  data %s
   worker     task queue %s; tools: %s
   workspace  %s
   tools      %s
   HTTP       %s  (API under /v1, inbox at /)
-%s%s%s%sTry in another terminal:
+%s%s%s%s%sTry in another terminal:
   toolgate call --session demo echo '{"hello":"world"}'
 Stop with Ctrl-C.
-`, srv.FrontendAddress(), srv.Namespace(), filepath.Join(dataDir, "temporal.db"), workflows.TaskQueue, strings.Join(tools, ", "), ws, toolsWords(wf.unsandboxed), httpURL, keysNote, doorsNote, ledgerNote, tokenNote)
+`, srv.FrontendAddress(), srv.Namespace(), filepath.Join(dataDir, "temporal.db"), workflows.TaskQueue, strings.Join(tools, ", "), ws, toolsWords(wf.unsandboxed), httpURL, ui.banner(), keysNote, doorsNote, ledgerNote, tokenNote)
 				}})
 		},
 	}
@@ -130,6 +140,7 @@ Stop with Ctrl-C.
 	f.StringVar(&dataDir, "data-dir", ".toolgate", "directory for the Temporal database and the default workspace")
 	f.IntVar(&port, "temporal-port", 7233, "Temporal gRPC port on 127.0.0.1 (0 picks a free one)")
 	f.StringVar(&httpAddr, "http", envOr("TOOLGATE_HTTP", "127.0.0.1:7700"), "HTTP listen address, empty disables it (env TOOLGATE_HTTP)")
+	f.StringVar(&uiAddr, "ui", envOr("TOOLGATE_UI", defaultUIAddr), "serve the Temporal Web UI at this address when toolgate-ui is installed beside toolgate (another free port when the default is taken); off disables (env TOOLGATE_UI)")
 	wf.add(cmd, "")
 	lf.add(cmd, true)
 	sf.add(cmd)
