@@ -151,6 +151,7 @@ verbs from a second terminal.`,
 		a.mcpCommand(),
 		a.namespaceCommand(),
 		a.auditCommand(),
+		a.statsCommand(),
 		a.keysCommand(),
 	)
 	return root
