@@ -108,6 +108,9 @@ rules:
 	}
 
 	t.Run("typed errors from the real server", func(t *testing.T) { typedErrorsStep(t, node, app, base, bob) })
+	t.Run("a derived call ID another agent took first does not stop the victim's gate", func(t *testing.T) {
+		squattedStep(t, node, app, base, bob)
+	})
 
 	for _, fw := range frameworks {
 		t.Run(fw.name, func(t *testing.T) {
@@ -266,6 +269,52 @@ func typedErrorsStep(t *testing.T, node, app, base string, bob apiClient) {
 	}
 	res := bob.do("GET", "/v1/calls/tc-ts-errors", nil)
 	assert.Equal(t, "ok", res.body["status"], "the first claim's run was reported: %s", res.raw)
+}
+
+// squatted is a victim's gate() whose derived call ID another agent, who
+// knows the session and the tool-call ID, submitted first.
+const squatted = `
+import { Toolgate, deriveCallId } from '@toolgate/client';
+const url = process.env.TOOLGATE_URL;
+const attacker = new Toolgate({ url, token: 'token-agent-2' });
+await attacker.submit({ session: 'squat-attacker', tool: 'lookup', args: {}, call_id: await deriveCallId('squat-victim', 'tool-1') });
+const victim = new Toolgate({ url, token: 'token-agent-1', pollSeconds: 1 });
+let runs = 0;
+const outcome = await victim.gate({ session: 'squat-victim', tool: 'deploy', args: { env: 'qa' }, toolCallId: 'tool-1' },
+  async (args) => { runs++; return { deployed: args.env }; });
+console.log(JSON.stringify({ callId: outcome.callId, status: outcome.status, runs }));
+`
+
+func squattedStep(t *testing.T, node, app, base string, bob apiClient) {
+	cmd := exec.Command(node, "--input-type=module", "-e", squatted)
+	cmd.Dir, cmd.Env = app, append(os.Environ(), "TOOLGATE_URL="+base)
+	var stdout, stderr syncBuffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	require.NoError(t, cmd.Start())
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	next := frameworkCallID("squat-victim", "tool-1") + "-1"
+	require.Eventually(t, func() bool {
+		return bob.do("GET", "/v1/calls/"+next, nil).body["status"] == "pending"
+	}, time.Minute, 50*time.Millisecond, "the victim's call waits under the next derived ID; stderr:\n%s", &stderr)
+	decide(t, bob, next, map[string]any{"decision": "approve"})
+	select {
+	case err := <-done:
+		require.NoError(t, err, "stderr:\n%s", &stderr)
+	case <-time.After(time.Minute):
+		_ = cmd.Process.Kill()
+		t.Fatalf("the program did not finish\nstderr:\n%s", &stderr)
+	}
+	var got struct {
+		CallID, Status string
+		Runs           int
+	}
+	require.NoError(t, json.Unmarshal([]byte(stdout.String()), &got), stdout.String())
+	assert.Equal(t, next, got.CallID)
+	assert.Equal(t, "ok", got.Status)
+	assert.Equal(t, 1, got.Runs, "the approved tool ran once")
+	squat := bob.do("GET", "/v1/calls/"+frameworkCallID("squat-victim", "tool-1"), nil)
+	assert.Equal(t, "squat-attacker", squat.body["session"], "the squatter's call is its own, in its own session")
 }
 
 // frameworkCallID is the TypeScript client's deriveCallId: the toolgate

@@ -22,7 +22,7 @@ export declare function isFinal(call: CallAnswer): call is Result;
  * @opentelemetry/api; none without it or without an active span.
  */
 export declare function traceHeaders(): { traceparent?: string; tracestate?: string };
-export declare function deriveCallId(session: string, toolCallId: string): Promise<string>;
+export declare function deriveCallId(session: string, toolCallId: string, generation?: number): Promise<string>;
 
 export type SubmitRequest = Body<'POST /v1/calls'>;
 export type ClaimRequest = Body<'POST /v1/calls/{call_id}/claim'>;

@@ -42,14 +42,37 @@ export function isFinal(call) {
  * same session and tool-call ID give the same call ID, so an agent that
  * restarts with the same state rejoins its call instead of asking again.
  */
-export async function deriveCallId(session, toolCallId) {
+export async function deriveCallId(session, toolCallId, generation = 0) {
   if (typeof toolCallId !== 'string' || toolCallId === '') {
     throw new TypeError('toolgate: toolCallId must be a non-empty string');
   }
   const bytes = new TextEncoder().encode(`${session}\u0000${toolCallId}`);
   const digest = new Uint8Array(await globalThis.crypto.subtle.digest('SHA-256', bytes));
-  return 'tc-' + Array.from(digest.subarray(0, 20), (b) => b.toString(16).padStart(2, '0')).join('');
+  const id = 'tc-' + Array.from(digest.subarray(0, 20), (b) => b.toString(16).padStart(2, '0')).join('');
+  return generation === 0 ? id : `${id}-${generation}`;
 }
+
+/**
+ * requireNode20 refuses an older Node.js by name: the client needs its
+ * global Web Crypto and fetch, which Node 18 lacks or hides behind flags,
+ * and would otherwise fail later with an error that says neither.
+ */
+function requireNode20() {
+  const node = globalThis.process?.versions?.node;
+  const major = Number(node?.split('.')[0]);
+  if (major > 0 && major < 20) {
+    throw new Error(`toolgate: @toolgate/client needs Node.js 20 or later; this is Node.js ${node}`);
+  }
+}
+
+/**
+ * maxGenerations bounds how many derived call IDs gate tries when others
+ * are taken: a call ID another agent submitted first (anyone who knows the
+ * session and the tool-call ID can) answers 409 conflict, and gate steps
+ * to the next, as the command hook does. A restarted agent steps the same
+ * way and rejoins its own call.
+ */
+const maxGenerations = 8;
 
 export class Toolgate {
   /**
@@ -61,6 +84,7 @@ export class Toolgate {
    * @param {typeof fetch} [options.fetch] the fetch to use (default: the global one)
    */
   constructor({ url, token, retryFor = 300_000, pollSeconds = 30, fetch: fetchFn } = {}) {
+    requireNode20();
     if (!url) throw new TypeError('toolgate: url is required (e.g. http://127.0.0.1:7700)');
     if (!token) throw new TypeError('toolgate: token is required');
     if (!(pollSeconds >= 1 && pollSeconds <= 300)) throw new RangeError('toolgate: pollSeconds must be 1 to 300');
@@ -241,12 +265,23 @@ export class Toolgate {
    */
   async gate(call, run, { signal, runName } = {}) {
     const { session, tool, args = {}, toolCallId, preview } = call;
-    const callId = call.callId ?? (toolCallId ? await deriveCallId(session, toolCallId) : 'tc-' + globalThis.crypto.randomUUID());
+    const derived = call.callId === undefined && Boolean(toolCallId);
+    let callId = call.callId ?? (derived ? await deriveCallId(session, toolCallId) : 'tc-' + globalThis.crypto.randomUUID());
     const claimedBy = runName ?? `run-${globalThis.crypto.randomUUID()}`;
     const body = { session, tool, args, call_id: callId, execution: 'agent', claim: { run: claimedBy } };
     if (preview) body.preview = preview;
     // A call the policy settles comes back decided and claimed at once.
-    let answer = await submitClaiming(this, body, { waitSeconds: this.pollSeconds, signal });
+    let answer;
+    for (let generation = 1; ; generation++) {
+      try {
+        answer = await submitClaiming(this, body, { waitSeconds: this.pollSeconds, signal });
+        break;
+      } catch (err) {
+        // Another request took the derived ID first: the next one is ours.
+        if (!(derived && err instanceof ConflictError && err.code === 'conflict' && generation < maxGenerations)) throw err;
+        callId = body.call_id = await deriveCallId(session, toolCallId, generation);
+      }
+    }
     if (answer.claim_refused) throw errorFor(409, { error: answer.claim_refused }, 'the approval could not be taken');
     if (!isFinal(answer) && answer.status !== 'approved') {
       answer = await this.wait(callId, { untilApproved: true, signal });

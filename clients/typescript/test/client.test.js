@@ -215,3 +215,49 @@ test('a request sends no traceparent without an active OpenTelemetry span', asyn
     assert.equal(fake.requests[0].headers.authorization, 'Bearer agent-token');
   });
 });
+
+test('a derived call ID another agent took first does not stop the victim: gate steps to the next and runs its tool once', async () => {
+  const taken = await deriveCallId('s1', 'tc9');
+  const next = await deriveCallId('s1', 'tc9', 1);
+  assert.equal(next, `${taken}-1`);
+  assert.equal(await deriveCallId('s1', 'tc9', 0), taken, 'generation 0 is the ID agents always derived');
+  let runs = 0;
+  await withToolgate({
+    'POST /v1/calls': (req) => (req.body.call_id === taken
+      ? apiError(409, 'conflict', `call ID ${taken} is taken by a call with other arguments`)
+      : approved(req.body.call_id, { n: 1 }, { claimed: true })),
+    [`POST /v1/calls/${next}/report`]: (req) => result(next, { status: 'ok', output: req.body.output, model_message: 'ran' }),
+  }, async (tg, fake) => {
+    const outcome = await tg.gate({ session: 's1', tool: 'deploy', args: { n: 1 }, toolCallId: 'tc9' }, () => ++runs);
+    assert.equal(outcome.status, 'ok');
+    assert.equal(outcome.callId, next);
+    assert.equal(runs, 1);
+    assert.deepEqual(fake.requests.map((r) => r.body?.call_id ?? r.path), [taken, next, `/v1/calls/${next}/report`]);
+  });
+});
+
+test('gate gives up after a bounded number of taken IDs, and never steps away from an ID the caller chose', async () => {
+  await withToolgate({
+    'POST /v1/calls': apiError(409, 'conflict', 'call ID is taken'),
+  }, async (tg, fake) => {
+    await assert.rejects(tg.gate({ session: 's1', tool: 'deploy', args: {}, toolCallId: 'tc10' }, () => assert.fail('never runs')),
+      (err) => err instanceof ConflictError && err.code === 'conflict');
+    assert.equal(fake.requests.length, 8, 'eight derived IDs tried');
+    assert.equal(new Set(fake.requests.map((r) => r.body.call_id)).size, 8);
+  });
+  await withToolgate({
+    'POST /v1/calls': apiError(409, 'conflict', 'call ID is taken'),
+  }, async (tg, fake) => {
+    await assert.rejects(tg.gate({ session: 's1', tool: 'deploy', args: {}, callId: 'mine' }, () => assert.fail('never runs')), ConflictError);
+    assert.equal(fake.requests.length, 1, "the caller's own ID is not replaced");
+  });
+});
+
+test('on Node.js older than 20 the client says it needs 20', async () => {
+  const { execFileSync } = await import('node:child_process');
+  const script = `Object.defineProperty(process.versions, 'node', { value: '18.19.0' });
+    const { Toolgate } = await import(${JSON.stringify(new URL('../src/index.js', import.meta.url).href)});
+    try { new Toolgate({ url: 'http://127.0.0.1:1', token: 't' }); console.log('no error'); } catch (err) { console.log(err.message); }`;
+  const out = execFileSync(process.execPath, ['--input-type=module', '-e', script], { encoding: 'utf8' });
+  assert.match(out, /@toolgate\/client needs Node\.js 20 or later; this is Node\.js 18\.19\.0/);
+});
