@@ -231,8 +231,11 @@ await agent.report('tc-ts-errors', { output: 'done', run: 'first' });
 console.log(JSON.stringify(out));
 `
 
-func typedErrorsStep(t *testing.T, node, app, base string, bob apiClient) {
-	cmd := exec.Command(node, "--input-type=module", "-e", typedErrors)
+// runApproving runs a program of the client's in app, approves callID
+// as bob once it waits, and returns what the program printed.
+func runApproving(t *testing.T, node, app, base, program, callID string, bob apiClient) string {
+	t.Helper()
+	cmd := exec.Command(node, "--input-type=module", "-e", program)
 	cmd.Dir, cmd.Env = app, append(os.Environ(), "TOOLGATE_URL="+base)
 	var stdout, stderr syncBuffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
@@ -240,9 +243,9 @@ func typedErrorsStep(t *testing.T, node, app, base string, bob apiClient) {
 	done := make(chan error, 1)
 	go func() { done <- cmd.Wait() }()
 	require.Eventually(t, func() bool {
-		return bob.do("GET", "/v1/calls/tc-ts-errors", nil).body["status"] == "pending"
-	}, time.Minute, 50*time.Millisecond, "stderr:\n%s", &stderr)
-	decide(t, bob, "tc-ts-errors", map[string]any{"decision": "approve"})
+		return bob.do("GET", "/v1/calls/"+callID, nil).body["status"] == "pending"
+	}, time.Minute, 50*time.Millisecond, "call %s waits; stderr:\n%s", callID, &stderr)
+	decide(t, bob, callID, map[string]any{"decision": "approve"})
 	select {
 	case err := <-done:
 		require.NoError(t, err, "stderr:\n%s", &stderr)
@@ -250,8 +253,13 @@ func typedErrorsStep(t *testing.T, node, app, base string, bob apiClient) {
 		_ = cmd.Process.Kill()
 		t.Fatalf("the program did not finish\nstderr:\n%s", &stderr)
 	}
+	return stdout.String()
+}
+
+func typedErrorsStep(t *testing.T, node, app, base string, bob apiClient) {
+	out := runApproving(t, node, app, base, typedErrors, "tc-ts-errors", bob)
 	var got map[string]map[string]any
-	require.NoError(t, json.Unmarshal([]byte(stdout.String()), &got), stdout.String())
+	require.NoError(t, json.Unmarshal([]byte(out), &got), out)
 	expect := map[string][3]any{ // class, status, code
 		"bad token":        {"UnauthorizedError", 401.0, "unauthorized"},
 		"unreachable":      {"UnreachableError", 0.0, "unreachable"},
@@ -261,7 +269,7 @@ func typedErrorsStep(t *testing.T, node, app, base string, bob apiClient) {
 	}
 	for name, want := range expect {
 		e := got[name]
-		require.NotNil(t, e, "%s: %s", name, stdout.String())
+		require.NotNil(t, e, "%s: %s", name, out)
 		assert.Equal(t, want[0], e["class"], name)
 		assert.Equal(t, want[1], e["status"], name)
 		assert.Equal(t, want[2], e["code"], name)
@@ -286,30 +294,14 @@ console.log(JSON.stringify({ callId: outcome.callId, status: outcome.status, run
 `
 
 func squattedStep(t *testing.T, node, app, base string, bob apiClient) {
-	cmd := exec.Command(node, "--input-type=module", "-e", squatted)
-	cmd.Dir, cmd.Env = app, append(os.Environ(), "TOOLGATE_URL="+base)
-	var stdout, stderr syncBuffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	require.NoError(t, cmd.Start())
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
+	// The victim's call waits under the next derived ID.
 	next := frameworkCallID("squat-victim", "tool-1") + "-1"
-	require.Eventually(t, func() bool {
-		return bob.do("GET", "/v1/calls/"+next, nil).body["status"] == "pending"
-	}, time.Minute, 50*time.Millisecond, "the victim's call waits under the next derived ID; stderr:\n%s", &stderr)
-	decide(t, bob, next, map[string]any{"decision": "approve"})
-	select {
-	case err := <-done:
-		require.NoError(t, err, "stderr:\n%s", &stderr)
-	case <-time.After(time.Minute):
-		_ = cmd.Process.Kill()
-		t.Fatalf("the program did not finish\nstderr:\n%s", &stderr)
-	}
+	out := runApproving(t, node, app, base, squatted, next, bob)
 	var got struct {
 		CallID, Status string
 		Runs           int
 	}
-	require.NoError(t, json.Unmarshal([]byte(stdout.String()), &got), stdout.String())
+	require.NoError(t, json.Unmarshal([]byte(out), &got), out)
 	assert.Equal(t, next, got.CallID)
 	assert.Equal(t, "ok", got.Status)
 	assert.Equal(t, 1, got.Runs, "the approved tool ran once")
