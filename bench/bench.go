@@ -123,6 +123,11 @@ type Report struct {
 	// AutoEncrypted: the auto-approved call on a worker whose client
 	// encrypts every payload (AES-256-GCM, keyring.Codec).
 	AutoEncrypted Latency `json:"auto_encrypted"`
+	// AutoTraced: the auto-approved call on a worker that exports traces
+	// and metrics over OTLP, set up as `toolgate worker --otel-endpoint`
+	// sets it up; Traced: what it exported.
+	AutoTraced Latency     `json:"auto_traced"`
+	Traced     TraceExport `json:"traced"`
 	// AutoNotIdempotent: the auto-approved call of a tool that is not
 	// idempotent, which records its start mark on the server first.
 	AutoNotIdempotent Latency `json:"auto_not_idempotent"`
@@ -180,6 +185,9 @@ type Ratios struct {
 	// throughputs (target ≥ 0.95).
 	AutoEncryptedAutoP50     float64 `json:"auto_encrypted_auto_p50"`
 	ThroughputEncryptedPlain float64 `json:"throughput_encrypted_plain"`
+	// AutoTracedAutoP50: the auto-approved call traced over untraced
+	// (target ≤ 1.05).
+	AutoTracedAutoP50 float64 `json:"auto_traced_auto_p50"`
 	// HookHTTPBaseP50 and HookCommandBaseP50: a coding agent's PreToolUse
 	// for an auto-allowed tool, over the HTTP hook and through a fresh
 	// toolgate-hook process, over the bare workflow timed in the same
@@ -261,6 +269,14 @@ func Run(ctx context.Context, o Options, out io.Writer) (Report, error) {
 	if o.EagerStart {
 		encrypted = encrypted.WithEagerStart()
 	}
+	traced, err := startTracedWorker(ctx, dialOpts, benchTools(), o.Logger)
+	if err != nil {
+		return Report{}, err
+	}
+	defer traced.stop()
+	if o.EagerStart {
+		traced.calls = traced.calls.WithEagerStart()
+	}
 
 	calls := tgclient.New(tc, benchQueue).WithDoor(benchDoor)
 	if o.EagerStart {
@@ -272,7 +288,7 @@ func Run(ctx context.Context, o Options, out io.Writer) (Report, error) {
 	if o.EagerStart {
 		ledgered = ledgered.WithEagerStart()
 	}
-	b := &runner{o: o, tc: tc, calls: calls, ledgered: ledgered, encrypted: encrypted, dbPath: dbPath, run: strconv.FormatInt(time.Now().UnixNano(), 36)}
+	b := &runner{o: o, tc: tc, calls: calls, ledgered: ledgered, encrypted: encrypted, traced: traced, dbPath: dbPath, run: strconv.FormatInt(time.Now().UnixNano(), 36)}
 	r := Report{Machine: fmt.Sprintf("%s/%s, %d CPUs, %s", runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.Version()), Options: o}
 	steps := []struct {
 		name string
@@ -280,7 +296,9 @@ func Run(ctx context.Context, o Options, out io.Writer) (Report, error) {
 	}{
 		{"warm up", b.warmUp},
 		{"encryption check", b.checkEncrypted},
+		{"trace check", b.checkTraced},
 		{"latency", b.latency},
+		{"trace export", b.exported},
 		{"decision round trip", b.decisionRoundTrip},
 		{"throughput", b.throughput},
 		{"parked calls", b.parked},
@@ -309,6 +327,7 @@ func Run(ctx context.Context, o Options, out io.Writer) (Report, error) {
 		PendingFirstBareP50:      r.Pending.First.P50 / r.Pending.Bare.P50,
 		AutoEncryptedAutoP50:     r.AutoEncrypted.P50 / r.Auto.P50,
 		ThroughputEncryptedPlain: r.AutoEncryptedPerSec / r.AutoPerSec,
+		AutoTracedAutoP50:        r.AutoTraced.P50 / r.Auto.P50,
 		HookHTTPBaseP50:          r.Hooks.HTTP.P50 / r.Hooks.Baseline.P50,
 		AutoAPIBaseAPIP50:        r.Hooks.AutoAPI.P50 / r.Hooks.BaselineAPI.P50,
 		DecideStatementsP50:      r.Decide.P50 / (r.Decide.P50 - r.Statements.Decide.P50),
@@ -369,8 +388,10 @@ type runner struct {
 	tc    client.Client
 	calls *tgclient.Client
 	// ledgered calls go to the worker that keeps a ledger, encrypted ones
-	// to the worker whose client encrypts.
+	// to the worker whose client encrypts, traced ones to the worker that
+	// exports traces.
 	ledgered, encrypted *tgclient.Client
+	traced              *tracedWorker
 	dbPath              string // "" against a cluster: the database is not measured
 	run                 string // this run's suffix of session names and fixed IDs
 	seq                 atomic.Int64
@@ -426,7 +447,7 @@ func (b *runner) warmUp(ctx context.Context, _ *Report) error {
 		return err
 	}
 	for range 20 {
-		for _, f := range []func(context.Context) error{b.baseline, b.auto, b.sticky, b.autoLedger, b.autoEncrypted, b.autoOnce} {
+		for _, f := range []func(context.Context) error{b.baseline, b.auto, b.sticky, b.autoLedger, b.autoEncrypted, b.autoOnce, b.autoTraced} {
 			if err := f(ctx); err != nil {
 				return err
 			}
@@ -435,15 +456,15 @@ func (b *runner) warmUp(ctx context.Context, _ *Report) error {
 	return nil
 }
 
-// latency runs the six cases in rotating order, one of each per round.
+// latency runs the seven cases in rotating order, one of each per round.
 func (b *runner) latency(ctx context.Context, r *Report) error {
-	cases := []func(context.Context) error{b.baseline, b.auto, b.sticky, b.autoLedger, b.autoEncrypted, b.autoOnce}
+	cases := []func(context.Context) error{b.baseline, b.auto, b.sticky, b.autoLedger, b.autoEncrypted, b.autoOnce, b.autoTraced}
 	samples, err := rotated(ctx, b.o.Runs, cases, nil)
 	if err != nil {
 		return err
 	}
 	r.Baseline, r.Auto, r.Sticky, r.AutoLedger = summarise(samples[0]), summarise(samples[1]), summarise(samples[2]), summarise(samples[3])
-	r.AutoEncrypted, r.AutoNotIdempotent = summarise(samples[4]), summarise(samples[5])
+	r.AutoEncrypted, r.AutoNotIdempotent, r.AutoTraced = summarise(samples[4]), summarise(samples[5]), summarise(samples[6])
 	r.Statements.Submit, err = submissionStatementWork(b.o.Runs)
 	return err
 }
@@ -720,6 +741,7 @@ func printReport(w io.Writer, r Report) {
 		{"toolgate: auto-approved call", r.Auto},
 		{"toolgate: auto-approved call, ledger", r.AutoLedger},
 		{"toolgate: auto-approved call, encrypted", r.AutoEncrypted},
+		{"toolgate: auto-approved call, traced", r.AutoTraced},
 		{"toolgate: auto, tool not idempotent", r.AutoNotIdempotent},
 		{"toolgate: sticky decision", r.Sticky},
 		{"baseline: signal → result", r.SignalBaseline},
@@ -740,13 +762,14 @@ func printReport(w io.Writer, r Report) {
 		r.Ledger.AppendPerSec, r.Ledger.Appenders, r.Ratios.AutoLedgerAutoP50)
 	fmt.Fprintf(w, "payload encryption (AES-256-GCM): auto-approved call encrypted / plaintext: %.2f (p50); throughput encrypted / plaintext: %.2f\n",
 		r.Ratios.AutoEncryptedAutoP50, r.Ratios.ThroughputEncryptedPlain)
+	printTraced(w, r.Traced, r.Ratios.AutoTracedAutoP50)
 	printHooks(w, r.Hooks)
 	printSandbox(w, r.Sandbox, r.Ratios.SandboxUnsandboxedP50)
 	fmt.Fprintf(w, "figures in %s\n", r.Options.JSONPath)
 	q := r.Ratios
 	fmt.Fprintf(w, "statements: decision %.3f ms p50 (door reads the call, signs; worker checks), submission %.3f ms p50; decide_statements_p50=%.3f auto_statements_p50=%.3f\n",
 		r.Statements.Decide.P50, r.Statements.Submit.P50, q.DecideStatementsP50, q.AutoStatementsP50)
-	fmt.Fprintf(w, "ratios: auto/base_p50=%.2f sticky/base_p50=%.2f decide/signal_p50=%.2f decide/signal_activity_p50=%.2f throughput/base=%.2f park_one_session/base_rate=%.2f fanout/base_time=%.2f parked_kib_per_call=%.1f encrypted/plain_p50=%.2f throughput_encrypted/plain=%.2f sandbox/unsandboxed_p50=%.2f hook_http/base_p50=%.2f hook_command/base_p50=%.2f auto_api/base_api_p50=%.2f\n",
+	fmt.Fprintf(w, "ratios: auto/base_p50=%.2f sticky/base_p50=%.2f decide/signal_p50=%.2f decide/signal_activity_p50=%.2f throughput/base=%.2f park_one_session/base_rate=%.2f fanout/base_time=%.2f parked_kib_per_call=%.1f encrypted/plain_p50=%.2f throughput_encrypted/plain=%.2f traced/plain_p50=%.2f sandbox/unsandboxed_p50=%.2f hook_http/base_p50=%.2f hook_command/base_p50=%.2f auto_api/base_api_p50=%.2f\n",
 		q.AutoBaseP50, q.StickyBaseP50, q.DecideSignalP50, q.DecideSignalActivityP50, q.ThroughputBase, q.ParkOneSessionBaseRate, q.FanoutBaseTime, q.ParkedKiBCall,
-		q.AutoEncryptedAutoP50, q.ThroughputEncryptedPlain, q.SandboxUnsandboxedP50, q.HookHTTPBaseP50, q.HookCommandBaseP50, q.AutoAPIBaseAPIP50)
+		q.AutoEncryptedAutoP50, q.ThroughputEncryptedPlain, q.AutoTracedAutoP50, q.SandboxUnsandboxedP50, q.HookHTTPBaseP50, q.HookCommandBaseP50, q.AutoAPIBaseAPIP50)
 }

@@ -27,7 +27,7 @@ func TestBenchQuick(t *testing.T) {
 
 	// The report is on stdout; the worker's log lines go to stderr.
 	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
-	assert.Regexp(t, regexp.MustCompile(`^ratios: auto/base_p50=[0-9.]+ sticky/base_p50=[0-9.]+ decide/signal_p50=[0-9.]+ decide/signal_activity_p50=[0-9.]+ throughput/base=[0-9.]+ park_one_session/base_rate=[0-9.]+ fanout/base_time=[0-9.]+ parked_kib_per_call=[0-9.]+ encrypted/plain_p50=[0-9.]+ throughput_encrypted/plain=[0-9.]+ sandbox/unsandboxed_p50=[0-9.]+ hook_http/base_p50=[0-9.]+ hook_command/base_p50=[0-9.]+ auto_api/base_api_p50=[0-9.]+$`), lines[len(lines)-1])
+	assert.Regexp(t, regexp.MustCompile(`^ratios: auto/base_p50=[0-9.]+ sticky/base_p50=[0-9.]+ decide/signal_p50=[0-9.]+ decide/signal_activity_p50=[0-9.]+ throughput/base=[0-9.]+ park_one_session/base_rate=[0-9.]+ fanout/base_time=[0-9.]+ parked_kib_per_call=[0-9.]+ encrypted/plain_p50=[0-9.]+ throughput_encrypted/plain=[0-9.]+ traced/plain_p50=[0-9.]+ sandbox/unsandboxed_p50=[0-9.]+ hook_http/base_p50=[0-9.]+ hook_command/base_p50=[0-9.]+ auto_api/base_api_p50=[0-9.]+$`), lines[len(lines)-1])
 
 	data, err := os.ReadFile(jsonPath)
 	require.NoError(t, err)
@@ -43,9 +43,20 @@ func TestBenchQuick(t *testing.T) {
 		AutoEncrypted       latency `json:"auto_encrypted"`
 		AutoNotIdempotent   latency `json:"auto_not_idempotent"`
 		AutoEncryptedPerSec float64 `json:"auto_encrypted_per_sec"`
-		Ratios              struct {
+		// The auto-approved call with traces exported over OTLP, and what
+		// reached the bench's receiver.
+		AutoTraced latency `json:"auto_traced"`
+		Traced     struct {
+			Calls          int64 `json:"calls"`
+			TraceRequests  int64 `json:"trace_requests"`
+			TraceBytes     int64 `json:"trace_bytes"`
+			MetricRequests int64 `json:"metric_requests"`
+			CheckedSpans   int   `json:"checked_spans"`
+		} `json:"traced"`
+		Ratios struct {
 			AutoEncryptedAutoP50     float64 `json:"auto_encrypted_auto_p50"`
 			ThroughputEncryptedPlain float64 `json:"throughput_encrypted_plain"`
+			AutoTracedAutoP50        float64 `json:"auto_traced_auto_p50"`
 		} `json:"ratios"`
 		Ledger struct {
 			AppendPerSec float64 `json:"append_per_sec"`
@@ -96,7 +107,7 @@ func TestBenchQuick(t *testing.T) {
 	}
 	require.NoError(t, json.Unmarshal(data, &r))
 	assert.Empty(t, r.Hooks.CommandMissing, "toolgate-hook sits next to toolgate")
-	for name, l := range map[string]latency{"baseline": r.Baseline, "auto": r.Auto, "auto with the ledger": r.AutoLedger, "auto encrypted": r.AutoEncrypted, "auto, tool not idempotent": r.AutoNotIdempotent, "sticky": r.Sticky, "decide": r.Decide, "signal": r.SignalBaseline, "signal+activity": r.SignalActivity,
+	for name, l := range map[string]latency{"baseline": r.Baseline, "auto": r.Auto, "auto with the ledger": r.AutoLedger, "auto encrypted": r.AutoEncrypted, "auto traced": r.AutoTraced, "auto, tool not idempotent": r.AutoNotIdempotent, "sticky": r.Sticky, "decide": r.Decide, "signal": r.SignalBaseline, "signal+activity": r.SignalActivity,
 		"HTTP hook": r.Hooks.HTTP, "command hook": r.Hooks.Command, "hooks' baseline": r.Hooks.Baseline,
 		"auto over the API": r.Hooks.AutoAPI, "baseline over the API": r.Hooks.BaselineAPI} {
 		assert.Positive(t, l.N, name)
@@ -110,6 +121,15 @@ func TestBenchQuick(t *testing.T) {
 	assert.Positive(t, r.AutoEncryptedPerSec, "the throughput encrypted")
 	assert.Positive(t, r.Ratios.AutoEncryptedAutoP50)
 	assert.Positive(t, r.Ratios.ThroughputEncryptedPlain)
+	assert.Contains(t, stdout.String(), "toolgate: auto-approved call, traced")
+	assert.Positive(t, r.Ratios.AutoTracedAutoP50)
+	// The check's call: its execute_tool span and the SDK interceptor's
+	// StartWorkflow, at the least, in one trace.
+	assert.GreaterOrEqual(t, r.Traced.CheckedSpans, 2, "the checked call's trace reached the receiver")
+	assert.Equal(t, int64(20+1+30), r.Traced.Calls, "warm-up, check and latency case")
+	assert.Positive(t, r.Traced.TraceRequests, "the traced worker exported spans")
+	assert.Greater(t, r.Traced.TraceBytes, r.Traced.Calls*100, "every traced call's spans went out")
+	assert.Positive(t, r.Traced.MetricRequests, "and its metrics")
 	assert.Positive(t, r.AutoPerSec)
 	assert.Equal(t, 50, r.Parked.Calls)
 	assert.Positive(t, r.Parked.DrainSeconds)

@@ -1,6 +1,7 @@
 // Package telemetry builds a process's OpenTelemetry trace and meter
 // providers from the standard OTEL_* variables (or toolgate's
-// --otel-endpoint flag), with OTLP exporters. It is off unless an OTLP
+// --otel-endpoint flag), with OTLP exporters, and the Temporal SDK's
+// tracing interceptor over them (temporal.go). It is off unless an OTLP
 // endpoint is given: off, it builds nothing and starts no goroutine, and
 // New returns nil.
 package telemetry

@@ -16,8 +16,9 @@ func (a *app) benchCommand() *cobra.Command {
 		Short: "Measure toolgate against a bare Temporal workflow, side by side",
 		Long: `Start an embedded Temporal server and both workers in this process, warm
 up, then measure in one run: latency of a bare workflow (local activity +
-activity) against an auto-approved call (also with a decision ledger, and
-with every payload encrypted) and a call decided by a sticky decision; a decision's round trip against a bare signal; throughput at a
+activity) against an auto-approved call (also with a decision ledger,
+with every payload encrypted, and with traces and metrics exported over
+OTLP to an in-process receiver) and a call decided by a sticky decision; a decision's round trip against a bare signal; throughput at a
 concurrency; the cost of calls parked waiting for a person; and the first
 page of the pending list with W calls waiting against a bare visibility
 listing of a page; and a coding agent's PreToolUse for an auto-allowed

@@ -2,13 +2,11 @@ package main
 
 import (
 	"context"
-	"fmt"
 	"os"
 	"time"
 
 	"github.com/spf13/cobra"
 	"go.opentelemetry.io/otel/trace/noop"
-	sdkotel "go.temporal.io/sdk/contrib/opentelemetry"
 	"go.temporal.io/sdk/interceptor"
 	"go.uber.org/zap"
 
@@ -69,27 +67,19 @@ func (o *otelSetup) tracing() *activities.Tracing {
 }
 
 // interceptor is the SDK's tracing interceptor for the Temporal client
-// and its workers, or nil when this process neither traces nor carries a
-// caller's trace. It puts the caller's span context (the context's) in
-// every workflow's start header; queries are not traced (the inbox asks
-// often, and a query may replay a whole call).
+// and its workers (telemetry.TemporalInterceptor), or nil when this
+// process neither traces nor carries a caller's trace.
 func (o *otelSetup) interceptor() (interceptor.ClientInterceptor, error) {
-	opts := sdkotel.TracerOptions{DisableQueryTracing: true, AllowInvalidParentSpans: true}
-	switch {
-	case o.tel.Tracer() != nil:
-		opts.Tracer = o.tel.TracerProvider.Tracer("temporal-sdk-go")
-	case o.propagate:
+	tracer := o.tel.TemporalTracer()
+	if tracer == nil {
+		if !o.propagate {
+			return nil, nil
+		}
 		// A no-op tracer's spans keep their parent's context: the
 		// header carries the caller's own span.
-		opts.Tracer = noop.NewTracerProvider().Tracer("temporal-sdk-go")
-	default:
-		return nil, nil
+		tracer = noop.NewTracerProvider().Tracer(telemetry.TemporalTracerName)
 	}
-	i, err := sdkotel.NewTracingInterceptor(opts)
-	if err != nil {
-		return nil, fmt.Errorf("tracing interceptor: %w", err)
-	}
-	return i, nil
+	return telemetry.TemporalInterceptor(tracer)
 }
 
 // hookTraceContext is the TRACEPARENT an agent set for the hook command.
