@@ -267,7 +267,9 @@ func startError(err error) error {
 	case errors.As(err, &sent):
 		return fmt.Errorf("shell: %w", err)
 	case errors.Is(err, sandbox.ErrLost):
-		return tool.OutcomeUnknown(fmt.Errorf("shell: %w", err))
+		// The command may have started before the helper ended: the
+		// same words as a helper lost while the command ran.
+		return tool.OutcomeUnknown(fmt.Errorf("shell: %w: it may or may not have had its effect", err))
 	case errors.Is(err, sandbox.ErrNoLandlock):
 		err = fmt.Errorf("%w; toolgate runs no command unconfined unless its worker was started with --unsandboxed-tools", err)
 	}
