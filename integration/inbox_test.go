@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
@@ -341,13 +342,16 @@ func (b *browserTab) waitJS(expr, what string) {
 	b.t.Fatalf("waited 20s for %s (%s); last error: %v; the page: %s", what, expr, lastErr, page)
 }
 
+// text is the visible text of the first element css matches, once one
+// is there. It reads in one evaluation: the inbox re-renders its lists
+// live, and a node looked up first and read after may be gone between.
 func (b *browserTab) text(css string) string {
 	b.t.Helper()
-	ctx, cancel := context.WithTimeout(b.ctx, stepTimeout)
-	defer cancel()
-	s, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(css)))
-	require.NoError(b.t, err, "text of %s", css)
-	return s
+	sel, err := json.Marshal(css)
+	require.NoError(b.t, err)
+	find := "document.querySelector(" + string(sel) + ")"
+	b.waitJS(find, "an element "+css)
+	return evalJS[string](b, "("+find+"?.innerText ?? '')")
 }
 
 func (b *browserTab) location() string {
