@@ -168,15 +168,6 @@ func Verify(cred Credential, a *Assertion, d Decision, rp RelyingParty, lastCoun
 	return count, nil
 }
 
-// Counter is the sign counter an assertion's authenticator data carries.
-func Counter(a Assertion) (uint32, error) {
-	var ad protocol.AuthenticatorData
-	if err := ad.Unmarshal(a.AuthenticatorData); err != nil {
-		return 0, fmt.Errorf("%w: %s", ErrInvalid, detail(err))
-	}
-	return ad.Counter, nil
-}
-
 // parse reads a as the browser's response, in go-webauthn's terms.
 func parse(a *Assertion) (*protocol.ParsedCredentialAssertionData, error) {
 	id := IDString(a.CredentialID)
