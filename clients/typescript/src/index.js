@@ -65,6 +65,10 @@ function requireNode20() {
   }
 }
 
+// At import, so that every entry point says it (deriveCallId, and each
+// adapter, which imports this module), not only the constructor.
+requireNode20();
+
 /**
  * maxGenerations bounds how many derived call IDs gate tries when others
  * are taken: a call ID another agent submitted first (anyone who knows the

@@ -58,19 +58,39 @@ test('every operation of the OpenAPI document has a client method', () => {
 
 // tsc checks the declarations, and a program that uses them, against the
 // generated types: a field renamed in the document breaks this compile.
+// The compiler and the frameworks' types come from the package's own
+// node_modules after `npm install` (its devDependencies), else from the
+// npm cache scripts/test fills (TOOLGATE_NPM_DIR), which does not install
+// into clients/typescript.
+function typeCheckModules(pkg = fileURLToPath(new URL('../', import.meta.url)), env = process.env) {
+  const own = join(pkg, 'node_modules');
+  const npm = env.TOOLGATE_NPM_DIR || join(env.XDG_CACHE_HOME || join(homedir(), '.cache'), 'toolgate', 'npm');
+  for (const modules of [own, join(npm, 'node_modules')]) {
+    if (existsSync(join(modules, '.bin', 'tsc'))) return { modules, tsc: join(modules, '.bin', 'tsc') };
+  }
+  throw new Error(`no TypeScript compiler in ${own} or ${join(npm, 'node_modules')}: run \`npm install\` in ${pkg} (TypeScript and the frameworks' types are its devDependencies)`);
+}
+
+test('without an install, the type check says to run npm install', () => {
+  const empty = mkdtempSync(join(tmpdir(), 'toolgate-empty-'));
+  try {
+    assert.throws(() => typeCheckModules(empty, { TOOLGATE_NPM_DIR: empty }), /no TypeScript compiler in .*run `npm install` in/);
+  } finally {
+    rmSync(empty, { recursive: true, force: true });
+  }
+});
+
 test('the declarations type-check with TypeScript', () => {
-  const npm = process.env.TOOLGATE_NPM_DIR || join(process.env.XDG_CACHE_HOME || join(homedir(), '.cache'), 'toolgate', 'npm');
-  const tsc = join(npm, 'node_modules', '.bin', 'tsc');
-  assert.ok(existsSync(tsc), `no TypeScript compiler at ${tsc}: run scripts/test once (it installs integration/testdata/npm/package.json there), or set TOOLGATE_NPM_DIR`);
-  // tsc runs over a copy of the package beside the npm folder's
-  // node_modules, so that the adapters' framework imports resolve the way
+  const { modules, tsc } = typeCheckModules();
+  // tsc runs over a copy of the package beside a node_modules holding the
+  // frameworks, so that the adapters' framework imports resolve the way
   // they do in an app (from the nearest node_modules) and
   // '@toolgate/client' resolves to the package itself.
   const dir = mkdtempSync(join(tmpdir(), 'toolgate-tsc-'));
   cpSync(fileURLToPath(new URL('../package.json', import.meta.url)), join(dir, 'package.json'));
   cpSync(src, join(dir, 'src'), { recursive: true });
   for (const f of ['usage.ts', 'usage-frameworks.ts']) cpSync(fileURLToPath(new URL(f, import.meta.url)), join(dir, 'test', f));
-  symlinkSync(join(npm, 'node_modules'), join(dir, 'node_modules'));
+  symlinkSync(modules, join(dir, 'node_modules'));
   const project = join(dir, 'tsconfig.json');
   writeFileSync(project, JSON.stringify({
     compilerOptions: {

@@ -255,9 +255,20 @@ test('gate gives up after a bounded number of taken IDs, and never steps away fr
 
 test('on Node.js older than 20 the client says it needs 20', async () => {
   const { execFileSync } = await import('node:child_process');
-  const script = `Object.defineProperty(process.versions, 'node', { value: '18.19.0' });
-    const { Toolgate } = await import(${JSON.stringify(new URL('../src/index.js', import.meta.url).href)});
-    try { new Toolgate({ url: 'http://127.0.0.1:1', token: 't' }); console.log('no error'); } catch (err) { console.log(err.message); }`;
-  const out = execFileSync(process.execPath, ['--input-type=module', '-e', script], { encoding: 'utf8' });
-  assert.match(out, /@toolgate\/client needs Node\.js 20 or later; this is Node\.js 18\.19\.0/);
+  // The check runs as the package is imported, under the Node.js version
+  // the process reports: each entry point an app imports without a
+  // framework says it before anything else can fail less clearly.
+  const run = (version, entry) => {
+    const script = `Object.defineProperty(process.versions, 'node', { value: ${JSON.stringify(version)} });
+      try {
+        await import(${JSON.stringify(new URL(`../src/${entry}`, import.meta.url).href)});
+        console.log('no error');
+      } catch (err) { console.log(err.message); }`;
+    return execFileSync(process.execPath, ['--input-type=module', '-e', script], { encoding: 'utf8' }).trim();
+  };
+  for (const entry of ['index.js', 'ai-sdk.js', 'openai-agents.js', 'claude-agent-sdk.js']) {
+    assert.equal(run('18.19.0', entry), 'toolgate: @toolgate/client needs Node.js 20 or later; this is Node.js 18.19.0', entry);
+  }
+  assert.equal(run('20.0.0', 'index.js'), 'no error');
+  assert.equal(run('22.11.0', 'ai-sdk.js'), 'no error');
 });
