@@ -45,12 +45,18 @@ const (
 	// "allow" is an unsupported output there, so for an allow the hook
 	// prints nothing and Codex goes on with its own approval settings.
 	Codex
+	// GeminiCLI: Google's Gemini CLI, whose BeforeTool hook answers
+	// {"decision": ...} and whose events name no tool use (gemini.go).
+	GeminiCLI
 )
 
 // callIDPrefix starts the call IDs the hook derives, per dialect.
 func (d Dialect) callIDPrefix() string {
-	if d == Codex {
+	switch d {
+	case Codex:
 		return "cx-"
+	case GeminiCLI:
+		return "gm-"
 	}
 	return "cc-"
 }
@@ -144,14 +150,20 @@ func (c Config) Run(ctx context.Context, stdin io.Reader, stdout, stderr io.Writ
 		err = fmt.Errorf("read the hook event: %w", err)
 	}
 	if err == nil {
+		if ev.HookEventName == EventBeforeTool || ev.HookEventName == EventAfterTool {
+			// Gemini CLI's events get Gemini CLI's answers, whichever
+			// agent the hook line names: its protocol reads any other
+			// answer as "no objection".
+			c.Dialect = GeminiCLI
+		}
 		switch ev.HookEventName {
-		case EventPostToolUse, EventPostToolUseFailure, EventPermissionDenied:
+		case EventPostToolUse, EventPostToolUseFailure, EventPermissionDenied, EventAfterTool:
 			c.post(ctx, ev)
 			return 0
 		case EventUserPromptSubmit, EventStop, EventSessionEnd:
 			c.turnEnded(ctx, ev)
 			return 0
-		case EventPreToolUse, "":
+		case EventPreToolUse, EventBeforeTool, "":
 		default:
 			c.Logger.Warn("hook event not handled; configure toolgate for the events 'toolgate hook claude-code --print-settings' lists", zap.String("event", ev.HookEventName))
 			return 0
@@ -228,6 +240,9 @@ func (c Config) pre(ctx context.Context, ev Event) permission {
 	args, err := ev.checkPre()
 	if err != nil {
 		return c.failure(err)
+	}
+	if c.Dialect == GeminiCLI && ev.ToolUseID == "" {
+		ev.ToolUseID = newGeminiRun()
 	}
 	at := attempt{c: c, ev: ev, args: args, run: runName(ev), store: stateStore{dir: c.StateDir},
 		log: c.Logger.With(zap.String("session", ev.SessionID), zap.String("tool", ev.ToolName), zap.String("toolUseID", ev.ToolUseID))}
@@ -399,7 +414,16 @@ func (at attempt) delivered(log *zap.Logger, callID string, gen int, p permissio
 			s.Keys[at.key] = keyState{Gen: gen + 1}
 		}
 		if allowed && !at.c.NoReport && at.ev.ToolUseID != "" {
-			s.Uses[at.ev.ToolUseID] = use{CallID: callID, At: time.Now().UTC()}
+			u := use{CallID: callID, At: time.Now().UTC()}
+			if at.c.Dialect == GeminiCLI {
+				// Its AfterTool is found by what runs (gemini.go).
+				runs := at.args
+				if len(p.updatedInput) > 0 {
+					runs = p.updatedInput
+				}
+				u.Input = inputDigest(at.ev.ToolName, runs)
+			}
+			s.Uses[at.ev.ToolUseID] = u
 		}
 		return nil
 	})
@@ -575,13 +599,16 @@ func (c Config) write(stdout, stderr io.Writer, p permission) int {
 		// No output: Codex goes on with its own approval settings.
 		return 0
 	}
-	out := preToolUseOutput{HookSpecificOutput: preToolUseDecision{
+	var out any = preToolUseOutput{HookSpecificOutput: preToolUseDecision{
 		HookEventName:            EventPreToolUse,
 		PermissionDecision:       p.decision,
 		PermissionDecisionReason: p.reason,
 		UpdatedInput:             p.updatedInput,
 		AdditionalContext:        p.context,
 	}}
+	if c.Dialect == GeminiCLI {
+		out = geminiAnswer(p)
+	}
 	b, err := json.Marshal(out)
 	if err == nil {
 		_, err = stdout.Write(append(b, '\n'))

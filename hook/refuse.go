@@ -12,7 +12,8 @@ const refuseReadLimit = 2 * time.Second
 
 // Refuse answers a hook event for a hook command that cannot run (no or an
 // unknown agent name): for a PreToolUse event on stdin it prints the deny
-// both Claude Code and Codex read, with reason. The caller then exits 2
+// both Claude Code and Codex read (for Gemini CLI's BeforeTool, its own),
+// with reason. The caller then exits 2
 // with the reason on stderr, which blocks the tool in both agents even
 // where stdout is not read.
 func Refuse(stdin io.Reader, stdout io.Writer, reason string) {
@@ -36,12 +37,21 @@ func Refuse(stdin io.Reader, stdout io.Writer, reason string) {
 // with reason; nil when raw is no PreToolUse event (nothing to block).
 func Denial(raw []byte, reason string) []byte {
 	ev, err := ParseEvent(raw)
-	if err != nil || ev.HookEventName != EventPreToolUse {
+	if err != nil {
 		return nil
 	}
-	b, err := json.Marshal(preToolUseOutput{HookSpecificOutput: preToolUseDecision{
-		HookEventName: EventPreToolUse, PermissionDecision: "deny", PermissionDecisionReason: reason,
-	}})
+	var answer any
+	switch ev.HookEventName {
+	case EventPreToolUse:
+		answer = preToolUseOutput{HookSpecificOutput: preToolUseDecision{
+			HookEventName: EventPreToolUse, PermissionDecision: "deny", PermissionDecisionReason: reason,
+		}}
+	case EventBeforeTool:
+		answer = geminiAnswer(permission{decision: "deny", reason: reason})
+	default:
+		return nil
+	}
+	b, err := json.Marshal(answer)
 	if err != nil {
 		return nil
 	}

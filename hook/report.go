@@ -20,13 +20,17 @@ import (
 // call that gets no report ends unknown after its report timeout.
 func (c Config) post(ctx context.Context, ev Event) {
 	log := c.Logger.With(zap.String("event", ev.HookEventName), zap.String("session", ev.SessionID), zap.String("tool", ev.ToolName), zap.String("toolUseID", ev.ToolUseID))
-	if ev.ToolUseID == "" || client.ValidateID("session_id", ev.SessionID) != nil {
+	gemini := c.Dialect == GeminiCLI && ev.ToolUseID == ""
+	if (ev.ToolUseID == "" && !gemini) || client.ValidateID("session_id", ev.SessionID) != nil {
 		log.Warn("hook event without a tool_use_id or a valid session_id; nothing to report")
 		return
 	}
 	store := stateStore{dir: c.StateDir}
 	var u use
 	if err := store.update(ev.SessionID, func(st *sessionState) error {
+		if gemini {
+			ev.ToolUseID = geminiRunOf(st, inputDigest(ev.ToolName, ev.ToolInput))
+		}
 		u = st.Uses[ev.ToolUseID]
 		if u.User && ev.HookEventName != EventPermissionDenied {
 			// Kept even if toolgate cannot be told now: the turn's end
@@ -134,6 +138,9 @@ func (c Config) forgetUse(log *zap.Logger, store stateStore, ev Event) {
 // says it failed, unknown when it cannot tell, else its response as the
 // output.
 func reportOf(d Dialect, ev Event) client.Report {
+	if d == GeminiCLI {
+		return geminiReport(ev.ToolResponse)
+	}
 	if ev.HookEventName == EventPermissionDenied {
 		msg := "it did not run: Claude Code's auto mode refused it after toolgate allowed it"
 		if ev.Reason != "" {

@@ -1,6 +1,7 @@
 package hook
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 )
@@ -119,11 +120,48 @@ timeout = %d
 type = "command"
 command = '%s'
 timeout = 60
-`, codexFailClosed(command), PreToolUseTimeout, command)
+`, failClosed(command), PreToolUseTimeout, command)
 }
 
-// codexFailClosed wraps a hook command line so that Codex blocks the tool
-// whenever the command fails.
-func codexFailClosed(command string) string {
+// GeminiCLISettings is the hooks block of Gemini CLI's settings.json
+// (~/.gemini/settings.json, or .gemini/settings.json in a project) for
+// command. Gemini CLI (0.61.0) blocks a tool on a "deny" answer, or on
+// exit 2 with the reason on stderr; any other exit, a crash, a command
+// not found and a hook that times out are warnings, and the tool runs. So
+// the BeforeTool line turns every failure of toolgate into exit 2, and the
+// hook answers before its timeout (timeouts are in milliseconds there).
+// The AfterTool line only reports: it must never replace what the tool
+// returned, which a failing AfterTool hook does, so its failures are
+// swallowed.
+func GeminiCLISettings(command string) []byte {
+	type handler struct {
+		Name    string `json:"name"`
+		Type    string `json:"type"`
+		Command string `json:"command"`
+		Timeout int    `json:"timeout"`
+	}
+	type matcher struct {
+		Matcher string    `json:"matcher"`
+		Hooks   []handler `json:"hooks"`
+	}
+	settings := map[string]map[string][]matcher{"hooks": {
+		EventBeforeTool: {{Matcher: "*", Hooks: []handler{{Name: "toolgate", Type: "command", Command: failClosed(command), Timeout: PreToolUseTimeout * 1000}}}},
+		EventAfterTool:  {{Matcher: "*", Hooks: []handler{{Name: "toolgate-report", Type: "command", Command: command + " || true", Timeout: 60 * 1000}}}},
+	}}
+	// The shell's >&2 stays readable: no \u003e\u0026 in the file a person edits.
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(settings); err != nil {
+		panic(fmt.Sprintf("hook settings: %v", err)) // static shape: cannot fail
+	}
+	return b.Bytes()
+}
+
+// failClosed wraps a hook command line so that the agent blocks the tool
+// whenever the command fails: Codex and Gemini CLI block on exit 2 with a
+// reason on stderr, and run the tool on any other failure.
+func failClosed(command string) string {
 	return command + ` || { s=$?; echo "toolgate hook failed (exit status $s), so the tool is blocked" >&2; exit 2; }`
 }

@@ -49,6 +49,9 @@ type use struct {
 	// could not be told then.
 	User bool `json:"user,omitempty"`
 	Ran  bool `json:"ran,omitempty"`
+	// Input is the digest of the tool and the input that runs, by which
+	// Gemini CLI's AfterTool, which names no tool use, finds its run.
+	Input string `json:"input,omitempty"`
 }
 
 // stateStore keeps the session state files under dir. Every change is a

@@ -374,6 +374,12 @@ rules:
 // approveWhenAsked approves, as bob, the first call of requester not in
 // before that waits for a person; it returns what went wrong, or "".
 func approveWhenAsked(c *tgclient.Client, requester string, before map[string]bool) string {
+	return decideWhenAsked(c, requester, before, policy.Decision{Kind: policy.Approved, DecidedBy: "bob", Channel: "cli"})
+}
+
+// decideWhenAsked decides, with d, the first call of requester not in
+// before that waits for a person; it returns what went wrong, or "".
+func decideWhenAsked(c *tgclient.Client, requester string, before map[string]bool, d policy.Decision) string {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	for ctx.Err() == nil {
@@ -383,8 +389,8 @@ func approveWhenAsked(c *tgclient.Client, requester string, before map[string]bo
 				if before[s.CallID] {
 					continue
 				}
-				if _, err := c.Decide(ctx, s.CallID, policy.Decision{Kind: policy.Approved, DecidedBy: "bob", Channel: "cli"}); err != nil {
-					return "approve " + s.CallID + ": " + err.Error()
+				if _, err := c.Decide(ctx, s.CallID, d); err != nil {
+					return "decide " + s.CallID + ": " + err.Error()
 				}
 				return ""
 			}

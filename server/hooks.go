@@ -16,10 +16,11 @@ import (
 
 // Where hook events are posted: Claude Code's HTTP hooks, and the
 // toolgate-hook command (cmd/toolgate-hook), which forwards a command
-// hook's event for either agent.
+// hook's event for any of the agents.
 const (
 	ClaudeCodeHookPath = "/hooks/claude-code"
 	CodexHookPath      = "/hooks/codex"
+	GeminiCLIHookPath  = "/hooks/gemini-cli"
 )
 
 // httpHooks answers Claude Code's HTTP hooks with the command hook's
@@ -47,6 +48,7 @@ func newHTTPHooks(cfg Config, authn *authenticator, ready *readiness) *httpHooks
 func (h *httpHooks) routes(mux *http.ServeMux) {
 	mux.HandleFunc("POST "+ClaudeCodeHookPath, func(w http.ResponseWriter, r *http.Request) { h.serve(w, r, hook.ClaudeCode) })
 	mux.HandleFunc("POST "+CodexHookPath, func(w http.ResponseWriter, r *http.Request) { h.serve(w, r, hook.Codex) })
+	mux.HandleFunc("POST "+GeminiCLIHookPath, func(w http.ResponseWriter, r *http.Request) { h.serve(w, r, hook.GeminiCLI) })
 }
 
 // serve answers one hook event of the agent whose protocol dialect is.

@@ -1,14 +1,14 @@
-// Command toolgate-hook is the fast command hook for Claude Code and
-// Codex: it forwards the hook event on stdin to toolgate serve or dev
-// (POST /hooks/claude-code or /hooks/codex, the endpoints Claude Code's
-// HTTP hooks use) and prints toolgate's answer. toolgate itself decides,
+// Command toolgate-hook is the fast command hook for Claude Code, Codex
+// and Gemini CLI: it forwards the hook event on stdin to toolgate serve or
+// dev (POST /hooks/claude-code, /hooks/codex or /hooks/gemini-cli, the
+// endpoints Claude Code's HTTP hooks use) and prints toolgate's answer. toolgate itself decides,
 // claims and keeps the hook's state, with the semantics of
 // 'toolgate hook'; this binary only carries the event, so it starts in
 // milliseconds where the whole toolgate, embedded Temporal server
 // included, takes a hundred. It imports no more than net/http on purpose.
 //
-// Any failure to get an answer blocks a PreToolUse (exit 2, the reason on
-// stderr, which both agents read as a blocked tool); for the other
+// Any failure to get an answer blocks a PreToolUse or BeforeTool (exit 2,
+// the reason on stderr, which the agents read as a blocked tool); for the other
 // events, which report what already happened, it is logged and the
 // agent goes on.
 package main
@@ -44,16 +44,16 @@ func run(args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	api := fs.String("api", os.Getenv("TOOLGATE_API"), "toolgate's URL (env TOOLGATE_API), e.g. http://127.0.0.1:7700")
 	timeout := fs.Duration("timeout", defaultTimeout, "how long to wait for toolgate's answer; keep it below the hook's timeout")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: toolgate-hook claude-code|codex [--api URL] [--timeout D] < event\n"+
+		fmt.Fprintf(stderr, "usage: toolgate-hook claude-code|codex|gemini-cli [--api URL] [--timeout D] < event\n"+
 			"Forwards a hook event to toolgate with the agent token in TOOLGATE_TOKEN and prints the answer.\n")
 		fs.PrintDefaults()
 	}
-	if len(args) == 0 || (args[0] != "claude-code" && args[0] != "codex") {
+	if len(args) == 0 || !knownAgents[args[0]] {
 		problem := "no agent named"
 		if len(args) > 0 {
 			problem = fmt.Sprintf("unknown agent %q", args[0])
 		}
-		fmt.Fprintf(stderr, "toolgate-hook: %s: the hook command is 'toolgate-hook claude-code' or 'toolgate-hook codex', so this tool use is blocked\n", problem)
+		fmt.Fprintf(stderr, "toolgate-hook: %s: the hook command is 'toolgate-hook claude-code', 'toolgate-hook codex' or 'toolgate-hook gemini-cli', so this tool use is blocked\n", problem)
 		return 2
 	}
 	agent := args[0]
@@ -115,8 +115,11 @@ func forward(url, token string, event []byte, timeout time.Duration) ([]byte, er
 	return body, nil
 }
 
+// knownAgents are the agents toolgate answers at /hooks/NAME.
+var knownAgents = map[string]bool{"claude-code": true, "codex": true, "gemini-cli": true}
+
 // guardsTool reports whether a failure on this event must block: a
-// PreToolUse, or an event too broken to tell.
+// PreToolUse (Gemini CLI's BeforeTool), or an event too broken to tell.
 func guardsTool(raw []byte) bool {
 	var ev struct {
 		HookEventName string `json:"hook_event_name"`
@@ -124,11 +127,11 @@ func guardsTool(raw []byte) bool {
 	if json.Unmarshal(raw, &ev) != nil {
 		return true
 	}
-	return ev.HookEventName == "PreToolUse" || ev.HookEventName == ""
+	return ev.HookEventName == "PreToolUse" || ev.HookEventName == "BeforeTool" || ev.HookEventName == ""
 }
 
 // fail reports why toolgate gave no answer: for an event that guards a
-// tool, exit 2 blocks it (Claude Code and Codex show the reason); for a
+// tool, exit 2 blocks it (the agents show the reason); for a
 // report, the agent goes on.
 func fail(stderr io.Writer, guards bool, why string) int {
 	if guards {

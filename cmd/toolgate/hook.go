@@ -20,7 +20,7 @@ import (
 
 func (a *app) hookCommand() *cobra.Command {
 	cmd := &cobra.Command{
-		Use:   "hook claude-code|codex",
+		Use:   "hook claude-code|codex|gemini-cli",
 		Short: "Gate a coding agent's tool calls through toolgate (command hook)",
 		// A hook line that names no agent, or one toolgate does not know,
 		// must block, not print help: an agent reads exit 0 as "no
@@ -32,7 +32,7 @@ func (a *app) hookCommand() *cobra.Command {
 			if len(args) > 0 {
 				problem = fmt.Sprintf("unknown agent %q", args[0])
 			}
-			problem += ": the hook command is 'toolgate hook claude-code' or 'toolgate hook codex', so this tool use is blocked"
+			problem += ": the hook command is 'toolgate hook claude-code', 'toolgate hook codex' or 'toolgate hook gemini-cli', so this tool use is blocked"
 			if !isTerminal(os.Stdin) {
 				hook.Refuse(os.Stdin, a.stdout, "toolgate hook: "+problem)
 			}
@@ -40,9 +40,11 @@ func (a *app) hookCommand() *cobra.Command {
 		},
 		Long: `Command hooks for coding agents: configure 'toolgate hook claude-code' for
 Claude Code's PreToolUse, PostToolUse, PostToolUseFailure and
-PermissionDenied events (VS Code Copilot reads the same output), and
-'toolgate hook codex' for Codex's PreToolUse and PostToolUse. The hook reads
-the event on stdin; for PreToolUse it submits the tool call to toolgate,
+PermissionDenied events (VS Code Copilot reads the same output),
+'toolgate hook codex' for Codex's PreToolUse and PostToolUse, and
+'toolgate hook gemini-cli' for Gemini CLI's BeforeTool and AfterTool. The
+hook reads the event on stdin; for PreToolUse (BeforeTool) it submits the
+tool call to toolgate,
 waits up to --wait for the decision and prints it; the other events report
 the tool's outcome to the call that allowed it.
 'toolgate hook AGENT --print-settings' prints the agent's settings, set to
@@ -53,6 +55,7 @@ docs/coding-agents.md.`,
 	cmd.AddCommand(
 		a.hookAgentCommand("claude-code", hook.ClaudeCode, "claude-code"),
 		a.hookAgentCommand("codex", hook.Codex, "codex"),
+		a.hookAgentCommand("gemini-cli", hook.GeminiCLI, "gemini-cli"),
 	)
 	return cmd
 }
@@ -80,6 +83,9 @@ the tool) when stdout cannot be written or the flags are wrong.
 PostToolUse, PostToolUseFailure, PermissionDenied: report the tool's
 outcome (its response, its error, or that it did not run) to the call that
 allowed that tool_use_id; always exit 0.
+Gemini CLI's BeforeTool and AfterTool are answered the same way, in its
+own answer shape; its events name no tool use, so AfterTool is matched to
+the run the hook allowed with the same tool and input.
 A call whose rule says user: true is, for Claude Code, handed to its own
 permission prompt ("ask"): the person running the agent (the agent token's
 owner over --api, else --user) decides there, and the hook records it:
@@ -205,8 +211,12 @@ func (a *app) printHookSettings(agent, base string) error {
 	if err := a.printCommandHookSettings(agent, "toolgate hook "+agent+" --api "+base); err != nil {
 		return err
 	}
+	program := map[string]string{"claude-code": "claude", "gemini-cli": "gemini"}[agent]
+	if program == "" {
+		program = agent
+	}
 	fmt.Fprintf(a.stderr, "The hook reads the agent token from %s where %s runs (toolgate dev keeps its agent token in .toolgate/tokens.json in its directory: export %s=$(jq -r .agent .toolgate/tokens.json)). Put toolgate on the PATH of the shell that starts %s.\n",
-		hook.TokenVariable, agent, hook.TokenVariable, agent)
+		hook.TokenVariable, program, hook.TokenVariable, program)
 	return nil
 }
 
@@ -273,8 +283,17 @@ func (a *app) printFastHookSettings(agent, base string) error {
 // printCommandHookSettings prints the agent's settings for the hook
 // command line command.
 func (a *app) printCommandHookSettings(agent, command string) error {
-	if agent == "codex" {
+	switch agent {
+	case "codex":
 		_, err := fmt.Fprint(a.stdout, hook.CodexConfig(command))
+		return err
+	case "gemini-cli":
+		if strings.HasPrefix(command, "toolgate hook ") {
+			// Gemini CLI shows what a hook that answers nothing wrote on
+			// stderr to its user: only what went wrong.
+			command += " --log-level warn"
+		}
+		_, err := a.stdout.Write(hook.GeminiCLISettings(command))
 		return err
 	}
 	_, err := a.stdout.Write(hook.ClaudeCodeSettings(command))
@@ -284,8 +303,11 @@ func (a *app) printCommandHookSettings(agent, command string) error {
 // printHTTPHookSettings prints Claude Code's settings for HTTP hooks
 // answered by toolgate at base.
 func (a *app) printHTTPHookSettings(agent, base string) error {
-	if agent == "codex" {
+	switch agent {
+	case "codex":
 		return usageError("--http: Codex 0.171.0 has no HTTP hooks (its hook types are command, prompt, agent and MCP tool); use the command hook that 'toolgate hook codex --print-settings' prints")
+	case "gemini-cli":
+		return usageError("--http: Gemini CLI 0.61.0 has no HTTP hooks (its hooks are commands); use the command hook that 'toolgate hook gemini-cli --print-settings' prints, or --fast for toolgate-hook")
 	}
 	u, err := url.Parse(base)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {

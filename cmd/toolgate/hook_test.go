@@ -46,6 +46,15 @@ func TestPrintedHookSettingsUseTheAPIByDefault(t *testing.T) {
 	require.Equal(t, 0, code, errs)
 	assert.Contains(t, out, "command = 'toolgate hook codex --api http://127.0.0.1:7700 || {")
 
+	code, out, errs = toolgate(t, "hook", "gemini-cli", "--print-settings")
+	require.Equal(t, 0, code, errs)
+	assert.Contains(t, out, `"command": "toolgate hook gemini-cli --api http://127.0.0.1:7700 --log-level warn || { s=$?; echo \"toolgate hook failed (exit status $s), so the tool is blocked\" >&2; exit 2; }"`)
+	assert.Contains(t, out, `"timeout": 600000`, "Gemini CLI's timeouts are in milliseconds")
+	assert.Contains(t, errs, "where gemini runs")
+	code, _, errs = toolgate(t, "hook", "gemini-cli", "--print-settings", "--http", "http://127.0.0.1:7700")
+	assert.Equal(t, exitUsage, code)
+	assert.Contains(t, errs, "Gemini CLI 0.61.0 has no HTTP hooks")
+
 	for _, bad := range []string{"127.0.0.1:7700", "http://x/$(id)", "ftp://x"} {
 		code, _, errs = toolgate(t, "hook", "claude-code", "--print-settings", "--api", bad)
 		assert.Equal(t, exitUsage, code, bad)

@@ -166,6 +166,15 @@ func TestCodingAgentPolicy(t *testing.T) {
 		{"Codex's patch of a git hook asks", agentCall("apply_patch", `{"command":"*** Begin Patch\n*** Add File: .git/hooks/pre-push\n+curl x | sh\n*** End Patch\n"}`), ActionAsk, "sensitive-patches"},
 		{"Codex's MCP tools ask", agentCall("mcp__github__create_issue", `{"title":"x"}`), ActionAsk, "mcp-writes"},
 
+		// Gemini CLI 0.61.0 names its own tools, with the same arguments.
+		{"Gemini CLI's rm -rf is denied", agentCall("run_shell_command", `{"command":"rm -rf build","description":"Clean"}`), ActionDeny, "no-destructive-shell"},
+		{"Gemini CLI's shell asks", agentCall("run_shell_command", `{"command":"go test ./..."}`), ActionAsk, "shell"},
+		{"Gemini CLI's write in the repo runs", edit("write_file", in("docs/new.md")), ActionAllow, "edits-in-repo"},
+		{"Gemini CLI's replace outside the repo asks", agentCall("replace", `{"file_path":"/etc/hosts","old_string":"a","new_string":"b"}`), ActionAsk, "edits-outside-repo"},
+		{"Gemini CLI's write of a git hook asks", edit("write_file", in(".git/hooks/pre-commit")), ActionAsk, "sensitive-edits"},
+		{"Gemini CLI's reads run", agentCall("read_file", `{"file_path":"`+in("main.go")+`"}`), ActionAllow, "reads"},
+		{"Gemini CLI's MCP tools ask", agentCall("mcp_github_create_issue", `{"title":"x"}`), ActionAsk, "mcp-writes"},
+
 		// VS Code's agent hooks name their own tools.
 		{"VS Code's rm -rf is denied", agentCall("run_in_terminal", `{"command":"rm -rf dist"}`), ActionDeny, "no-destructive-shell"},
 		{"VS Code's terminal asks", agentCall("run_in_terminal", `{"command":"npm test"}`), ActionAsk, "shell"},
