@@ -258,6 +258,27 @@ func opencodeWaitingCall(t *testing.T, bob apiClient, tool, what string) (callID
 	return callID, session
 }
 
+// opencodeCall finds the call of tool made for opencode's tool call
+// toolCallID, in whichever session (the listing is eventually consistent).
+func opencodeCall(t *testing.T, bob apiClient, tool, toolCallID string) (callID string) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		r := bob.do("GET", "/v1/calls?tool="+url.QueryEscape(tool), nil)
+		calls, _ := r.body["calls"].([]any)
+		for _, c := range calls {
+			call, _ := c.(map[string]any)
+			id, _ := call["call_id"].(string)
+			session, _ := call["session"].(string)
+			if id == frameworkCallID(session, toolCallID) {
+				callID = id
+				return true
+			}
+		}
+		return false
+	}, 30*time.Second, 200*time.Millisecond, "no %s call for opencode's %s", tool, toolCallID)
+	return callID
+}
+
 func fileText(t *testing.T, path string) string {
 	t.Helper()
 	data, err := os.ReadFile(path)
@@ -287,6 +308,19 @@ rules:
 		require.NoError(t, os.WriteFile(filepath.Join(o.project, "notes.txt"), []byte("the secret word is marmalade\n"), 0o644))
 		out := o.run("read the notes")
 		assert.Contains(t, model.toldModel(), "marmalade", "the model got the file; opencode printed:\n%s", tail(out, 4000))
+		res := bob.do("GET", "/v1/calls/"+opencodeCall(t, bob, "read", "call_read")+"?wait=30s", nil)
+		assert.Equal(t, "ok", res.body["status"], "tool.execute.after reported the run: %s", res.raw)
+	})
+
+	step(t, "a tool that fails is reported as its error", func(t *testing.T) {
+		model := &opencodeModel{tool: "read", callID: "call_missing"}
+		o := newOpencodeAgent(t, model, agent...)
+		model.args = map[string]any{"filePath": filepath.Join(o.project, "missing.txt")}
+		out := o.run("read the notes")
+		callID := opencodeCall(t, bob, "read", "call_missing")
+		res := bob.do("GET", "/v1/calls/"+callID+"?wait=30s", nil)
+		assert.Equal(t, "error", res.body["status"], "opencode printed:\n%s\nthe call: %s", tail(out, 4000), res.raw)
+		assert.Contains(t, fmt.Sprint(res.body["reason"]), "missing.txt", "the report carries opencode's error: %s", res.raw)
 	})
 
 	step(t, "a write waits, is approved, runs once and is reported", func(t *testing.T) {
