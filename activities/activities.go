@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
@@ -83,6 +84,8 @@ type Activities struct {
 	// reads shares the describes of busy sessions among this worker's
 	// calls.
 	reads sessionReads
+	// leaves are the room leaves in flight (leaveRoom, Drain).
+	leaves sync.WaitGroup
 }
 
 // MetricStatementsRefused counts the messages refused for their statement
@@ -406,7 +409,7 @@ func (in RunToolInput) previewed() []policy.PreviewTarget {
 // tool's idempotency key; the files the call's previews showed go to the
 // tool (tool.Input.Previewed), which may refuse to act elsewhere.
 func (a *Activities) RunTool(ctx context.Context, in RunToolInput) (json.RawMessage, error) {
-	defer leaveRoom(ctx, a.Client, in.LeaveRoom)() // whatever happens next
+	a.leaveRoom(ctx, in.LeaveRoom) // whatever happens next
 	call := in.Call
 	t, err := a.Tools.Get(call.Tool)
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -21,9 +22,13 @@ type leaveServer struct {
 	mu            sync.Mutex
 	signals       []string
 	closed        bool
+	hold          chan struct{} // non-nil: each signal lands once it is closed
 }
 
 func (s *leaveServer) SignalWorkflow(_ context.Context, id, _, name string, arg any) error {
+	if s.hold != nil {
+		<-s.hold
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -55,6 +60,7 @@ func TestTheToolsActivitySendsTheCallsLeaveOfItsRoom(t *testing.T) {
 			srv := &leaveServer{closed: tc.closed}
 			a := &Activities{Policy: askAll{}, Tools: registry(t), Client: srv}
 			err := run(t, a, a.RunTool, RunToolInput{Call: policy.Call{ID: "c1", Tool: tc.tool}, LeaveRoom: leave}, nil)
+			Drain(a)
 			if tc.wantErr {
 				require.Error(t, err)
 			} else {
@@ -67,5 +73,28 @@ func TestTheToolsActivitySendsTheCallsLeaveOfItsRoom(t *testing.T) {
 	srv := &leaveServer{}
 	a := &Activities{Policy: askAll{}, Tools: registry(t), Client: srv}
 	require.NoError(t, run(t, a, a.RunTool, RunToolInput{Call: policy.Call{ID: "c2", Tool: "no"}}, nil))
+	Drain(a)
 	assert.Empty(t, srv.signals, "a call that never waited has no room to leave")
+}
+
+// The tool's result does not wait for the leave (a slow room is not the
+// tool's time), and a worker that stops waits for the leave to land.
+func TestTheToolsResultDoesNotWaitForTheLeaveButAStoppingWorkerDoes(t *testing.T) {
+	srv := &leaveServer{hold: make(chan struct{})}
+	a := &Activities{Policy: askAll{}, Tools: registry(t), Client: srv}
+	leave := &RoomLeave{WorkflowID: "toolgate/session/s1/room/3", Signal: "done", CallID: "c1"}
+	require.NoError(t, run(t, a, a.RunTool, RunToolInput{Call: policy.Call{ID: "c1", Tool: "no"}, LeaveRoom: leave}, nil))
+
+	drained := make(chan struct{})
+	go func() { Drain(a); close(drained) }()
+	select {
+	case <-drained:
+		t.Fatal("Drain returned while the leave was still in flight")
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(srv.hold)
+	<-drained
+	srv.mu.Lock()
+	defer srv.mu.Unlock()
+	assert.Equal(t, []string{"toolgate/session/s1/room/3 done c1"}, srv.signals)
 }

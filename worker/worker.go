@@ -89,7 +89,7 @@ func New(c client.Client, o Options) (sdkworker.Worker, error) {
 	w.RegisterWorkflowWithOptions(workflows.ToolCatalogWorkflow, workflow.RegisterOptions{Name: workflows.ToolCatalogWorkflowType})
 	w.RegisterWorkflowWithOptions(workflows.ToolPins, workflow.RegisterOptions{Name: workflows.PinsWorkflowType})
 	w.RegisterWorkflowWithOptions(workflows.RanAfterEndWorkflow, workflow.RegisterOptions{Name: workflows.RanAfterEndWorkflowType})
-	w.RegisterActivity(&activities.Activities{
+	acts := &activities.Activities{
 		Policy:         o.Policy,
 		Tools:          o.Tools,
 		Handler:        o.Handler,
@@ -104,6 +104,26 @@ func New(c client.Client, o Options) (sdkworker.Worker, error) {
 		Passkeys:       o.Passkeys,
 		RelyingParty:   o.RelyingParty,
 		Tracing:        o.Tracing,
-	})
-	return w, nil
+	}
+	w.RegisterActivity(acts)
+	return drainingWorker{Worker: w, acts: acts}, nil
+}
+
+// drainingWorker is the SDK's worker that, once stopped, also waits for
+// the room leaves its tool activities sent without holding their results
+// (activities.Drain): a stopping worker loses none.
+type drainingWorker struct {
+	sdkworker.Worker
+	acts *activities.Activities
+}
+
+func (w drainingWorker) Stop() {
+	w.Worker.Stop()
+	activities.Drain(w.acts)
+}
+
+func (w drainingWorker) Run(interruptCh <-chan any) error {
+	err := w.Worker.Run(interruptCh)
+	activities.Drain(w.acts)
+	return err
 }
