@@ -41,6 +41,8 @@ type Options struct {
 	OneSession  int    `json:"one_session"` // calls parked in ONE session, released by one decision [1000]
 	Waiting     int    `json:"waiting"`     // calls waiting when the pending list's first page is timed [10000]
 	JSONPath    string `json:"-"`           // where to write every figure as JSON [bench.json]
+	// Cases limits the run to these cases (AllCases); empty runs them all.
+	Cases []string `json:"cases,omitempty"`
 	// EagerStart starts both toolgate's calls and the baseline's workflows
 	// with eager workflow start (the worker is in this process).
 	EagerStart bool `json:"eager_start"`
@@ -226,6 +228,9 @@ func (benchPolicy) EvaluateApproval(_ context.Context, c policy.Call) (*policy.A
 // table to out and writes the JSON report.
 func Run(ctx context.Context, o Options, out io.Writer) (Report, error) {
 	o.defaults()
+	if err := checkCases(o.Cases); err != nil {
+		return Report{}, err
+	}
 	address, dbPath := o.TemporalAddress, ""
 	if address == "" {
 		dir, err := os.MkdirTemp("", "toolgate-bench")
@@ -291,54 +296,53 @@ func Run(ctx context.Context, o Options, out io.Writer) (Report, error) {
 	b := &runner{o: o, tc: tc, calls: calls, ledgered: ledgered, encrypted: encrypted, traced: traced, dbPath: dbPath, run: strconv.FormatInt(time.Now().UnixNano(), 36)}
 	r := Report{Machine: fmt.Sprintf("%s/%s, %d CPUs, %s", runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.Version()), Options: o}
 	steps := []struct {
-		name string
-		fn   func(context.Context, *Report) error
+		name, cas string // cas: the case (Cases) the step belongs to; "" always runs
+		fn        func(context.Context, *Report) error
 	}{
-		{"warm up", b.warmUp},
-		{"encryption check", b.checkEncrypted},
-		{"trace check", b.checkTraced},
-		{"latency", b.latency},
-		{"trace export", b.exported},
-		{"decision round trip", b.decisionRoundTrip},
-		{"throughput", b.throughput},
-		{"parked calls", b.parked},
-		{"one session", b.oneSession},
-		{"pending list", b.pendingList},
-		{"ledger appends", b.ledgerAppends},
-		{"coding-agent hooks", b.hooks},
-		{"sandbox", b.sandboxCost},
+		{"warm up", "", b.warmUp},
+		{"encryption check", CaseLatency, b.checkEncrypted},
+		{"trace check", CaseLatency, b.checkTraced},
+		{"latency", CaseLatency, b.latency},
+		{"trace export", CaseLatency, b.exported},
+		{"decision round trip", CaseDecide, b.decisionRoundTrip},
+		{"throughput", CaseThroughput, b.throughput},
+		{"parked calls", CaseParked, b.parked},
+		{"one session", CaseOneSession, b.oneSession},
+		{"pending list", CasePending, b.pendingList},
+		{"ledger appends", CaseLedger, b.ledgerAppends},
+		{"coding-agent hooks", CaseHooks, b.hooks},
+		{"sandbox", CaseSandbox, b.sandboxCost},
 	}
 	for _, s := range steps {
+		if s.cas != "" && !o.runs(s.cas) {
+			continue
+		}
 		o.Logger.Info("Bench step", zap.String("step", s.name))
 		if err := s.fn(ctx, &r); err != nil {
 			return r, fmt.Errorf("%s: %w", s.name, err)
 		}
 	}
 	r.Ratios = Ratios{
-		AutoBaseP50:              r.Auto.P50 / r.Baseline.P50,
-		AutoLedgerAutoP50:        r.AutoLedger.P50 / r.Auto.P50,
-		StickyBaseP50:            r.Sticky.P50 / r.Baseline.P50,
-		DecideSignalP50:          r.Decide.P50 / r.SignalBaseline.P50,
-		DecideSignalActivityP50:  r.Decide.P50 / r.SignalActivityBaseline.P50,
-		ParkOneSessionBaseRate:   r.OneSession.ParkPerSec / r.OneSession.BasePerSec,
-		FanoutBaseTime:           r.OneSession.FanoutSeconds / r.OneSession.BaseFanoutSeconds,
-		ThroughputBase:           r.AutoPerSec / r.BaselinePerSec,
+		AutoBaseP50:              ratio(r.Auto.P50, r.Baseline.P50),
+		AutoLedgerAutoP50:        ratio(r.AutoLedger.P50, r.Auto.P50),
+		StickyBaseP50:            ratio(r.Sticky.P50, r.Baseline.P50),
+		DecideSignalP50:          ratio(r.Decide.P50, r.SignalBaseline.P50),
+		DecideSignalActivityP50:  ratio(r.Decide.P50, r.SignalActivityBaseline.P50),
+		ParkOneSessionBaseRate:   ratio(r.OneSession.ParkPerSec, r.OneSession.BasePerSec),
+		FanoutBaseTime:           ratio(r.OneSession.FanoutSeconds, r.OneSession.BaseFanoutSeconds),
+		ThroughputBase:           ratio(r.AutoPerSec, r.BaselinePerSec),
 		ParkedKiBCall:            r.Parked.DBKiBPerCall,
-		PendingFirstBareP50:      r.Pending.First.P50 / r.Pending.Bare.P50,
-		AutoEncryptedAutoP50:     r.AutoEncrypted.P50 / r.Auto.P50,
-		ThroughputEncryptedPlain: r.AutoEncryptedPerSec / r.AutoPerSec,
-		AutoTracedAutoP50:        r.AutoTraced.P50 / r.Auto.P50,
-		HookHTTPBaseP50:          r.Hooks.HTTP.P50 / r.Hooks.Baseline.P50,
-		AutoAPIBaseAPIP50:        r.Hooks.AutoAPI.P50 / r.Hooks.BaselineAPI.P50,
-		DecideStatementsP50:      r.Decide.P50 / (r.Decide.P50 - r.Statements.Decide.P50),
-		AutoStatementsP50:        r.Auto.P50 / (r.Auto.P50 - r.Statements.Submit.P50),
+		PendingFirstBareP50:      ratio(r.Pending.First.P50, r.Pending.Bare.P50),
+		AutoEncryptedAutoP50:     ratio(r.AutoEncrypted.P50, r.Auto.P50),
+		ThroughputEncryptedPlain: ratio(r.AutoEncryptedPerSec, r.AutoPerSec),
+		AutoTracedAutoP50:        ratio(r.AutoTraced.P50, r.Auto.P50),
+		HookHTTPBaseP50:          ratio(r.Hooks.HTTP.P50, r.Hooks.Baseline.P50),
+		AutoAPIBaseAPIP50:        ratio(r.Hooks.AutoAPI.P50, r.Hooks.BaselineAPI.P50),
+		DecideStatementsP50:      ratio(r.Decide.P50, r.Decide.P50-r.Statements.Decide.P50),
+		AutoStatementsP50:        ratio(r.Auto.P50, r.Auto.P50-r.Statements.Submit.P50),
 	}
-	if r.Hooks.Command.N > 0 {
-		r.Ratios.HookCommandBaseP50 = r.Hooks.Command.P50 / r.Hooks.Baseline.P50
-	}
-	if r.Sandbox.Sandboxed.N > 0 {
-		r.Ratios.SandboxUnsandboxedP50 = r.Sandbox.Sandboxed.P50 / r.Sandbox.Unsandboxed.P50
-	}
+	r.Ratios.HookCommandBaseP50 = ratio(r.Hooks.Command.P50, r.Hooks.Baseline.P50)
+	r.Ratios.SandboxUnsandboxedP50 = ratio(r.Sandbox.Sandboxed.P50, r.Sandbox.Unsandboxed.P50)
 	data, _ := json.MarshalIndent(r, "", "  ")
 	if err := os.WriteFile(o.JSONPath, append(data, '\n'), 0o644); err != nil {
 		return r, fmt.Errorf("write %s: %w", o.JSONPath, err)
@@ -731,6 +735,7 @@ func (b *runner) dbMiB() float64 {
 }
 
 func printReport(w io.Writer, r Report) {
+	o := r.Options
 	fmt.Fprintf(w, "toolgate bench — %s\n\n", r.Machine)
 	fmt.Fprintf(w, "%-38s %5s %9s %9s %9s\n", "case", "n", "p50 ms", "p95 ms", "p99 ms")
 	for _, row := range []struct {
@@ -748,24 +753,41 @@ func printReport(w io.Writer, r Report) {
 		{"baseline: signal → activity → result", r.SignalActivityBaseline},
 		{"toolgate: decide → result", r.Decide},
 	} {
-		fmt.Fprintf(w, "%-38s %5d %9.1f %9.1f %9.1f\n", row.name, row.l.N, row.l.P50, row.l.P95, row.l.P99)
+		if row.l.N > 0 {
+			fmt.Fprintf(w, "%-38s %5d %9.1f %9.1f %9.1f\n", row.name, row.l.N, row.l.P50, row.l.P95, row.l.P99)
+		}
 	}
-	fmt.Fprintf(w, "\nthroughput at concurrency %d: baseline %.1f/s, toolgate %.1f/s, toolgate encrypted %.1f/s\n", r.Options.Concurrency, r.BaselinePerSec, r.AutoPerSec, r.AutoEncryptedPerSec)
-	p := r.Parked
-	fmt.Fprintf(w, "parked %d calls in %.1fs: RSS %.0f → %.0f MiB, heap %.0f → %.0f MiB, database %.1f → %.1f MiB (%.1f KiB/call); all decided and finished in %.1fs\n",
-		p.Calls, p.ParkSeconds, p.RSSBeforeMiB, p.RSSAfterMiB, p.HeapBeforeMiB, p.HeapAfterMiB, p.DBBeforeMiB, p.DBAfterMiB, p.DBKiBPerCall, p.DrainSeconds)
-	o := r.OneSession
-	fmt.Fprintf(w, "one session, %d calls: parked %.0f/s (bare workflows waiting for a signal: %.0f/s); one approve-for-session ran them all in %.1fs (signalling the bare workflows: %.1fs); session: %d runs, at most %d events; rooms: %d runs, at most %d events; terminated: %v\n",
-		o.Calls, o.ParkPerSec, o.BasePerSec, o.FanoutSeconds, o.BaseFanoutSeconds, o.SessionRuns, o.MaxSessionEvents, o.RoomRuns, o.MaxRoomEvents, o.SessionTerminated)
-	printPendingList(w, r.Pending, r.Ratios.PendingFirstBareP50)
-	fmt.Fprintf(w, "ledger (embedded SQLite): %.0f entries/s appended by %d appenders; auto-approved call with the ledger / without: %.2f (p50)\n",
-		r.Ledger.AppendPerSec, r.Ledger.Appenders, r.Ratios.AutoLedgerAutoP50)
-	fmt.Fprintf(w, "payload encryption (AES-256-GCM): auto-approved call encrypted / plaintext: %.2f (p50); throughput encrypted / plaintext: %.2f\n",
-		r.Ratios.AutoEncryptedAutoP50, r.Ratios.ThroughputEncryptedPlain)
-	printTraced(w, r.Traced, r.Ratios.AutoTracedAutoP50)
-	printHooks(w, r.Hooks)
-	printSandbox(w, r.Sandbox, r.Ratios.SandboxUnsandboxedP50)
-	fmt.Fprintf(w, "figures in %s\n", r.Options.JSONPath)
+	fmt.Fprintln(w)
+	if o.runs(CaseThroughput) {
+		fmt.Fprintf(w, "throughput at concurrency %d: baseline %.1f/s, toolgate %.1f/s, toolgate encrypted %.1f/s\n", o.Concurrency, r.BaselinePerSec, r.AutoPerSec, r.AutoEncryptedPerSec)
+	}
+	if p := r.Parked; o.runs(CaseParked) {
+		fmt.Fprintf(w, "parked %d calls in %.1fs: RSS %.0f → %.0f MiB, heap %.0f → %.0f MiB, database %.1f → %.1f MiB (%.1f KiB/call); all decided and finished in %.1fs\n",
+			p.Calls, p.ParkSeconds, p.RSSBeforeMiB, p.RSSAfterMiB, p.HeapBeforeMiB, p.HeapAfterMiB, p.DBBeforeMiB, p.DBAfterMiB, p.DBKiBPerCall, p.DrainSeconds)
+	}
+	if s := r.OneSession; o.runs(CaseOneSession) {
+		fmt.Fprintf(w, "one session, %d calls: parked %.0f/s (bare workflows waiting for a signal: %.0f/s); one approve-for-session ran them all in %.1fs (signalling the bare workflows: %.1fs); session: %d runs, at most %d events; rooms: %d runs, at most %d events; terminated: %v\n",
+			s.Calls, s.ParkPerSec, s.BasePerSec, s.FanoutSeconds, s.BaseFanoutSeconds, s.SessionRuns, s.MaxSessionEvents, s.RoomRuns, s.MaxRoomEvents, s.SessionTerminated)
+	}
+	if o.runs(CasePending) {
+		printPendingList(w, r.Pending, r.Ratios.PendingFirstBareP50)
+	}
+	if o.runs(CaseLedger) {
+		fmt.Fprintf(w, "ledger (embedded SQLite): %.0f entries/s appended by %d appenders; auto-approved call with the ledger / without: %.2f (p50)\n",
+			r.Ledger.AppendPerSec, r.Ledger.Appenders, r.Ratios.AutoLedgerAutoP50)
+	}
+	if o.runs(CaseLatency) {
+		fmt.Fprintf(w, "payload encryption (AES-256-GCM): auto-approved call encrypted / plaintext: %.2f (p50); throughput encrypted / plaintext: %.2f\n",
+			r.Ratios.AutoEncryptedAutoP50, r.Ratios.ThroughputEncryptedPlain)
+		printTraced(w, r.Traced, r.Ratios.AutoTracedAutoP50)
+	}
+	if o.runs(CaseHooks) {
+		printHooks(w, r.Hooks)
+	}
+	if o.runs(CaseSandbox) {
+		printSandbox(w, r.Sandbox, r.Ratios.SandboxUnsandboxedP50)
+	}
+	fmt.Fprintf(w, "figures in %s\n", o.JSONPath)
 	q := r.Ratios
 	fmt.Fprintf(w, "statements: decision %.3f ms p50 (door reads the call, signs; worker checks), submission %.3f ms p50; decide_statements_p50=%.3f auto_statements_p50=%.3f\n",
 		r.Statements.Decide.P50, r.Statements.Submit.P50, q.DecideStatementsP50, q.AutoStatementsP50)

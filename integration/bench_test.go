@@ -157,3 +157,49 @@ func TestBenchQuick(t *testing.T) {
 	assert.Positive(t, r.Sandbox.UnsandboxedMean)
 	assert.Contains(t, stdout.String(), "shell tool `echo hi`, auto-approved call")
 }
+
+// TestBenchCasesAndRepeats runs two cases of `toolgate bench --quick`
+// twice: only those cases are measured, each run writes its own JSON
+// file, and the run ends with each measured ratio's spread.
+func TestBenchCasesAndRepeats(t *testing.T) {
+	dir := t.TempDir()
+	var stdout, stderr bytes.Buffer
+	cmd := exec.Command(binary, "bench", "--quick", "--log-level", "warn", "--cases", "decide,hooks", "--repeat", "2",
+		"--json", filepath.Join(dir, "bench.json"))
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	require.NoError(t, cmd.Run(), "%s\n%s", stdout.String(), stderr.String())
+	out := stdout.String()
+
+	for i, name := range []string{"bench-1.json", "bench-2.json"} {
+		data, err := os.ReadFile(filepath.Join(dir, name))
+		require.NoError(t, err, "run %d's figures", i+1)
+		var r struct {
+			Auto   struct{ N int } `json:"auto"`
+			Decide struct{ N int } `json:"decide"`
+			Ratios struct {
+				DecideSignalActivityP50 float64 `json:"decide_signal_activity_p50"`
+				AutoAPIBaseAPIP50       float64 `json:"auto_api_base_api_p50"`
+				ParkOneSessionBaseRate  float64 `json:"park_one_session_base_rate"`
+			} `json:"ratios"`
+		}
+		require.NoError(t, json.Unmarshal(data, &r))
+		assert.Positive(t, r.Decide.N, "decide was measured in run %d", i+1)
+		assert.Positive(t, r.Ratios.DecideSignalActivityP50)
+		assert.Positive(t, r.Ratios.AutoAPIBaseAPIP50)
+		assert.Zero(t, r.Auto.N, "the latency case did not run")
+		assert.Zero(t, r.Ratios.ParkOneSessionBaseRate, "nor the one-session case")
+	}
+	assert.Contains(t, out, "— run 1 of 2 —")
+	assert.Contains(t, out, "— run 2 of 2 —")
+	assert.Contains(t, out, "toolgate: decide → result")
+	assert.NotContains(t, out, "toolgate: auto-approved call ", "no row for a case that did not run")
+	assert.NotContains(t, out, "one session,")
+	assert.Regexp(t, regexp.MustCompile(`(?m)^decide_signal_activity_p50 +[0-9.]+ +± *[0-9.]+ % +[0-9.]+ [0-9.]+$`), out)
+	assert.Regexp(t, regexp.MustCompile(`(?m)^auto_api_base_api_p50 +[0-9.]+ +± *[0-9.]+ %`), out)
+	assert.NotRegexp(t, regexp.MustCompile(`(?m)^park_one_session_base_rate`), out)
+
+	cmd = exec.Command(binary, "bench", "--quick", "--cases", "decide,onesession")
+	msg, err := cmd.CombinedOutput()
+	require.Error(t, err)
+	assert.Contains(t, string(msg), `unknown bench case "onesession" (the cases: latency, decide, throughput, parked, one-session, pending, ledger, hooks, sandbox)`)
+}

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"strings"
+
 	"github.com/spf13/cobra"
 
 	"github.com/toolgate/toolgate/bench"
@@ -8,11 +10,12 @@ import (
 
 func (a *app) benchCommand() *cobra.Command {
 	var (
-		o     bench.Options
-		quick bool
+		o      bench.Options
+		quick  bool
+		repeat int
 	)
 	cmd := &cobra.Command{
-		Use:   "bench [--quick] [--runs N] [--concurrency C] [--calls M] [--parked P] [--waiting W] [--json FILE] [--temporal-address HOST:PORT [--namespace NS]]",
+		Use:   "bench [--quick] [--cases C,...] [--repeat N] [--runs N] [--concurrency C] [--calls M] [--parked P] [--waiting W] [--json FILE] [--temporal-address HOST:PORT [--namespace NS]]",
 		Short: "Measure toolgate against a bare Temporal workflow, side by side",
 		Long: `Start an embedded Temporal server and both workers in this process, warm
 up, then measure in one run: latency of a bare workflow (local activity +
@@ -29,7 +32,11 @@ with one line of ratios.
 
 With --temporal-address the same cases run against that cluster instead
 (both sides' workers still run in this process, on task queues of their
-own, so a cluster's own toolgate workers are not involved).`,
+own, so a cluster's own toolgate workers are not involved).
+
+--cases limits a run to some of the cases (` + "`--cases decide,one-session,hooks`" + `);
+--repeat N runs it N times, each JSON file numbered, and ends with each
+ratio's median and how far the farthest run lies from it.`,
 		Args: exactArgs(),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if quick {
@@ -39,7 +46,7 @@ own, so a cluster's own toolgate workers are not involved).`,
 				o.Waiting = pick(o.Waiting, q.Waiting)
 			}
 			o.Logger = a.logger
-			_, err := bench.Run(cmd.Context(), o, a.stdout)
+			_, err := bench.RunRepeated(cmd.Context(), o, repeat, a.stdout)
 			return err
 		},
 	}
@@ -51,6 +58,8 @@ own, so a cluster's own toolgate workers are not involved).`,
 	f.IntVar(&o.Parked, "parked", 0, "calls parked at once (default 2000; try 10000)")
 	f.IntVar(&o.Waiting, "waiting", 0, "calls waiting when the pending list's first page is timed (default 10000)")
 	f.IntVar(&o.OneSession, "one-session", 0, "calls parked in ONE session and released by one approve-for-session (default 1000; try 10000)")
+	f.StringSliceVar(&o.Cases, "cases", nil, "run only these cases: "+strings.Join(bench.AllCases, ", ")+" (default: all)")
+	f.IntVar(&repeat, "repeat", 1, "run the bench this many times and report each ratio's spread")
 	f.StringVar(&o.JSONPath, "json", "bench.json", "file for every figure as JSON")
 	f.BoolVar(&o.EagerStart, "eager-start", false, "start toolgate's calls and the baseline's workflows with eager workflow start")
 	f.StringVar(&o.TemporalAddress, "temporal-address", "", "run against this Temporal cluster (host:port) instead of an embedded server; its namespace needs toolgate's search attributes (toolgate namespace setup)")
