@@ -272,12 +272,23 @@ func (a *Activities) Evaluate(ctx context.Context, in EvaluateInput) (Evaluation
 			key = req.StickyKeyFor(call)
 		}
 		var word SessionWord
-		if owner, known := a.reads.ownerFor(in.Session, time.Now()); known && req == nil {
+		known, ok := a.reads.known(in.Session, time.Now())
+		switch {
+		case ok && req == nil:
 			// Nobody is asked, so only the owner matters, and it was
 			// read moments ago: the busy session is not described again.
-			word.Owner = owner
-		} else if word, err = a.readSession(ctx, in.Session, key); err != nil {
-			return Evaluation{}, err // retried: the owner must be known
+			word.Owner = known.Owner
+		case ok && known.Quiet && a.Handler == nil:
+			// A person is asked, and nothing can decide the call before
+			// it joins its waiting room, which reads the session afresh
+			// after the call's registration (JoinWaitingRoom): a session
+			// that showed no sticky decision and no end moments ago is not
+			// described twice for it.
+			word.Owner = known.Owner
+		default:
+			if word, err = a.readSession(ctx, in.Session, key); err != nil {
+				return Evaluation{}, err // retried: the owner must be known
+			}
 		}
 		ev.Sticky, ev.SessionEnded, ev.SessionOwner = word.Sticky, word.End != nil, word.Owner
 	}

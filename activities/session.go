@@ -89,8 +89,8 @@ func (a *Activities) readSession(ctx context.Context, workflowID, key string) (S
 
 // describeSession reads what the session says to a call of key with a
 // describe of its run sent after this call (shared with the worker's
-// other calls that read it at once: sessionReads), and remembers its
-// owner.
+// other calls that read it at once: sessionReads), and remembers what it
+// read.
 func (a *Activities) describeSession(ctx context.Context, workflowID, key string) (SessionWord, error) {
 	sent := time.Now()
 	desc, err := a.reads.read(ctx, workflowID, func(ctx context.Context, id string) (*workflowservice.DescribeWorkflowExecutionResponse, error) {
@@ -103,11 +103,17 @@ func (a *Activities) describeSession(ctx context.Context, workflowID, key string
 	case err != nil:
 		return SessionWord{}, fmt.Errorf("read session %s: %w", workflowID, err)
 	}
-	word, err := sessionWordOf(a.dataConverter(), desc.GetWorkflowExecutionInfo(), key)
-	if err == nil {
-		a.reads.sawOwner(workflowID, word.Owner, sent)
+	info := desc.GetWorkflowExecutionInfo()
+	news, owner, err := SessionMemo(a.dataConverter(), info)
+	if err != nil {
+		return SessionWord{}, err
 	}
-	return word, err
+	a.reads.saw(workflowID, knownSession{Owner: owner, Quiet: len(news.Sticky) == 0 && news.End == nil, At: sent})
+	word := SessionWord{End: news.End, Owner: owner}
+	if d := news.StickyFor(key); d != nil && info.GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+		word.Sticky = &d.Decision
+	}
+	return word, nil
 }
 
 // ReadSessionInput is the argument of ReadSession.
@@ -124,20 +130,6 @@ type ReadSessionInput struct {
 // or a revoke voids an approval not yet taken.
 func (a *Activities) ReadSession(ctx context.Context, in ReadSessionInput) (SessionWord, error) {
 	return a.readSession(ctx, in.Session, in.Key)
-}
-
-// sessionWordOf reads a session's word to a call of key from its run's
-// description.
-func sessionWordOf(dc converter.DataConverter, info *workflowpb.WorkflowExecutionInfo, key string) (SessionWord, error) {
-	news, owner, err := SessionMemo(dc, info)
-	if err != nil {
-		return SessionWord{}, err
-	}
-	word := SessionWord{End: news.End, Owner: owner}
-	if d := news.StickyFor(key); d != nil && info.GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
-		word.Sticky = &d.Decision
-	}
-	return word, nil
 }
 
 // SessionMemo decodes a session run's news and owner from its memo, with

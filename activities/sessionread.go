@@ -19,13 +19,14 @@ import (
 // registration), so what it reads is never older than its arrival. At
 // most one describe of a run is in flight per worker, and one queued.
 //
-// It also remembers the sessions' owners for ownerFor: an owner never
-// changes while its session's runs exist.
+// It also remembers what the last describe of each session read (known):
+// its owner, which never changes while its session's runs exist, and
+// whether it showed no sticky decision and no end.
 type sessionReads struct {
 	mu       sync.Mutex
 	queued   map[string]*sessionRead // sent once the run's flight lands
 	inFlight map[string]bool
-	owners   map[string]knownOwner
+	sessions map[string]knownSession
 }
 
 // sessionRead is one describe that any number of callers wait for.
@@ -35,18 +36,20 @@ type sessionRead struct {
 	err  error
 }
 
-// knownOwner is a session's owner as a describe read it.
-type knownOwner struct {
-	owner string
-	at    time.Time
+// knownSession is a session as a describe sent at At read it: its owner,
+// and Quiet when it showed no sticky decision and no end.
+type knownSession struct {
+	Owner string
+	Quiet bool
+	At    time.Time
 }
 
-// ownerTTL bounds how long an owner is taken from memory: a session's
-// owner changes only when its runs are gone (retention) and another
-// agent opens it anew; maxKnownOwners bounds the memory.
+// knownTTL bounds how long a session's owner is taken from memory: a
+// session's owner changes only when its runs are gone (retention) and
+// another agent opens it anew; maxKnownSessions bounds the memory.
 const (
-	ownerTTL       = 30 * time.Second
-	maxKnownOwners = 10000
+	knownTTL         = 30 * time.Second
+	maxKnownSessions = 10000
 )
 
 // describeFunc describes a workflow's latest run.
@@ -97,26 +100,29 @@ func (s *sessionReads) sendLocked(workflowID string, describe describeFunc) {
 	}()
 }
 
-// ownerFor is the owner a describe read for the session within ownerTTL.
-func (s *sessionReads) ownerFor(workflowID string, now time.Time) (string, bool) {
+// known is what a describe read of the session within knownTTL.
+func (s *sessionReads) known(workflowID string, now time.Time) (knownSession, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	o, ok := s.owners[workflowID]
-	if !ok || now.Sub(o.at) > ownerTTL {
-		return "", false
+	k, ok := s.sessions[workflowID]
+	if !ok || now.Sub(k.At) > knownTTL {
+		return knownSession{}, false
 	}
-	return o.owner, true
+	return k, true
 }
 
-// sawOwner remembers a session's owner, as a describe read it at.
-func (s *sessionReads) sawOwner(workflowID, owner string, at time.Time) {
-	if owner == "" {
+// saw remembers what a describe read of a session that has an owner.
+func (s *sessionReads) saw(workflowID string, k knownSession) {
+	if k.Owner == "" {
 		return
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.owners == nil || len(s.owners) >= maxKnownOwners {
-		s.owners = map[string]knownOwner{} // forgetting is always safe
+	if s.sessions == nil || len(s.sessions) >= maxKnownSessions {
+		s.sessions = map[string]knownSession{} // forgetting is always safe
 	}
-	s.owners[workflowID] = knownOwner{owner: owner, at: at}
+	if old, ok := s.sessions[workflowID]; ok && old.At.After(k.At) {
+		return // a later read landed first
+	}
+	s.sessions[workflowID] = k
 }

@@ -3,6 +3,7 @@ package activities
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -66,19 +67,27 @@ func TestReadsOfABusySessionAreSharedAndNeverOlderThanTheCaller(t *testing.T) {
 	assert.EqualValues(t, 3, read(), "a caller alone gets a describe of its own")
 }
 
-func TestAnOwnerIsRememberedBriefly(t *testing.T) {
+func TestASessionIsRememberedBriefly(t *testing.T) {
 	var s sessionReads
 	now := time.Now()
-	_, ok := s.ownerFor("toolgate/session/s1", now)
+	_, ok := s.known("toolgate/session/s1", now)
 	assert.False(t, ok)
-	s.sawOwner("toolgate/session/s1", "agent-a", now)
-	owner, ok := s.ownerFor("toolgate/session/s1", now.Add(ownerTTL-time.Second))
+	s.saw("toolgate/session/s1", knownSession{Owner: "agent-a", Quiet: true, At: now})
+	k, ok := s.known("toolgate/session/s1", now.Add(knownTTL-time.Second))
 	assert.True(t, ok)
-	assert.Equal(t, "agent-a", owner)
-	_, ok = s.ownerFor("toolgate/session/s1", now.Add(ownerTTL+time.Second))
+	assert.Equal(t, knownSession{Owner: "agent-a", Quiet: true, At: now}, k)
+	_, ok = s.known("toolgate/session/s1", now.Add(knownTTL+time.Second))
 	assert.False(t, ok, "read again after the TTL")
-	s.sawOwner("toolgate/session/s2", "", now)
-	_, ok = s.ownerFor("toolgate/session/s2", now)
+
+	s.saw("toolgate/session/s1", knownSession{Owner: "agent-a", Quiet: true, At: now.Add(-time.Second)})
+	k, _ = s.known("toolgate/session/s1", now)
+	assert.Equal(t, now, k.At, "a read sent earlier that lands later does not replace a later one")
+	s.saw("toolgate/session/s1", knownSession{Owner: "agent-a", At: now.Add(time.Second)})
+	k, _ = s.known("toolgate/session/s1", now.Add(time.Second))
+	assert.False(t, k.Quiet, "a later read that showed a decision replaces it")
+
+	s.saw("toolgate/session/s2", knownSession{At: now})
+	_, ok = s.known("toolgate/session/s2", now)
 	assert.False(t, ok, "no owner is not remembered")
 }
 
@@ -95,14 +104,21 @@ func (c *countingSession) DescribeWorkflowExecution(ctx context.Context, id, run
 
 // An auto-approved call needs only the session's owner, which a call read
 // moments ago: it does not describe the session again, and another
-// agent's call is refused all the same. A call that asks a person always
-// reads the session (its sticky decisions, its end).
-func TestAnAutoApprovedCallTakesTheOwnerReadMomentsAgo(t *testing.T) {
-	srv := &countingSession{sessionServer: &sessionServer{status: enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, memo: memoOf(t, SessionNews{}, "agent-a")}}
+// agent's call is refused all the same. A call that asks a person in a
+// session that showed no sticky decision and no end moments ago does not
+// either: nothing decides it before it joins its waiting room, which
+// reads the session afresh. It does read the session when one showed a
+// sticky decision or its end (which may decide it at once), and when a
+// coded handler could decide it before it joins.
+func TestACallTakesTheSessionReadMomentsAgoWhenNothingElseCanDecideIt(t *testing.T) {
+	quiet := memoOf(t, SessionNews{}, "agent-a")
+	srv := &countingSession{sessionServer: &sessionServer{status: enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, memo: quiet}}
 	a := &Activities{Client: srv, Policy: askButEcho{}, Tools: previewTools()}
+	n := 0
 	evaluate := func(tool, requester string) Evaluation {
 		var ev Evaluation
-		in := EvaluateInput{Call: policy.Call{ID: "c-" + tool, Tool: tool, Args: json.RawMessage(`{}`), Requester: requester, Session: "s1"}, Session: "toolgate/session/s1"}
+		n++
+		in := EvaluateInput{Call: policy.Call{ID: fmt.Sprintf("c%d", n), Tool: tool, Args: json.RawMessage(`{}`), Requester: requester, Session: "s1"}, Session: "toolgate/session/s1"}
 		require.NoError(t, run(t, a, a.Evaluate, in, &ev))
 		return ev
 	}
@@ -111,6 +127,35 @@ func TestAnAutoApprovedCallTakesTheOwnerReadMomentsAgo(t *testing.T) {
 	assert.EqualValues(t, 1, srv.describes.Load())
 	assert.Equal(t, "agent-a", evaluate("echo", "agent-b").SessionOwner, "the owner it read: agent-b's call is refused")
 	assert.EqualValues(t, 1, srv.describes.Load(), "no second describe for an auto-approved call")
+	ev := evaluate("shell", "agent-b")
+	assert.Equal(t, "agent-a", ev.SessionOwner, "an asking call is refused into another's session all the same")
+	assert.EqualValues(t, 1, srv.describes.Load(), "a quiet session is not described again for a call that asks")
+
+	// The session decides: the next describe shows it, and from then on
+	// every asking call reads the session itself.
+	approved := policy.Decision{Kind: policy.ApprovedForSession, DecidedBy: "alice", Channel: "session"}
+	srv.memo = memoOf(t, SessionNews{Revision: 1, Sticky: []KeyedDecision{{Key: "other", Since: 1, Decision: approved}}}, "agent-a")
+	a.reads = sessionReads{} // a worker past knownTTL
 	evaluate("shell", "agent-a")
-	assert.EqualValues(t, 2, srv.describes.Load(), "a call that asks reads the session")
+	assert.EqualValues(t, 2, srv.describes.Load())
+	evaluate("shell", "agent-a")
+	assert.EqualValues(t, 3, srv.describes.Load(), "a session that showed a sticky decision is read for each asking call")
+	evaluate("echo", "agent-a")
+	assert.EqualValues(t, 3, srv.describes.Load(), "an auto-approved call still takes the owner")
+
+	ended := policy.Decision{Kind: policy.DeniedWithReason, Reason: "the session was ended by root", DecidedBy: "root"}
+	srv.memo = memoOf(t, SessionNews{Revision: 2, End: &ended}, "agent-a")
+	a.reads = sessionReads{}
+	require.True(t, evaluate("shell", "agent-a").SessionEnded)
+	require.True(t, evaluate("shell", "agent-a").SessionEnded, "an ended session is read, and seen ended, for each asking call")
+	assert.EqualValues(t, 5, srv.describes.Load())
+
+	srv.memo = quiet
+	a.reads = sessionReads{}
+	a.Handler = policy.ApprovalHandlerFunc(func(context.Context, policy.Call, policy.ApprovalRequest) (*policy.Decision, error) {
+		return &policy.Decision{Kind: policy.Approved, DecidedBy: "handler"}, nil
+	})
+	evaluate("shell", "agent-a")
+	evaluate("shell", "agent-a")
+	assert.EqualValues(t, 7, srv.describes.Load(), "a coded handler may decide before the call joins its room: the session is read for it")
 }

@@ -99,7 +99,7 @@ func TestEvaluateReadsTheOwnerOfAnAutoApprovedCall(t *testing.T) {
 	assert.Equal(t, "agentA", ev.SessionOwner)
 
 	// A worker that has not read this session's owner yet (another one,
-	// or this one past ownerTTL) must read it.
+	// or this one past knownTTL) must read it.
 	down := &Activities{Client: &sessionServer{err: serviceerror.NewUnavailable("frontend down")}, Policy: policy.Base{}, Tools: registry(t)}
 	err := run(t, down, down.Evaluate, in, &ev)
 	require.Error(t, err, "an owner that cannot be read fails the evaluation, which Temporal retries")
