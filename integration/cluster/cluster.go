@@ -84,6 +84,8 @@ type Cluster struct {
 	// namespace, HTTPAddress serve's listen address (host:port), Workspace
 	// the directory every worker's tools share.
 	FrontendAddress, Namespace, HTTPAddress, Workspace string
+	// HistoryMetrics is the history service's Prometheus endpoint (URL).
+	HistoryMetrics string
 	// Binaries are the server binaries that run.
 	Binaries Binaries
 	// Mode is the dynamic config the server runs with.
@@ -152,7 +154,7 @@ func Start(ctx context.Context, o Options) (_ *Cluster, err error) {
 		c.Binaries = b
 		built <- err
 	}()
-	ports, err := freePorts(6)
+	ports, err := freePorts(7)
 	if err != nil {
 		return nil, err
 	}
@@ -220,7 +222,16 @@ func Start(ctx context.Context, o Options) (_ *Cluster, err error) {
 	if err := writeServerConfig(configFile, cfg); err != nil {
 		return nil, err
 	}
-	c.History = newService(c.Binaries, configFile, "history", cfg.History.GRPC, dir)
+	// History alone serves metrics (a port of its own needs a file of its
+	// own): the refusals of a busy workflow are counted there.
+	historyCfg := cfg
+	historyCfg.Metrics = hostPort(ports[6])
+	historyConfigFile := filepath.Join(dir, "temporal-history.yaml")
+	if err := writeServerConfig(historyConfigFile, historyCfg); err != nil {
+		return nil, err
+	}
+	c.HistoryMetrics = "http://" + historyCfg.Metrics + "/metrics"
+	c.History = newService(c.Binaries, historyConfigFile, "history", cfg.History.GRPC, dir)
 	c.Matching = newService(c.Binaries, configFile, "matching", cfg.Matching.GRPC, dir)
 	c.Frontend = newService(c.Binaries, configFile, "frontend", cfg.Frontend.GRPC, dir)
 	c.InternalWorker = newService(c.Binaries, configFile, "worker", cfg.Worker.GRPC, dir)

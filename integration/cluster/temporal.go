@@ -134,6 +134,9 @@ type serverConfig struct {
 	Worker        servicePorts
 	DynamicConfig string // empty: the stock defaults, no file at all
 	LogLevel      string
+	// Metrics is the host:port the service serves its Prometheus metrics
+	// on; empty: none.
+	Metrics string
 }
 
 // configTemplate is the server's config: PostgreSQL persistence and SQL
@@ -172,6 +175,12 @@ global:
   membership:
     maxJoinDuration: 30s
     broadcastAddress: 127.0.0.1
+{{- if .Metrics}}
+  metrics:
+    prometheus:
+      timerType: histogram
+      listenAddress: "{{.Metrics}}"
+{{- end}}
 services:
   frontend:
     rpc: {grpcPort: {{.Frontend.GRPC}}, membershipPort: {{.Frontend.Membership}}, httpPort: {{.Frontend.HTTP}}, bindOnLocalHost: true}
