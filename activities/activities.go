@@ -164,6 +164,11 @@ type Evaluation struct {
 	// Shadow is what a `mode: shadow` rule would have decided, when one
 	// would: recorded in the call's ledger entry, never enforced.
 	Shadow *policy.Shadow `json:"shadow,omitempty"`
+	// LedgerOff: this worker keeps no ledger, so the call appends nothing
+	// (AppendLedger would answer Off) and schedules no append. Recorded
+	// here, so that replay takes the same path; a result from an earlier
+	// release lacks it, and the call asks AppendLedger.
+	LedgerOff bool `json:"ledger_off,omitempty"`
 	// Trace is set when this worker exports traces: the call emits its
 	// spans when it ends (TraceCall). Recorded here, so that the call's
 	// workflow branches on its history, never on a worker's settings.
@@ -213,6 +218,7 @@ func (a *Activities) Evaluate(ctx context.Context, in EvaluateInput) (Evaluation
 		HasHandler:    a.Handler != nil,
 		Channels:      a.channelNames(),
 		AtBaseline:    true,
+		LedgerOff:     a.Ledger == nil,
 		Trace:         a.Tracing.settings(),
 	}
 	if in.CheckSubmission {

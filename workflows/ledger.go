@@ -70,11 +70,12 @@ type callLog struct {
 
 // ledgerOn reports whether the call writes to the ledger: a run that began
 // before the ledger existed does not, and neither does one on a worker
-// without a ledger.
+// without a ledger (its evaluation says so, or its first append answers
+// Off).
 func (c *callRun) ledgerOn(ctx workflow.Context) bool {
 	if !c.logged.checked {
 		c.logged.checked = true
-		c.logged.on = c.version(ctx, versionLedger, 1) >= 1
+		c.logged.on = c.version(ctx, versionLedger, 1) >= 1 && !c.eval.LedgerOff
 	}
 	return c.logged.on
 }

@@ -9,8 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/mock"
 	"github.com/stretchr/testify/require"
 
+	"github.com/toolgate/toolgate/activities"
 	"github.com/toolgate/toolgate/ledger"
 	"github.com/toolgate/toolgate/policy"
 )
@@ -237,4 +239,31 @@ func (s *CallSuite) TestTheSessionsDecisionsAreInTheLedger() {
 	rep, err = s.ledger.VerifyStore(context.Background(), nil)
 	s.NoError(err)
 	s.EqualValues(len(all), rep.Entries)
+}
+
+// A worker that keeps no ledger says so in its evaluation, and its calls
+// schedule no append at all: before, each call's first append ran only to
+// answer Off. A worker with a ledger appends as before.
+func (s *CallSuite) TestACallOnAWorkerWithoutALedgerSchedulesNoAppend() {
+	appends := func() *int {
+		n := 0
+		acts := s.acts
+		s.env.OnActivity(acts.AppendLedger, mock.Anything, mock.Anything).Return(
+			func(ctx context.Context, in activities.AppendLedgerInput) (activities.AppendLedgerResult, error) {
+				n++
+				return acts.AppendLedger(ctx, in)
+			})
+		return &n
+	}
+	n := appends()
+	s.Equal(StatusOK, s.runOne(call("c1", "echo", `{"text":"hi"}`)).Status)
+	s.Positive(*n, "a worker with a ledger appends")
+	kinds, _ := s.ledger.kinds(s.T(), "c1")
+	s.Equal(callKinds, kinds)
+
+	s.SetupTest()
+	s.acts.Ledger = nil
+	n = appends()
+	s.Equal(StatusOK, s.runOne(call("c2", "echo", `{"text":"hi"}`)).Status)
+	s.Zero(*n, "a worker without a ledger schedules no append")
 }
