@@ -296,8 +296,9 @@ func Run(ctx context.Context, o Options, out io.Writer) (Report, error) {
 	b := &runner{o: o, tc: tc, calls: calls, ledgered: ledgered, encrypted: encrypted, traced: traced, dbPath: dbPath, run: strconv.FormatInt(time.Now().UnixNano(), 36)}
 	r := Report{Machine: fmt.Sprintf("%s/%s, %d CPUs, %s", runtime.GOOS, runtime.GOARCH, runtime.NumCPU(), runtime.Version()), Options: o}
 	steps := []struct {
-		name, cas string // cas: the case (Cases) the step belongs to; "" always runs
-		fn        func(context.Context, *Report) error
+		name   string
+		ofCase string // the case (Cases) the step measures; "" always runs
+		fn     func(context.Context, *Report) error
 	}{
 		{"warm up", "", b.warmUp},
 		{"encryption check", CaseLatency, b.checkEncrypted},
@@ -314,7 +315,7 @@ func Run(ctx context.Context, o Options, out io.Writer) (Report, error) {
 		{"sandbox", CaseSandbox, b.sandboxCost},
 	}
 	for _, s := range steps {
-		if s.cas != "" && !o.runs(s.cas) {
+		if s.ofCase != "" && !o.runs(s.ofCase) {
 			continue
 		}
 		o.Logger.Info("Bench step", zap.String("step", s.name))
