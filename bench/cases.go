@@ -55,10 +55,10 @@ func ratio(a, b float64) float64 {
 // Spread is one ratio over repeated runs: its median, and how far the
 // farthest run lies from it, in percent of the median.
 type Spread struct {
-	Ratio  string    `json:"ratio"`
-	Runs   []float64 `json:"runs"`
-	Median float64   `json:"median"`
-	MaxDev float64   `json:"max_deviation_pct"`
+	Ratio  string // its name in the JSON report
+	Runs   []float64
+	Median float64
+	MaxDev float64 // percent of the median
 }
 
 // RunRepeated runs the bench n times, each on a fresh embedded server
@@ -76,10 +76,10 @@ func RunRepeated(ctx context.Context, o Options, n int, out io.Writer) ([]Spread
 			fmt.Fprintf(out, "\n— run %d of %d —\n", i+1, n)
 		}
 		r, err := Run(ctx, o, out)
-		if err != nil && n > 1 {
-			return nil, fmt.Errorf("run %d of %d: %w", i+1, n, err)
-		}
 		if err != nil {
+			if n > 1 {
+				err = fmt.Errorf("run %d of %d: %w", i+1, n, err)
+			}
 			return nil, err
 		}
 		ratios = append(ratios, r.Ratios)
