@@ -173,6 +173,18 @@ type Evaluation struct {
 	// spans when it ends (TraceCall). Recorded here, so that the call's
 	// workflow branches on its history, never on a worker's settings.
 	Trace *TraceSettings `json:"trace,omitempty"`
+	// BeforeCall is the outcome of the before-call checks, run here for a
+	// call the policy approves outright (beforeCallNow): such a call runs
+	// in the same workflow task, so a second local activity only to run
+	// them would cost it a round trip. Nil: the call runs them itself
+	// (BeforeCall), as a result recorded by an earlier release says.
+	BeforeCall *HookOutcome `json:"before_call,omitempty"`
+	// ChecksWithTool is true from every worker of this release: a tool
+	// toolgate runs is scheduled as RunToolChecked, which runs the output
+	// middleware and the after-call checks beside it. A result recorded by
+	// an earlier release lacks it, and the call schedules RunTool and then
+	// AfterCall, as that release did.
+	ChecksWithTool bool `json:"checks_with_tool,omitempty"`
 }
 
 // Verdict is what the policy said about the call: allow, ask or deny; ""
@@ -214,12 +226,13 @@ type EvaluateInput struct {
 func (a *Activities) Evaluate(ctx context.Context, in EvaluateInput) (Evaluation, error) {
 	call := in.Call
 	ev := Evaluation{
-		PolicyVersion: policy.VersionOf(a.Policy),
-		HasHandler:    a.Handler != nil,
-		Channels:      a.channelNames(),
-		AtBaseline:    true,
-		LedgerOff:     a.Ledger == nil,
-		Trace:         a.Tracing.settings(),
+		PolicyVersion:  policy.VersionOf(a.Policy),
+		HasHandler:     a.Handler != nil,
+		Channels:       a.channelNames(),
+		AtBaseline:     true,
+		LedgerOff:      a.Ledger == nil,
+		ChecksWithTool: true,
+		Trace:          a.Tracing.settings(),
 	}
 	if in.CheckSubmission {
 		at := in.StartedAt
@@ -299,7 +312,21 @@ func (a *Activities) Evaluate(ctx context.Context, in EvaluateInput) (Evaluation
 		ev.Sticky, ev.SessionEnded, ev.SessionOwner = word.Sticky, word.End != nil, word.Owner
 	}
 	a.recordShadow(ctx, call, &ev)
+	if beforeCallNow(in, ev) {
+		before := a.beforeCall(ctx, call)
+		ev.BeforeCall = &before
+	}
 	return ev, nil
+}
+
+// beforeCallNow reports whether Evaluate runs a call's before-call checks
+// itself: the call's own evaluation (not an edit's), which the policy
+// approves outright, in its requester's session, with no quota to take
+// first (the quota is taken before the checks, as for every other call).
+// Any other call runs them later, if it runs at all.
+func beforeCallNow(in EvaluateInput, ev Evaluation) bool {
+	return in.Session != "" && ev.Verdict() == "allow" && ev.Quota == nil &&
+		(ev.SessionOwner == "" || ev.SessionOwner == in.Call.Requester)
 }
 
 // recordShadow sets what a shadow rule would have decided about a call
@@ -388,10 +415,14 @@ type HookOutcome struct {
 
 // BeforeCall runs the policy's BeforeCall hook.
 func (a *Activities) BeforeCall(ctx context.Context, call policy.Call) (HookOutcome, error) {
+	return a.beforeCall(ctx, call), nil
+}
+
+func (a *Activities) beforeCall(ctx context.Context, call policy.Call) HookOutcome {
 	if err := a.Policy.BeforeCall(ctx, call); err != nil {
-		return HookOutcome{Refusal: err.Error()}, nil
+		return HookOutcome{Refusal: err.Error()}
 	}
-	return HookOutcome{}, nil
+	return HookOutcome{}
 }
 
 // RunToolInput is the argument of RunTool: the call, and what its
@@ -558,17 +589,21 @@ type AfterCallOutcome struct {
 // AfterCall runs the output middleware, then the policy's AfterCall hook
 // on the transformed output.
 func (a *Activities) AfterCall(ctx context.Context, in AfterCallInput) (AfterCallOutcome, error) {
+	return a.afterCall(ctx, in), nil
+}
+
+func (a *Activities) afterCall(ctx context.Context, in AfterCallInput) AfterCallOutcome {
 	out := in.Output
 	changes := 0
 	for _, m := range a.Middleware {
 		next, n, err := m.TransformOutput(ctx, in.Call, out)
 		if err != nil {
-			return AfterCallOutcome{Refusal: "output middleware: " + err.Error()}, nil
+			return AfterCallOutcome{Refusal: "output middleware: " + err.Error()}
 		}
 		out, changes = next, changes+n
 	}
 	if err := a.Policy.AfterCall(ctx, in.Call, out); err != nil {
-		return AfterCallOutcome{Refusal: err.Error(), Redactions: changes}, nil
+		return AfterCallOutcome{Refusal: err.Error(), Redactions: changes}
 	}
-	return AfterCallOutcome{Output: out, Redactions: changes}, nil
+	return AfterCallOutcome{Output: out, Redactions: changes}
 }

@@ -15,9 +15,12 @@ import (
 // tool may report many times a second, the server hears the latest.
 const progressEvery = 2 * time.Second
 
-// RunToolType is the activity type of a call's tool step (RunTool, as
-// the worker registers it), whose heartbeat a status reads.
-const RunToolType = "RunTool"
+// IsToolStep reports whether an activity type is a call's tool step
+// (RunTool, or RunToolChecked, as the worker registers them), whose
+// heartbeat a status reads.
+func IsToolStep(activityType string) bool {
+	return activityType == "RunTool" || activityType == "RunToolChecked"
+}
 
 // ToolHeartbeat is what the heartbeat of a tool step carries: for a tool
 // that is not idempotent, the mark that it began (a later attempt that

@@ -371,7 +371,14 @@ func (c *Client) Wait(ctx context.Context, callID string) (workflows.Result, err
 	if err := ValidateID("call_id", callID); err != nil {
 		return r, err
 	}
-	err := c.tc.GetWorkflow(ctx, workflows.CallWorkflowID(callID), "").Get(ctx, &r)
+	// The run this client started, when it did: without one the SDK
+	// describes the workflow to find it, a round trip before the long
+	// poll. A call's workflow ID has one run (REJECT_DUPLICATE).
+	run := ""
+	if f, ok := c.facts.get(callID); ok {
+		run = f.run
+	}
+	err := c.tc.GetWorkflow(ctx, workflows.CallWorkflowID(callID), run).Get(ctx, &r)
 	if err != nil {
 		if waitEnded(ctx, err) {
 			return r, context.DeadlineExceeded
@@ -491,7 +498,7 @@ func (c *Client) Status(ctx context.Context, callID string) (Status, error) {
 // (activities.ToolHeartbeat), from the describe of its call.
 func toolProgress(dc converter.DataConverter, desc *workflowservice.DescribeWorkflowExecutionResponse) *tool.Progress {
 	for _, pa := range desc.GetPendingActivities() {
-		if pa.GetActivityType().GetName() != activities.RunToolType || pa.GetHeartbeatDetails() == nil {
+		if !activities.IsToolStep(pa.GetActivityType().GetName()) || pa.GetHeartbeatDetails() == nil {
 			continue
 		}
 		var hb activities.ToolHeartbeat

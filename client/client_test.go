@@ -39,6 +39,24 @@ type fakeTemporal struct {
 	ended map[string]bool
 	// inputs are the calls started.
 	inputs []workflows.CallInput
+	// waitedRuns are the runs GetWorkflow was asked for, by workflow ID.
+	waitedRuns map[string]string
+}
+
+func (f *fakeTemporal) GetWorkflow(_ context.Context, id, run string) client.WorkflowRun {
+	if f.waitedRuns == nil {
+		f.waitedRuns = map[string]string{}
+	}
+	f.waitedRuns[id] = run
+	return resultRun{}
+}
+
+// resultRun is a call's run that has ended ok.
+type resultRun struct{ client.WorkflowRun }
+
+func (resultRun) Get(_ context.Context, v any) error {
+	*v.(*workflows.Result) = workflows.Result{Status: workflows.StatusOK}
+	return nil
 }
 
 func (f *fakeTemporal) ExecuteWorkflow(_ context.Context, o client.StartWorkflowOptions, _ any, args ...any) (client.WorkflowRun, error) {
@@ -188,6 +206,20 @@ func TestSubmitNewCallReadsNoHistory(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, "c1", id)
 	assert.Zero(t, fake.historyReads, "a new call costs the start only")
+}
+
+// Waiting for a call this client submitted names its run, so the SDK does
+// not describe the workflow to find it first; another call is waited for
+// by its workflow ID alone.
+func TestWaitForACallThisClientStartedNamesItsRun(t *testing.T) {
+	fake := &fakeTemporal{}
+	c := New(fake, "").WithDoor(testDoor)
+	r, err := c.Call(context.Background(), CallRequest{CallID: "c1", Session: "s1", Tool: "shell", Args: json.RawMessage(`{}`), Requester: "agent-1"})
+	require.NoError(t, err)
+	assert.Equal(t, workflows.StatusOK, r.Status)
+	_, err = c.Wait(context.Background(), "c2")
+	require.NoError(t, err)
+	assert.Equal(t, map[string]string{workflows.CallWorkflowID("c1"): "run-c1", workflows.CallWorkflowID("c2"): ""}, fake.waitedRuns)
 }
 
 func TestASessionBelongsToTheAgentThatOpenedIt(t *testing.T) {

@@ -227,7 +227,7 @@ func (s *CallSuite) TestAgentCannotClaimAnnotationsOrAnUnknownExecution() {
 }
 
 func (s *CallSuite) TestAToolThatMayHaveRunEndsUnknown() {
-	s.env.OnActivity(a.RunTool, mock.Anything, mock.Anything).Return(nil,
+	s.env.OnActivity(a.RunToolChecked, mock.Anything, mock.Anything).Return(activities.CheckedOutput{},
 		temporal.NewNonRetryableApplicationError(tool.OutcomeUnknown(errors.New("the upstream server died mid-call")).Error(), activities.ErrTypeOutcomeUnknown, nil))
 	r := s.runOne(call("c1", "echo", `{}`))
 	s.Equal(StatusUnknown, r.Status)
@@ -389,7 +389,7 @@ func (s *CallSuite) TestTheFirstAnswerOfACallThatAsksIsThePendingCall() {
 
 func (s *CallSuite) TestOnlyTheRequesterGetsAFirstAnswerOfAnAgentExecutedCall() {
 	s.env.OnActivity(a.AwaitReport, mock.Anything, mock.Anything).After(time.Hour).Return(json.RawMessage(`{}`), nil)
-	s.env.OnActivity(a.RunTool, mock.Anything, mock.Anything).After(time.Hour).Return(json.RawMessage(`{}`), nil)
+	s.env.OnActivity(a.RunToolChecked, mock.Anything, mock.Anything).After(time.Hour).Return(activities.CheckedOutput{After: activities.AfterCallOutcome{Output: json.RawMessage(`{}`)}}, nil)
 	other := updateAt(s.env, time.Second, "c1", UpdateFirstAnswer, ClaimRequest{CallID: "c1", By: "agent-2", Run: "toolu_1"})
 	own := updateAt(s.env, 2*time.Second, "c2", UpdateFirstAnswer, ClaimRequest{CallID: "c2", By: "agent-1", Run: "toolu_1"})
 	blank := updateAt(s.env, 3*time.Second, "c1", UpdateFirstAnswer, ClaimRequest{CallID: "c1", By: "agent-1", Run: "  "})

@@ -55,7 +55,6 @@ func (c *callRun) execute(ctx workflow.Context) (Result, error) {
 		c.upsertStatus(ctx, StatusRunning) // visible as soon as the decision lets it run
 	}
 	call := c.state.Call
-	lctx := workflow.WithLocalActivityOptions(ctx, localOptions)
 	if c.eval.Quota != nil {
 		refusal, err := c.takeQuota(ctx)
 		if err != nil {
@@ -66,17 +65,17 @@ func (c *callRun) execute(ctx workflow.Context) (Result, error) {
 		}
 	}
 
-	var before activities.HookOutcome
-	if err := workflow.ExecuteLocalActivity(lctx, a.BeforeCall, call).Get(ctx, &before); err != nil {
-		return Result{}, fmt.Errorf("before-call hook: %w", err)
+	before, err := c.beforeCall(ctx, call)
+	if err != nil {
+		return Result{}, err
 	}
 	if before.Refusal != "" {
 		return c.finish(ctx, StatusError, "refused before the call: "+before.Refusal, nil), nil
 	}
 
 	var output json.RawMessage
-	var err error
-	var unsure string // the agent ran the tool but cannot tell how it went
+	var checked *activities.AfterCallOutcome // the checks ran with the tool
+	var unsure string                        // the agent ran the tool but cannot tell how it went
 	if call.Execution == policy.ExecutionAgent {
 		if c.noReport {
 			c.note = joinNotes(c.note, "the agent runs the tool itself and does not report how it went")
@@ -107,17 +106,16 @@ func (c *callRun) execute(ctx workflow.Context) (Result, error) {
 		}
 	} else {
 		c.trace.run.Start = workflow.Now(ctx)
-		err = c.runTool(ctx, call, &output)
+		checked, err = c.runTool(ctx, call, &output)
 		c.trace.run.End = workflow.Now(ctx)
 	}
 	if err != nil {
 		return c.toolFailed(ctx, err), nil
 	}
 
-	var after activities.AfterCallOutcome
-	in := activities.AfterCallInput{Call: call, Output: output}
-	if err := workflow.ExecuteLocalActivity(lctx, a.AfterCall, in).Get(ctx, &after); err != nil {
-		return Result{}, fmt.Errorf("after-call hook: %w", err)
+	after, err := c.afterCall(ctx, call, output, checked)
+	if err != nil {
+		return Result{}, err
 	}
 	if after.Refusal != "" {
 		r := c.finish(ctx, StatusError, "refused after the call: "+after.Refusal, nil)
@@ -131,6 +129,36 @@ func (c *callRun) execute(ctx workflow.Context) (Result, error) {
 	r := c.finish(ctx, status, reason, after.Output)
 	r.Redactions = after.Redactions
 	return r, nil
+}
+
+// beforeCall runs the before-call checks, unless the evaluation already
+// did (an auto-approved call's, Evaluation.BeforeCall): no local activity
+// then, and the recorded evaluation makes replay take the same path.
+func (c *callRun) beforeCall(ctx workflow.Context, call policy.Call) (activities.HookOutcome, error) {
+	if b := c.eval.BeforeCall; b != nil {
+		return *b, nil
+	}
+	var before activities.HookOutcome
+	lctx := workflow.WithLocalActivityOptions(ctx, localOptions)
+	if err := workflow.ExecuteLocalActivity(lctx, a.BeforeCall, call).Get(ctx, &before); err != nil {
+		return before, fmt.Errorf("before-call hook: %w", err)
+	}
+	return before, nil
+}
+
+// afterCall runs the output middleware and the after-call checks on the
+// tool's output, unless its activity already did (checked).
+func (c *callRun) afterCall(ctx workflow.Context, call policy.Call, output json.RawMessage, checked *activities.AfterCallOutcome) (activities.AfterCallOutcome, error) {
+	if checked != nil {
+		return *checked, nil
+	}
+	var after activities.AfterCallOutcome
+	lctx := workflow.WithLocalActivityOptions(ctx, localOptions)
+	in := activities.AfterCallInput{Call: call, Output: output}
+	if err := workflow.ExecuteLocalActivity(lctx, a.AfterCall, in).Get(ctx, &after); err != nil {
+		return after, fmt.Errorf("after-call hook: %w", err)
+	}
+	return after, nil
 }
 
 // agentUnsure recognises the report of a tool that ran without the agent

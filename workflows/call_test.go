@@ -442,6 +442,67 @@ func (s *CallSuite) TestBeforeCallErrorCancelsTheCall() {
 	s.Empty(starts)
 }
 
+// An auto-approved call's evaluation runs its before-call checks, so no
+// second local activity runs them; a call that asks, takes a quota or is
+// denied runs them as before (or never), and each call's checks run once.
+func (s *CallSuite) TestAnAutoApprovedCallsEvaluationRunsItsBeforeCallChecks() {
+	checked := map[string]int{}
+	s.policy.before = func(call policy.Call) error {
+		checked[call.ID]++
+		if call.ID == "refused" {
+			return errorString("the change window is closed")
+		}
+		return nil
+	}
+	scheduled := func() *int {
+		n := 0
+		acts := s.acts
+		s.env.OnActivity(acts.BeforeCall, mock.Anything, mock.Anything).Return(
+			func(ctx context.Context, call policy.Call) (activities.HookOutcome, error) {
+				n++
+				return acts.BeforeCall(ctx, call)
+			})
+		return &n
+	}
+
+	n := scheduled()
+	s.Equal(StatusOK, s.runOne(call("auto", "echo", `{}`)).Status)
+	s.Zero(*n, "an auto-approved call schedules no BeforeCall")
+	s.Equal(1, checked["auto"], "its evaluation ran the checks once")
+
+	s.SetupTest()
+	s.policy.before = func(call policy.Call) error { checked[call.ID]++; return errorString("the change window is closed") }
+	n = scheduled()
+	r := s.runOne(call("refused", "echo", `{}`))
+	s.Equal(StatusError, r.Status)
+	s.Equal("refused before the call: the change window is closed", r.Reason, "the evaluation's refusal stops the call")
+	s.Zero(*n)
+	s.Zero(s.runs.total(), "a refused call does not run")
+
+	s.SetupTest()
+	s.policy.before = func(call policy.Call) error { checked[call.ID]++; return nil }
+	n = scheduled()
+	decideAt(s.env, time.Hour, "asked", decision(policy.Approved, "alice"))
+	rs := s.runSession(harnessInput{Calls: []CallInput{call("asked", "write", `{"path":"a","content":"x"}`)}})
+	s.Equal(StatusOK, rs[0].Status)
+	s.Equal(1, *n, "an asked call runs its checks once it is approved")
+	s.Equal(1, checked["asked"])
+
+	s.SetupTest()
+	s.policy.before = func(call policy.Call) error { checked[call.ID]++; return nil }
+	s.policy.quotas = map[string]policy.Quota{"echo": {Name: "echo-per-hour", Max: 2, Per: time.Hour}}
+	n = scheduled()
+	s.Equal(StatusOK, s.runSession(harnessInput{Calls: []CallInput{call("quota", "echo", `{}`)}})[0].Status)
+	s.Equal(1, *n, "a call with a quota takes it before its checks run")
+	s.Equal(1, checked["quota"])
+
+	s.SetupTest()
+	s.policy.before = func(call policy.Call) error { checked[call.ID]++; return nil }
+	s.policy.deny["echo"] = "no echo today"
+	s.Equal(StatusDenied, s.runOne(call("denied", "echo", `{}`)).Status)
+	s.Zero(checked["denied"], "a denied call's checks never run")
+}
+
 func (s *CallSuite) TestAfterCallErrorReplacesTheResult() {
 	s.policy.after = func(_ policy.Call, out json.RawMessage) error { return errorString("output mentions a customer name") }
 	r := s.runOne(call("c1", "echo", `{"name":"Jane"}`))

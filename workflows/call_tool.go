@@ -12,8 +12,11 @@ import (
 // runTool runs the tool of a call toolgate runs, as an activity, with the
 // preview of the arguments it runs with and, after an edit, the one the
 // approvers were shown. A call without a preview (no person was asked)
-// records no version marker: it has nothing to hand over.
-func (c *callRun) runTool(ctx workflow.Context, call policy.Call, output *json.RawMessage) error {
+// records no version marker: it has nothing to hand over. A call whose
+// evaluation says so (ChecksWithTool) has the activity run the output
+// middleware and the after-call checks too, and gets their outcome
+// (after) instead of the raw output.
+func (c *callRun) runTool(ctx workflow.Context, call policy.Call, output *json.RawMessage) (after *activities.AfterCallOutcome, _ error) {
 	// The grant the call was judged with (nil in histories from before
 	// grants): no new command, so nothing to version.
 	in := activities.RunToolInput{Call: call, Sandbox: c.eval.Sandbox}
@@ -25,11 +28,20 @@ func (c *callRun) runTool(ctx workflow.Context, call policy.Call, output *json.R
 		in.Preview, in.PreviewShown = ran, shown
 	}
 	handed := c.handLeaveToTool(ctx, &in)
-	err := workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, toolActivityOptions(c.eval)), a.RunTool, in).Get(ctx, output)
+	actx := workflow.WithActivityOptions(ctx, toolActivityOptions(c.eval))
+	var err error
+	if c.eval.ChecksWithTool {
+		var checked activities.CheckedOutput
+		if err = workflow.ExecuteActivity(actx, a.RunToolChecked, in).Get(ctx, &checked); err == nil {
+			after = &checked.After
+		}
+	} else {
+		err = workflow.ExecuteActivity(actx, a.RunTool, in).Get(ctx, output)
+	}
 	if err != nil && handed {
 		c.joined = true // the activity may never have run: the call's end sends the leave too
 	}
-	return err
+	return after, err
 }
 
 // handLeaveToTool gives the call's leave of its waiting room to the tool's

@@ -14,10 +14,10 @@ import (
 // toolInputs records what the tool step of each call is given.
 func (s *CallSuite) toolInputs() *[]activities.RunToolInput {
 	var ins []activities.RunToolInput
-	s.env.OnActivity(a.RunTool, mock.Anything, mock.Anything).Return(
-		func(_ context.Context, in activities.RunToolInput) (json.RawMessage, error) {
+	s.env.OnActivity(a.RunToolChecked, mock.Anything, mock.Anything).Return(
+		func(_ context.Context, in activities.RunToolInput) (activities.CheckedOutput, error) {
 			ins = append(ins, in)
-			return json.RawMessage(`{"written":true}`), nil
+			return activities.CheckedOutput{After: activities.AfterCallOutcome{Output: json.RawMessage(`{"written":true}`)}}, nil
 		})
 	return &ins
 }

@@ -119,9 +119,14 @@ type hookLog struct {
 	mu     sync.Mutex
 	starts []string
 	ends   []string
+	// onStart, when set, runs as a tool starts.
+	onStart func(policy.Call)
 }
 
 func (h *hookLog) OnToolStart(_ context.Context, call policy.Call) {
+	if h.onStart != nil {
+		h.onStart(call)
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.starts = append(h.starts, call.ID)
@@ -469,7 +474,7 @@ func (f *fakeTemporal) onStart(info *activity.Info, _ context.Context, args conv
 	}
 	reply := f.channel(info.WorkflowExecution.ID + "/" + info.ActivityID)
 	switch info.ActivityType.Name {
-	case "RunTool":
+	case "RunTool", "RunToolChecked":
 		// The real activity sends the call's leave of its room.
 		var in activities.RunToolInput
 		if args.Get(&in) == nil && in.LeaveRoom != nil {

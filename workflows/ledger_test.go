@@ -82,14 +82,16 @@ func (l *testLedger) kinds(t *testing.T, callID string) ([]string, []map[string]
 var callKinds = []string{ledger.KindCallSubmitted, ledger.KindCallDecided, ledger.KindCallFinished}
 
 func (s *CallSuite) TestAnAutoApprovedCallIsInTheLedgerOnceBeforeItsToolRunsAndItsResultReturns() {
-	s.policy.before = func(policy.Call) error {
+	started := 0
+	s.hooks.onStart = func(policy.Call) {
+		started++
 		kinds, _ := s.ledger.kinds(s.T(), "c1")
 		s.Equal(callKinds[:2], kinds, "the tool starts once its approval is in the ledger")
-		return nil
 	}
 	r := s.runOne(call("c1", "echo", `{"text":"hi"}`))
 
 	s.Equal(StatusOK, r.Status)
+	s.Equal(1, started)
 	kinds, e := s.ledger.kinds(s.T(), "c1")
 	s.Equal(callKinds, kinds)
 	s.Equal("agent-1", e[0]["requester"])

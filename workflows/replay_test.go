@@ -75,6 +75,8 @@ var recordedScenarios = []string{
 	"evaluated-baseline-approve",
 	"evaluated-baseline-deny",
 	"evaluated-baseline-approve-room",
+	"checked-auto",
+	"checked-approve",
 }
 
 // newReplayer returns a replayer with every workflow registered under its
@@ -300,4 +302,35 @@ func eachPayload(m protoreflect.Message, searchAttribute bool, visit func(p *com
 		}
 		return true
 	})
+}
+
+// TestTheCheckedRecordingsTookTheNewPath: checked-auto and checked-approve
+// (workflows/testdata/record/checked.go) ran their tool as RunToolChecked
+// with no AfterCall after it, and the auto-approved call ran its
+// before-call checks in its evaluation: their replay above is the replay
+// of that path, not of the one before it.
+func TestTheCheckedRecordingsTookTheNewPath(t *testing.T) {
+	for name, want := range map[string][]string{
+		"checked-auto":    {"LA Evaluate", "LA AppendLedger", "RunToolChecked", "LA AppendLedger"},
+		"checked-approve": {"LA Evaluate", "LA AppendLedger", "LA JoinWaitingRoom", "LA AppendLedger", "LA BeforeCall", "RunToolChecked", "LA AppendLedger"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			raw, err := os.ReadFile(filepath.Join("testdata", name+".json"))
+			require.NoError(t, err)
+			hist, err := client.HistoryFromJSON(bytes.NewReader(raw), client.HistoryJSONOptions{})
+			require.NoError(t, err)
+			var steps []string
+			for _, ev := range hist.GetEvents() {
+				if a := ev.GetActivityTaskScheduledEventAttributes(); a != nil {
+					steps = append(steps, a.GetActivityType().GetName())
+				}
+				if m := ev.GetMarkerRecordedEventAttributes(); m != nil && m.GetMarkerName() == "LocalActivity" {
+					var la struct{ ActivityType string }
+					require.NoError(t, converter.GetDefaultDataConverter().FromPayloads(m.GetDetails()["data"], &la))
+					steps = append(steps, "LA "+la.ActivityType)
+				}
+			}
+			require.Equal(t, want, steps)
+		})
+	}
 }

@@ -39,7 +39,7 @@ func (s *CallSuite) silentRoom() func() []string {
 	// An approved call's tool activity carries its leave (RoomLeave).
 	s.temporal.alsoOnStart = func(info *activity.Info, args converter.EncodedValues) {
 		var in activities.RunToolInput
-		if info.ActivityType.Name == "RunTool" && args.Get(&in) == nil && in.LeaveRoom != nil &&
+		if activities.IsToolStep(info.ActivityType.Name) && args.Get(&in) == nil && in.LeaveRoom != nil &&
 			in.LeaveRoom.WorkflowID == RoomWorkflowID("s1", RoomOf("c1")) && in.LeaveRoom.CallID == "c1" {
 			add(in.LeaveRoom.Signal)
 		}

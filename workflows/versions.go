@@ -62,6 +62,17 @@ const (
 	versionBaseline = "baseline-wave5"
 )
 
+// Some changes since the baseline take their path from a field of the
+// call's recorded evaluation (activities.Evaluation) instead of a marker,
+// so they cost no search-attribute write: a result recorded by an earlier
+// release lacks the field, and the call takes the old path on replay.
+//   - LedgerOff: a worker without a ledger schedules no AppendLedger.
+//   - BeforeCall: an auto-approved call's before-call checks ran in its
+//     evaluation; no BeforeCall local activity.
+//   - ChecksWithTool: the tool runs as RunToolChecked, which runs the
+//     output middleware and after-call checks too; no AfterCall local
+//     activity, and the raw output never reaches the history.
+
 // baselined are the changes a call that began at versionBaseline has, at
 // the version each had then. A change made later gets its own marker.
 var baselined = map[string]workflow.Version{

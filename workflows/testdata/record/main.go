@@ -178,6 +178,7 @@ func run(ctx context.Context, logger *zap.Logger, outDir, only string) (err erro
 		{"encrypted", r.encryptedCalls},
 		{"statements", r.statements},
 		{"evaluated-baseline", r.baseline("evaluated-baseline")}, // baseline-*: the release before
+		{"checked", r.checked},
 	}
 	wanted := map[string]bool{}
 	for _, name := range strings.Split(only, ",") {

@@ -1,0 +1,118 @@
+package activities
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/toolgate/toolgate/policy"
+	"github.com/toolgate/toolgate/tool"
+)
+
+// redactSecret replaces the fake secret "sk-live-123".
+type redactSecret struct{}
+
+func (redactSecret) TransformOutput(_ context.Context, _ policy.Call, out json.RawMessage) (json.RawMessage, int, error) {
+	return json.RawMessage(strings.ReplaceAll(string(out), "sk-live-123", "[REDACTED]")), strings.Count(string(out), "sk-live-123"), nil
+}
+
+// refuseTokens refuses, after the call, any output that still names a token.
+type refuseTokens struct{ policy.Base }
+
+func (refuseTokens) AfterCall(_ context.Context, _ policy.Call, out json.RawMessage) error {
+	if strings.Contains(string(out), "token") {
+		return errors.New("the output names a token")
+	}
+	return nil
+}
+
+func TestRunToolCheckedReturnsOnlyWhatTheChecksLetThrough(t *testing.T) {
+	tools := tool.NewRegistry()
+	tools.MustRegister(
+		tool.Tool{Name: "leak", Run: func(context.Context, tool.Input) (json.RawMessage, error) {
+			return json.RawMessage(`{"key":"sk-live-123"}`), nil
+		}},
+		tool.Tool{Name: "token", Run: func(context.Context, tool.Input) (json.RawMessage, error) {
+			return json.RawMessage(`{"token":"sk-live-123"}`), nil
+		}},
+		tool.Tool{Name: "fails", Run: func(context.Context, tool.Input) (json.RawMessage, error) {
+			return nil, tool.Permanent(errors.New("account closed"))
+		}},
+	)
+	a := &Activities{Policy: refuseTokens{}, Tools: tools, Middleware: []policy.OutputMiddleware{redactSecret{}}}
+
+	var out CheckedOutput
+	require.NoError(t, run(t, a, a.RunToolChecked, RunToolInput{Call: policy.Call{ID: "c1", Tool: "leak"}}, &out))
+	assert.JSONEq(t, `{"key":"[REDACTED]"}`, string(out.After.Output))
+	assert.Equal(t, 1, out.After.Redactions)
+	assert.Empty(t, out.After.Refusal)
+	raw, err := json.Marshal(out)
+	require.NoError(t, err)
+	assert.NotContains(t, string(raw), "sk-live-123", "the activity's result (what the history records) holds no raw output")
+
+	out = CheckedOutput{}
+	require.NoError(t, run(t, a, a.RunToolChecked, RunToolInput{Call: policy.Call{ID: "c2", Tool: "token"}}, &out))
+	assert.Equal(t, "the output names a token", out.After.Refusal)
+	assert.Equal(t, 1, out.After.Redactions)
+	assert.Empty(t, out.After.Output, "a refused output is not returned")
+
+	err = run(t, a, a.RunToolChecked, RunToolInput{Call: policy.Call{ID: "c3", Tool: "fails"}}, nil)
+	var appErr *temporal.ApplicationError
+	require.True(t, errors.As(err, &appErr), "the tool's failure is the activity's, as RunTool's")
+	assert.Equal(t, "account closed", appErr.Message())
+	assert.True(t, appErr.NonRetryable())
+}
+
+// Evaluate runs the before-call checks of a call it approves outright and
+// of no other, and says that the tool's activity runs the output checks.
+func TestEvaluateRunsTheBeforeCallChecksOfAnAutoApprovedCall(t *testing.T) {
+	checked := 0
+	p := &beforeCounter{refuse: "window closed", n: &checked}
+	tools := tool.NewRegistry()
+	tools.MustRegister(tool.Tool{Name: "echo", Run: func(context.Context, tool.Input) (json.RawMessage, error) { return nil, nil }},
+		tool.Tool{Name: "ask", Run: func(context.Context, tool.Input) (json.RawMessage, error) { return nil, nil }})
+	a := &Activities{Policy: p, Tools: tools}
+
+	var ev Evaluation
+	require.NoError(t, run(t, a, a.Evaluate, EvaluateInput{Call: policy.Call{ID: "c1", Tool: "echo", Execution: policy.ExecutionToolgate}, Session: "s"}, &ev))
+	require.NotNil(t, ev.BeforeCall)
+	assert.Equal(t, "window closed", ev.BeforeCall.Refusal)
+	assert.Equal(t, 1, checked)
+	assert.True(t, ev.ChecksWithTool)
+
+	for _, in := range []EvaluateInput{
+		{Call: policy.Call{ID: "c2", Tool: "ask", Execution: policy.ExecutionToolgate}, Session: "s"}, // a person is asked
+		{Call: policy.Call{ID: "c3", Tool: "echo", Execution: policy.ExecutionToolgate}},              // an edit's evaluation
+	} {
+		ev = Evaluation{}
+		require.NoError(t, run(t, a, a.Evaluate, in, &ev))
+		assert.Nil(t, ev.BeforeCall, in.Call.ID)
+	}
+	assert.Equal(t, 1, checked, "only the auto-approved call's checks ran")
+}
+
+// beforeCounter asks about tool "ask", approves the rest, and refuses
+// every call before it runs.
+type beforeCounter struct {
+	policy.Base
+	refuse string
+	n      *int
+}
+
+func (p *beforeCounter) EvaluateApproval(_ context.Context, c policy.Call) (*policy.ApprovalRequest, error) {
+	if c.Tool == "ask" {
+		return &policy.ApprovalRequest{Message: "ok?", Rule: "ask"}, nil
+	}
+	return nil, nil
+}
+
+func (p *beforeCounter) BeforeCall(context.Context, policy.Call) error {
+	*p.n++
+	return errors.New(p.refuse)
+}
