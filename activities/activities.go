@@ -180,9 +180,10 @@ type Evaluation struct {
 	// (BeforeCall), as a result recorded by an earlier release says.
 	BeforeCall *HookOutcome `json:"before_call,omitempty"`
 	// ChecksWithTool is true from every worker of this release: a tool
-	// toolgate runs is scheduled as RunToolChecked, which runs the output
-	// middleware and the after-call checks beside it. A result recorded by
-	// an earlier release lacks it, and the call schedules RunTool and then
+	// toolgate runs is scheduled as RunToolChecked, which runs the
+	// before-call checks (unless BeforeCall holds them), the tool, the
+	// output middleware and the after-call checks. A result recorded by an
+	// earlier release lacks it, and the call runs BeforeCall, RunTool and
 	// AfterCall, as that release did.
 	ChecksWithTool bool `json:"checks_with_tool,omitempty"`
 }
@@ -440,6 +441,8 @@ type RunToolInput struct {
 	// LeaveRoom, when set, is the call's leave of its waiting room, which
 	// RunTool sends while the tool runs.
 	LeaveRoom *RoomLeave `json:"leave_room,omitempty"`
+	// BeforeCall asks RunToolChecked to run the before-call checks first.
+	BeforeCall bool `json:"before_call,omitempty"`
 }
 
 // previewed lists the files the input's previews showed.

@@ -62,6 +62,25 @@ func TestRunToolCheckedReturnsOnlyWhatTheChecksLetThrough(t *testing.T) {
 	assert.Equal(t, 1, out.After.Redactions)
 	assert.Empty(t, out.After.Output, "a refused output is not returned")
 
+	// Asked to, it runs the before-call checks first: a refusal keeps the
+	// tool from running.
+	ran := 0
+	tools.MustRegister(tool.Tool{Name: "counted", Run: func(context.Context, tool.Input) (json.RawMessage, error) {
+		ran++
+		return json.RawMessage(`{}`), nil
+	}})
+	checked := 0
+	a.Policy = &beforeCounter{refuse: "window closed", n: &checked}
+	out = CheckedOutput{}
+	require.NoError(t, run(t, a, a.RunToolChecked, RunToolInput{Call: policy.Call{ID: "c4", Tool: "counted"}, BeforeCall: true}, &out))
+	assert.Equal(t, "window closed", out.Refused)
+	assert.Zero(t, ran, "the tool did not run")
+	out = CheckedOutput{}
+	require.NoError(t, run(t, a, a.RunToolChecked, RunToolInput{Call: policy.Call{ID: "c5", Tool: "counted"}}, &out))
+	assert.Empty(t, out.Refused)
+	assert.Equal(t, 1, ran, "not asked to, it runs the tool without them")
+	assert.Equal(t, 1, checked)
+
 	err = run(t, a, a.RunToolChecked, RunToolInput{Call: policy.Call{ID: "c3", Tool: "fails"}}, nil)
 	var appErr *temporal.ApplicationError
 	require.True(t, errors.As(err, &appErr), "the tool's failure is the activity's, as RunTool's")

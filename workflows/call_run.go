@@ -74,8 +74,8 @@ func (c *callRun) execute(ctx workflow.Context) (Result, error) {
 	}
 
 	var output json.RawMessage
-	var checked *activities.AfterCallOutcome // the checks ran with the tool
-	var unsure string                        // the agent ran the tool but cannot tell how it went
+	var checked *activities.CheckedOutput // the checks ran with the tool
+	var unsure string                     // the agent ran the tool but cannot tell how it went
 	if call.Execution == policy.ExecutionAgent {
 		if c.noReport {
 			c.note = joinNotes(c.note, "the agent runs the tool itself and does not report how it went")
@@ -112,6 +112,9 @@ func (c *callRun) execute(ctx workflow.Context) (Result, error) {
 	if err != nil {
 		return c.toolFailed(ctx, err), nil
 	}
+	if checked != nil && checked.Refused != "" {
+		return c.finish(ctx, StatusError, "refused before the call: "+checked.Refused, nil), nil
+	}
 
 	after, err := c.afterCall(ctx, call, output, checked)
 	if err != nil {
@@ -132,11 +135,15 @@ func (c *callRun) execute(ctx workflow.Context) (Result, error) {
 }
 
 // beforeCall runs the before-call checks, unless the evaluation already
-// did (an auto-approved call's, Evaluation.BeforeCall): no local activity
-// then, and the recorded evaluation makes replay take the same path.
+// did (an auto-approved call's, Evaluation.BeforeCall) or the tool's
+// activity will (checksWithTool): no local activity then, and the
+// recorded evaluation makes replay take the same path.
 func (c *callRun) beforeCall(ctx workflow.Context, call policy.Call) (activities.HookOutcome, error) {
 	if b := c.eval.BeforeCall; b != nil {
 		return *b, nil
+	}
+	if c.checksWithTool(call) {
+		return activities.HookOutcome{}, nil
 	}
 	var before activities.HookOutcome
 	lctx := workflow.WithLocalActivityOptions(ctx, localOptions)
@@ -146,11 +153,18 @@ func (c *callRun) beforeCall(ctx workflow.Context, call policy.Call) (activities
 	return before, nil
 }
 
+// checksWithTool reports whether the tool's activity runs the call's
+// checks (RunToolChecked): a tool toolgate runs, in a call evaluated by a
+// release that does so.
+func (c *callRun) checksWithTool(call policy.Call) bool {
+	return c.eval.ChecksWithTool && call.Execution != policy.ExecutionAgent
+}
+
 // afterCall runs the output middleware and the after-call checks on the
 // tool's output, unless its activity already did (checked).
-func (c *callRun) afterCall(ctx workflow.Context, call policy.Call, output json.RawMessage, checked *activities.AfterCallOutcome) (activities.AfterCallOutcome, error) {
+func (c *callRun) afterCall(ctx workflow.Context, call policy.Call, output json.RawMessage, checked *activities.CheckedOutput) (activities.AfterCallOutcome, error) {
 	if checked != nil {
-		return *checked, nil
+		return checked.After, nil
 	}
 	var after activities.AfterCallOutcome
 	lctx := workflow.WithLocalActivityOptions(ctx, localOptions)

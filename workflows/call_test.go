@@ -442,19 +442,24 @@ func (s *CallSuite) TestBeforeCallErrorCancelsTheCall() {
 	s.Empty(starts)
 }
 
-// An auto-approved call's evaluation runs its before-call checks, so no
-// second local activity runs them; a call that asks, takes a quota or is
-// denied runs them as before (or never), and each call's checks run once.
-func (s *CallSuite) TestAnAutoApprovedCallsEvaluationRunsItsBeforeCallChecks() {
-	checked := map[string]int{}
-	s.policy.before = func(call policy.Call) error {
-		checked[call.ID]++
-		if call.ID == "refused" {
-			return errorString("the change window is closed")
+// A call's before-call checks run once, and never in a local activity of
+// their own when something else runs anyway: an auto-approved call's
+// evaluation, or the tool's activity (RunToolChecked) for a call that
+// asked or took a quota; the tool does not run when they refuse. Only an
+// asked call the agent runs itself (no tool activity) runs BeforeCall; a
+// denied call's checks never run.
+func (s *CallSuite) TestBeforeCallChecksRunOnceWithTheStepThatRunsAnyway() {
+	var checked map[string]int
+	reset := func(refuse string) *int {
+		s.SetupTest()
+		checked = map[string]int{}
+		s.policy.before = func(call policy.Call) error {
+			checked[call.ID]++
+			if refuse != "" {
+				return errorString(refuse)
+			}
+			return nil
 		}
-		return nil
-	}
-	scheduled := func() *int {
 		n := 0
 		acts := s.acts
 		s.env.OnActivity(acts.BeforeCall, mock.Anything, mock.Anything).Return(
@@ -465,39 +470,51 @@ func (s *CallSuite) TestAnAutoApprovedCallsEvaluationRunsItsBeforeCallChecks() {
 		return &n
 	}
 
-	n := scheduled()
+	n := reset("")
 	s.Equal(StatusOK, s.runOne(call("auto", "echo", `{}`)).Status)
-	s.Zero(*n, "an auto-approved call schedules no BeforeCall")
-	s.Equal(1, checked["auto"], "its evaluation ran the checks once")
+	s.Zero(*n, "an auto-approved call's evaluation ran them")
+	s.Equal(1, checked["auto"])
 
-	s.SetupTest()
-	s.policy.before = func(call policy.Call) error { checked[call.ID]++; return errorString("the change window is closed") }
-	n = scheduled()
+	n = reset("the change window is closed")
 	r := s.runOne(call("refused", "echo", `{}`))
 	s.Equal(StatusError, r.Status)
 	s.Equal("refused before the call: the change window is closed", r.Reason, "the evaluation's refusal stops the call")
 	s.Zero(*n)
 	s.Zero(s.runs.total(), "a refused call does not run")
 
-	s.SetupTest()
-	s.policy.before = func(call policy.Call) error { checked[call.ID]++; return nil }
-	n = scheduled()
+	n = reset("")
 	decideAt(s.env, time.Hour, "asked", decision(policy.Approved, "alice"))
 	rs := s.runSession(harnessInput{Calls: []CallInput{call("asked", "write", `{"path":"a","content":"x"}`)}})
 	s.Equal(StatusOK, rs[0].Status)
-	s.Equal(1, *n, "an asked call runs its checks once it is approved")
+	s.Zero(*n, "an asked call's tool activity runs them")
 	s.Equal(1, checked["asked"])
 
-	s.SetupTest()
-	s.policy.before = func(call policy.Call) error { checked[call.ID]++; return nil }
+	n = reset("the change window is closed")
+	decideAt(s.env, time.Hour, "asked-refused", decision(policy.Approved, "alice"))
+	rs = s.runSession(harnessInput{Calls: []CallInput{call("asked-refused", "write", `{"path":"a","content":"x"}`)}})
+	s.Equal(StatusError, rs[0].Status)
+	s.Equal("refused before the call: the change window is closed", rs[0].Reason)
+	s.Zero(*n)
+	s.Zero(s.runs.total(), "the tool's activity refused before the tool")
+	starts, _ := s.hooks.calls()
+	s.Empty(starts, "no lifecycle hook saw a tool start")
+
+	n = reset("")
 	s.policy.quotas = map[string]policy.Quota{"echo": {Name: "echo-per-hour", Max: 2, Per: time.Hour}}
-	n = scheduled()
 	s.Equal(StatusOK, s.runSession(harnessInput{Calls: []CallInput{call("quota", "echo", `{}`)}})[0].Status)
-	s.Equal(1, *n, "a call with a quota takes it before its checks run")
+	s.Zero(*n, "a call with a quota takes it, then its tool activity runs the checks")
 	s.Equal(1, checked["quota"])
 
-	s.SetupTest()
-	s.policy.before = func(call policy.Call) error { checked[call.ID]++; return nil }
+	n = reset("")
+	s.policy.ask["deploy"] = policy.ApprovalRequest{Message: "deploy?"}
+	s.env.OnActivity(a.AwaitReport, mock.Anything, mock.Anything).Return(json.RawMessage(`{}`), nil)
+	decideAt(s.env, time.Hour, "agent", decision(policy.Approved, "alice"))
+	rs = s.runSession(harnessInput{Calls: []CallInput{agentCall("agent", "deploy", `{}`)}})
+	s.Equal(StatusOK, rs[0].Status, rs[0].Reason)
+	s.Equal(1, *n, "an asked call the agent runs has no tool activity: BeforeCall runs them")
+	s.Equal(1, checked["agent"])
+
+	reset("")
 	s.policy.deny["echo"] = "no echo today"
 	s.Equal(StatusDenied, s.runOne(call("denied", "echo", `{}`)).Status)
 	s.Zero(checked["denied"], "a denied call's checks never run")

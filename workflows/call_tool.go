@@ -13,10 +13,9 @@ import (
 // preview of the arguments it runs with and, after an edit, the one the
 // approvers were shown. A call without a preview (no person was asked)
 // records no version marker: it has nothing to hand over. A call whose
-// evaluation says so (ChecksWithTool) has the activity run the output
-// middleware and the after-call checks too, and gets their outcome
-// (after) instead of the raw output.
-func (c *callRun) runTool(ctx workflow.Context, call policy.Call, output *json.RawMessage) (after *activities.AfterCallOutcome, _ error) {
+// evaluation says so (checksWithTool) has the activity run its checks
+// too, and gets their outcome (checked) instead of the raw output.
+func (c *callRun) runTool(ctx workflow.Context, call policy.Call, output *json.RawMessage) (checked *activities.CheckedOutput, _ error) {
 	// The grant the call was judged with (nil in histories from before
 	// grants): no new command, so nothing to version.
 	in := activities.RunToolInput{Call: call, Sandbox: c.eval.Sandbox}
@@ -30,10 +29,11 @@ func (c *callRun) runTool(ctx workflow.Context, call policy.Call, output *json.R
 	handed := c.handLeaveToTool(ctx, &in)
 	actx := workflow.WithActivityOptions(ctx, toolActivityOptions(c.eval))
 	var err error
-	if c.eval.ChecksWithTool {
-		var checked activities.CheckedOutput
-		if err = workflow.ExecuteActivity(actx, a.RunToolChecked, in).Get(ctx, &checked); err == nil {
-			after = &checked.After
+	if c.checksWithTool(call) {
+		in.BeforeCall = c.eval.BeforeCall == nil // not run at evaluation
+		var out activities.CheckedOutput
+		if err = workflow.ExecuteActivity(actx, a.RunToolChecked, in).Get(ctx, &out); err == nil {
+			checked = &out
 		}
 	} else {
 		err = workflow.ExecuteActivity(actx, a.RunTool, in).Get(ctx, output)
@@ -41,7 +41,7 @@ func (c *callRun) runTool(ctx workflow.Context, call policy.Call, output *json.R
 	if err != nil && handed {
 		c.joined = true // the activity may never have run: the call's end sends the leave too
 	}
-	return after, err
+	return checked, err
 }
 
 // handLeaveToTool gives the call's leave of its waiting room to the tool's

@@ -70,8 +70,9 @@ const (
 //   - BeforeCall: an auto-approved call's before-call checks ran in its
 //     evaluation; no BeforeCall local activity.
 //   - ChecksWithTool: the tool runs as RunToolChecked, which runs the
-//     output middleware and after-call checks too; no AfterCall local
-//     activity, and the raw output never reaches the history.
+//     before-call checks (unless the evaluation did), the tool, the output
+//     middleware and the after-call checks; no local activity around the
+//     tool, and the raw output never reaches the history.
 
 // baselined are the changes a call that began at versionBaseline has, at
 // the version each had then. A change made later gets its own marker.

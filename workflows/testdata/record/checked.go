@@ -8,11 +8,11 @@ import (
 	"github.com/toolgate/toolgate/workflows"
 )
 
-// checked records calls whose evaluation ran the before-call checks of an
-// auto-approved call and sent their tool to RunToolChecked, which runs the
-// output checks beside it: checked-auto (no local activity but Evaluate)
-// and checked-approve (a person approved it; its tool's activity carries
-// the room leave and the checks).
+// checked records calls that run their tool as RunToolChecked, with the
+// checks beside it: checked-auto (its evaluation ran the before-call
+// checks; no local activity but Evaluate and the ledger's) and
+// checked-approve (a person approved it; its tool's activity carries the
+// room leave and every check).
 func (r *recorder) checked(ctx context.Context) error {
 	const session = "replay-checked"
 	if err := r.openSession(ctx, workflows.SessionInput{Session: session, Owner: agent, IdleTimeout: idle}); err != nil {
