@@ -460,14 +460,7 @@ func (s *CallSuite) TestBeforeCallChecksRunOnceWithTheStepThatRunsAnyway() {
 			}
 			return nil
 		}
-		n := 0
-		acts := s.acts
-		s.env.OnActivity(acts.BeforeCall, mock.Anything, mock.Anything).Return(
-			func(ctx context.Context, call policy.Call) (activities.HookOutcome, error) {
-				n++
-				return acts.BeforeCall(ctx, call)
-			})
-		return &n
+		return countScheduled(s, s.acts.BeforeCall)
 	}
 
 	n := reset("")

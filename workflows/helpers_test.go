@@ -521,3 +521,14 @@ func (f *fakeTemporal) query(workflowID, queryType string, args ...any) (val con
 	}()
 	return f.env.QueryWorkflowByID(workflowID, queryType, args...)
 }
+
+// countScheduled runs the activity fn through a mock that counts how often it
+// is scheduled, and returns the count.
+func countScheduled[In, Out any](s *CallSuite, fn func(context.Context, In) (Out, error)) *int {
+	n := 0
+	s.env.OnActivity(fn, mock.Anything, mock.Anything).Return(func(ctx context.Context, in In) (Out, error) {
+		n++
+		return fn(ctx, in)
+	})
+	return &n
+}

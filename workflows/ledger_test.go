@@ -9,10 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stretchr/testify/mock"
 	"github.com/stretchr/testify/require"
 
-	"github.com/toolgate/toolgate/activities"
 	"github.com/toolgate/toolgate/ledger"
 	"github.com/toolgate/toolgate/policy"
 )
@@ -247,17 +245,7 @@ func (s *CallSuite) TestTheSessionsDecisionsAreInTheLedger() {
 // schedule no append at all: before, each call's first append ran only to
 // answer Off. A worker with a ledger appends as before.
 func (s *CallSuite) TestACallOnAWorkerWithoutALedgerSchedulesNoAppend() {
-	appends := func() *int {
-		n := 0
-		acts := s.acts
-		s.env.OnActivity(acts.AppendLedger, mock.Anything, mock.Anything).Return(
-			func(ctx context.Context, in activities.AppendLedgerInput) (activities.AppendLedgerResult, error) {
-				n++
-				return acts.AppendLedger(ctx, in)
-			})
-		return &n
-	}
-	n := appends()
+	n := countScheduled(s, s.acts.AppendLedger)
 	s.Equal(StatusOK, s.runOne(call("c1", "echo", `{"text":"hi"}`)).Status)
 	s.Positive(*n, "a worker with a ledger appends")
 	kinds, _ := s.ledger.kinds(s.T(), "c1")
@@ -265,7 +253,7 @@ func (s *CallSuite) TestACallOnAWorkerWithoutALedgerSchedulesNoAppend() {
 
 	s.SetupTest()
 	s.acts.Ledger = nil
-	n = appends()
+	n = countScheduled(s, s.acts.AppendLedger)
 	s.Equal(StatusOK, s.runOne(call("c2", "echo", `{"text":"hi"}`)).Status)
 	s.Zero(*n, "a worker without a ledger schedules no append")
 }
