@@ -460,6 +460,13 @@ func (in RunToolInput) previewed() []policy.PreviewTarget {
 // tool's idempotency key; the files the call's previews showed go to the
 // tool (tool.Input.Previewed), which may refuse to act elsewhere.
 func (a *Activities) RunTool(ctx context.Context, in RunToolInput) (json.RawMessage, error) {
+	return a.runTool(ctx, in, nil)
+}
+
+// runTool is RunTool; then, when given, runs with the tool's output while
+// the step's heartbeat still beats (with the mark that the tool began), so
+// that checks after the tool never make its step look lost.
+func (a *Activities) runTool(ctx context.Context, in RunToolInput, then func(json.RawMessage)) (json.RawMessage, error) {
 	a.leaveRoom(ctx, in.LeaveRoom) // whatever happens next
 	call := in.Call
 	t, err := a.Tools.Get(call.Tool)
@@ -502,6 +509,9 @@ func (a *Activities) RunTool(ctx context.Context, in RunToolInput) (json.RawMess
 		h.OnToolEnd(ctx, call, policy.ToolEnd{Output: out, Err: err, Duration: time.Since(start), Attempt: info.Attempt})
 	}
 	if err == nil {
+		if then != nil {
+			then(out)
+		}
 		return out, nil
 	}
 	var unknown *tool.OutcomeUnknownError

@@ -135,3 +135,50 @@ func (p *beforeCounter) BeforeCall(context.Context, policy.Call) error {
 	*p.n++
 	return errors.New(p.refuse)
 }
+
+// panicky panics in the checks named by its fields.
+type panicky struct {
+	policy.Base
+	before, after bool
+}
+
+func (p panicky) BeforeCall(context.Context, policy.Call) error {
+	if p.before {
+		panic("policy bug before")
+	}
+	return nil
+}
+
+func (p panicky) AfterCall(_ context.Context, _ policy.Call, out json.RawMessage) error {
+	if p.after {
+		panic("policy bug after: " + string(out))
+	}
+	return nil
+}
+
+// A check that panics refuses the call instead of failing the activity,
+// whose retry would run the tool again; the refusal does not quote the
+// output the panic did.
+func TestRunToolCheckedRefusesWhenACheckPanics(t *testing.T) {
+	ran := 0
+	tools := tool.NewRegistry()
+	tools.MustRegister(tool.Tool{Name: "counted", Options: tool.Options{Idempotent: true}, Run: func(context.Context, tool.Input) (json.RawMessage, error) {
+		ran++
+		return json.RawMessage(`{"key":"sk-live-123"}`), nil
+	}})
+	a := &Activities{Policy: panicky{after: true}, Tools: tools}
+	var out CheckedOutput
+	require.NoError(t, run(t, a, a.RunToolChecked, RunToolInput{Call: policy.Call{ID: "c1", Tool: "counted"}}, &out))
+	assert.Equal(t, "the after-call checks failed (see the worker's log)", out.After.Refusal)
+	assert.Empty(t, out.After.Output)
+	assert.Equal(t, 1, ran, "the tool ran once and the activity did not fail, so nothing runs it again")
+	raw, err := json.Marshal(out)
+	require.NoError(t, err)
+	assert.NotContains(t, string(raw), "sk-live-123")
+
+	a.Policy = panicky{before: true}
+	out = CheckedOutput{}
+	require.NoError(t, run(t, a, a.RunToolChecked, RunToolInput{Call: policy.Call{ID: "c2", Tool: "counted"}, BeforeCall: true}, &out))
+	assert.Equal(t, "the before-call checks failed (see the worker's log)", out.Refused)
+	assert.Equal(t, 1, ran, "refused before the call: the tool did not run")
+}
