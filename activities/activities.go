@@ -84,6 +84,9 @@ type Activities struct {
 	// reads shares the describes of busy sessions among this worker's
 	// calls.
 	reads sessionReads
+	// joins gathers the registrations of calls parking in one session
+	// into shared signals to its waiting rooms.
+	joins roomJoins
 	// leaves are the room leaves in flight (leaveRoom, Drain).
 	leaves sync.WaitGroup
 }

@@ -198,24 +198,60 @@ func (a *Activities) SignalWithStart(ctx context.Context, in SignalWithStartInpu
 	return nil
 }
 
-// JoinInput is the argument of JoinWaitingRoom: the room's
-// signal-with-start, and the session to read once the room has the call.
+// JoinInput is the argument of JoinWaitingRoom: the call's registration,
+// the session's waiting rooms (the worker picks the one that takes it),
+// and the session to read once a room has the call.
 type JoinInput struct {
-	Room    SignalWithStartInput `json:"room"`
-	Session string               `json:"session"`
-	Key     string               `json:"key"`
+	CallID       string `json:"call_id"`
+	Registration any    `json:"registration"`
+	// Rooms are the session's rooms; WorkflowType, TaskQueue and
+	// SignalName start and signal them (the signal is a list of
+	// registrations).
+	Rooms        []RoomStart `json:"rooms"`
+	WorkflowType string      `json:"workflow_type"`
+	TaskQueue    string      `json:"task_queue"`
+	SignalName   string      `json:"signal_name"`
+	Session      string      `json:"session"`
+	Key          string      `json:"key"`
 }
 
-// JoinWaitingRoom registers a call with its waiting room (starting the room
-// if it does not run), then reads what its session says to a call of the
-// key. The two together leave no gap: what the session decided before the
-// room had the call is in the memo read after; what it decides later
-// reaches the room after the call. A read that fails fails the attempt.
-func (a *Activities) JoinWaitingRoom(ctx context.Context, in JoinInput) (SessionWord, error) {
-	if err := a.SignalWithStart(ctx, in.Room); err != nil {
-		return SessionWord{}, err
+// RoomStart is one waiting room: its workflow ID, and its input if a
+// batch has to start it.
+type RoomStart struct {
+	WorkflowID string `json:"workflow_id"`
+	StartInput any    `json:"start_input"`
+}
+
+// Joined is what JoinWaitingRoom returns: what the session said once a
+// room had the call, and which room that is.
+type Joined struct {
+	SessionWord
+	// Room indexes JoinInput.Rooms. Absent from joins recorded before
+	// calls shared their rooms' signals: those went to the room of the
+	// call's ID.
+	Room *int `json:"room,omitempty"`
+}
+
+// JoinWaitingRoom registers a call with one of its session's waiting
+// rooms, in one signal with the registrations of the worker's other calls
+// of the session that join at once (roomJoins), starting the room if it
+// does not run; then it reads what the session says to a call of the key.
+// The two together leave no gap: what the session decided before the room
+// had the call is in the memo read after; what it decides later reaches
+// the room after the call. A read that fails fails the attempt.
+func (a *Activities) JoinWaitingRoom(ctx context.Context, in JoinInput) (Joined, error) {
+	if len(in.Rooms) == 0 {
+		return Joined{}, temporal.NewNonRetryableApplicationError("a join names no waiting room", "Misconfigured", nil)
 	}
-	return a.describeSession(ctx, in.Session, in.Key) // sent after the registration
+	room, err := a.joins.join(ctx, in, a.SignalWithStart)
+	if err != nil {
+		return Joined{}, err
+	}
+	word, err := a.describeSession(ctx, in.Session, in.Key) // sent after the registration
+	if err != nil {
+		return Joined{}, err
+	}
+	return Joined{SessionWord: word, Room: &room}, nil
 }
 
 // Census counts the calls waiting in a session's rooms, with the groups

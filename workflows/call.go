@@ -97,6 +97,8 @@ type callRun struct {
 	// leave on the way there.
 	joined bool
 	left   workflow.Future
+	// room is the waiting room that took the call (the join records it).
+	room int
 	// told are the sticky decisions on their way to the session.
 	told []workflow.Future
 	// notices carries messages to the call's NoticesWorkflow, once one is

@@ -52,6 +52,6 @@ func (c *callRun) handLeaveToTool(ctx workflow.Context, in *activities.RunToolIn
 		return false
 	}
 	c.joined = false
-	in.LeaveRoom = &activities.RoomLeave{WorkflowID: RoomWorkflowID(c.state.Call.Session, RoomOf(c.state.Call.ID)), Signal: SignalDone, CallID: c.state.Call.ID}
+	in.LeaveRoom = &activities.RoomLeave{WorkflowID: RoomWorkflowID(c.state.Call.Session, c.room), Signal: SignalDone, CallID: c.state.Call.ID}
 	return true
 }

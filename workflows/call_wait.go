@@ -142,19 +142,14 @@ func (c *callRun) joinRoom(ctx workflow.Context) error {
 	if req.EscalateAfter > 0 && len(req.EscalateTo) > 0 {
 		reg.EscalateTo, reg.EscalateAfter = req.EscalateTo, req.EscalateAfter
 	}
-	room := RoomInput{Session: c.state.Call.Session, Room: RoomOf(c.state.Call.ID)}
 	in := activities.JoinInput{
-		Room: activities.SignalWithStartInput{
-			WorkflowID: RoomWorkflowID(room.Session, room.Room), WorkflowType: RoomWorkflowType,
-			SignalName: SignalRegister, Signal: reg, StartInput: room,
-			TaskQueue: workflow.GetInfo(ctx).TaskQueueName,
-		},
-		Session: SessionWorkflowID(c.state.Call.Session),
-		Key:     c.stickyKey,
+		CallID: c.state.Call.ID, Registration: reg, Rooms: roomStarts(c.state.Call.Session),
+		WorkflowType: RoomWorkflowType, TaskQueue: workflow.GetInfo(ctx).TaskQueueName, SignalName: SignalRegisterAll,
+		Session: SessionWorkflowID(c.state.Call.Session), Key: c.stickyKey,
 	}
 	// A local activity, inside the call's workflow task: parking costs the
 	// call no workflow task of its own.
-	var word activities.SessionWord
+	var word activities.Joined
 	lctx := workflow.WithLocalActivityOptions(ctx, signalOrStartOptions)
 	if err := workflow.ExecuteLocalActivity(lctx, a.JoinWaitingRoom, in).Get(ctx, &word); err != nil {
 		if ctx.Err() != nil {
@@ -167,6 +162,10 @@ func (c *callRun) joinRoom(ctx workflow.Context) error {
 		return nil
 	}
 	c.joined = true
+	c.room = RoomOf(c.state.Call.ID) // the room of a join recorded before the worker picked it
+	if word.Room != nil {
+		c.room = *word.Room
+	}
 	switch {
 	case word.End != nil:
 		// The session had ended when the call began to wait.
@@ -254,7 +253,7 @@ func (c *callRun) leavesWithTool(ctx workflow.Context) bool {
 func (c *callRun) leaveRoom(ctx workflow.Context) {
 	if c.joined {
 		c.joined = false
-		room := RoomWorkflowID(c.state.Call.Session, RoomOf(c.state.Call.ID))
+		room := RoomWorkflowID(c.state.Call.Session, c.room)
 		left := workflow.SignalExternalWorkflow(ctx, room, "", SignalDone, c.state.Call.ID)
 		if c.version(ctx, versionLeaveDelivered, 1) >= 1 {
 			c.left = left

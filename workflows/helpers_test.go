@@ -384,12 +384,12 @@ func (f *fakeTemporal) install() {
 			return (<-f.answer(ctx)).(activities.Census), nil
 		})
 	f.env.OnActivity("JoinWaitingRoom", mock.Anything, mock.Anything).Return(
-		func(ctx context.Context, _ activities.JoinInput) (activities.SessionWord, error) {
+		func(ctx context.Context, _ activities.JoinInput) (activities.Joined, error) {
 			switch v := (<-f.answer(ctx)).(type) {
 			case error:
-				return activities.SessionWord{}, v
+				return activities.Joined{}, v
 			default:
-				return v.(activities.SessionWord), nil
+				return v.(activities.Joined), nil
 			}
 		})
 	f.env.OnActivity("ReadSession", mock.Anything, mock.Anything).Return(
@@ -426,11 +426,14 @@ func (f *fakeTemporal) onLocalStart(info *activity.Info, _ context.Context, args
 		}
 	}
 	reply := f.channel(info.WorkflowExecution.ID + "/" + info.ActivityID)
-	if err := f.env.SignalWorkflowByID(in.Room.WorkflowID, in.Room.SignalName, in.Room.Signal); err != nil {
-		reply <- temporal.NewNonRetryableApplicationError("no workflow "+in.Room.WorkflowID+" to signal: "+err.Error(), "Misconfigured", nil)
+	// The room of the call's ID takes it, as a worker's batch of one would.
+	room := RoomOf(in.CallID)
+	target := in.Rooms[room].WorkflowID
+	if err := f.env.SignalWorkflowByID(target, in.SignalName, []any{in.Registration}); err != nil {
+		reply <- temporal.NewNonRetryableApplicationError("no workflow "+target+" to signal: "+err.Error(), "Misconfigured", nil)
 		return
 	}
-	reply <- f.sessionWord(in.Session, in.Key)
+	reply <- activities.Joined{SessionWord: f.sessionWord(in.Session, in.Key), Room: &room}
 }
 
 // sessionWord is what the session's query shows a call of key, as its memo

@@ -99,7 +99,18 @@ func roomIDs(session string) []string {
 	return ids
 }
 
-// RoomOf is the room a call waits in.
+// roomStarts are a session's rooms as a join names them: any of them may
+// take the call.
+func roomStarts(session string) []activities.RoomStart {
+	rooms := make([]activities.RoomStart, Rooms)
+	for i := range rooms {
+		rooms[i] = activities.RoomStart{WorkflowID: RoomWorkflowID(session, i), StartInput: RoomInput{Session: session, Room: i, KeepsTimer: true}}
+	}
+	return rooms
+}
+
+// RoomOf is the room a call waited in when its join was recorded without
+// one (before a worker's calls shared their rooms' signals).
 func RoomOf(callID string) int {
 	h := fnv.New32a()
 	_, _ = h.Write([]byte(callID))
@@ -117,6 +128,11 @@ type RoomInput struct {
 	// ContinueAsNewAfter forces continue-as-new after that many messages
 	// (tests).
 	ContinueAsNewAfter int `json:"continue_as_new_after,omitempty"`
+	// KeepsTimer: the room keeps its timer while the deadline it waits for
+	// stays, instead of cancelling it and starting another at every
+	// message (two events and a timer task each). Set by the releases that
+	// do; a room started before replays as it ran.
+	KeepsTimer bool `json:"keeps_timer,omitempty"`
 }
 
 // RoomState is what a room remembers, carried across continue-as-new.
@@ -165,6 +181,10 @@ type roomRun struct {
 	received int
 	// pruneAt is the earliest deadline of a waiting call.
 	pruneAt time.Time
+	// timer fires at timerAt; stopTimer cancels it (KeepsTimer).
+	timer     workflow.Future
+	timerAt   time.Time
+	stopTimer workflow.CancelFunc
 }
 
 func newRoomRun(in RoomInput) *roomRun {
@@ -188,18 +208,19 @@ func (r *roomRun) reindex() {
 
 // roomInbox is a room's signal channels.
 type roomInbox struct {
-	news, register, done workflow.ReceiveChannel
+	news, register, registerAll, done workflow.ReceiveChannel
 }
 
 func (in roomInbox) pending() bool {
-	return in.news.Len() > 0 || in.register.Len() > 0 || in.done.Len() > 0
+	return in.news.Len() > 0 || in.register.Len() > 0 || in.registerAll.Len() > 0 || in.done.Len() > 0
 }
 
 func (r *roomRun) run(ctx workflow.Context) error {
 	box := roomInbox{
-		news:     workflow.GetSignalChannel(ctx, SignalNews),
-		register: workflow.GetSignalChannel(ctx, SignalRegister),
-		done:     workflow.GetSignalChannel(ctx, SignalDone),
+		news:        workflow.GetSignalChannel(ctx, SignalNews),
+		register:    workflow.GetSignalChannel(ctx, SignalRegister),
+		registerAll: workflow.GetSignalChannel(ctx, SignalRegisterAll),
+		done:        workflow.GetSignalChannel(ctx, SignalDone),
 	}
 	if r.state.News == nil {
 		r.state.News = &activities.SessionNews{} // what came before, each call read itself
@@ -241,7 +262,25 @@ func (r *roomRun) awaitWork(ctx workflow.Context, box roomInbox) (bool, error) {
 	if len(r.index) > 0 {
 		wait = max(r.pruneAt.Sub(workflow.Now(ctx)), time.Second)
 	}
-	return awaitWithTimeout(ctx, wait, hasWork)
+	if !r.in.KeepsTimer {
+		return awaitWithTimeout(ctx, wait, hasWork)
+	}
+	// The earliest deadline rarely moves while calls come and go: the
+	// timer set for it stays.
+	if at := workflow.Now(ctx).Add(wait); r.timer == nil || r.timer.IsReady() || !at.Equal(r.timerAt) {
+		if r.stopTimer != nil {
+			r.stopTimer()
+		}
+		tctx, cancel := workflow.WithCancel(ctx)
+		r.timer, r.timerAt, r.stopTimer = workflow.NewTimer(tctx, wait), at, cancel
+	}
+	if err := workflow.Await(ctx, func() bool { return hasWork() || r.timer.IsReady() }); err != nil {
+		return false, err
+	}
+	if err := ctx.Err(); err != nil && !hasWork() {
+		return false, err
+	}
+	return hasWork(), nil
 }
 
 // drain takes every message already delivered.
@@ -262,6 +301,16 @@ func (r *roomRun) drain(ctx workflow.Context, box roomInbox) {
 		}
 		r.received++
 		r.register(reg)
+	}
+	for {
+		var regs []Registration
+		if !box.registerAll.ReceiveAsync(&regs) {
+			break
+		}
+		r.received++
+		for _, reg := range regs {
+			r.register(reg)
+		}
 	}
 }
 

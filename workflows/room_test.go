@@ -49,8 +49,46 @@ func (t *told) to(callID string) []SessionDecision {
 	return t.got[CallWorkflowID(callID)]
 }
 
+// roomKind is how a room runs and how calls register with it: as this
+// release starts rooms and sends registrations (a worker's batch, the
+// timer kept), and as rooms recorded before ran.
+type roomKind struct {
+	name    string
+	current bool
+}
+
+var roomKinds = []roomKind{{"now", true}, {"recorded before", false}}
+
+// eachRoomKind runs a room test for each kind.
+func eachRoomKind(t *testing.T, test func(*testing.T, roomKind)) {
+	for _, k := range roomKinds {
+		t.Run(k.name, func(t *testing.T) { test(t, k) })
+	}
+}
+
+// roomTest is a room's test environment, with its kind.
+type roomTest struct {
+	*testsuite.TestWorkflowEnvironment
+	kind roomKind
+}
+
+// runRoom runs the room with in, as its kind starts it.
+func (env *roomTest) runRoom(in RoomInput) {
+	in.KeepsTimer = env.kind.current
+	env.ExecuteWorkflow(WaitingRoom, in)
+}
+
+// register sends the room a call's registration, as its kind does.
+func (env *roomTest) register(reg Registration) {
+	if env.kind.current {
+		env.SignalWorkflow(SignalRegisterAll, []Registration{reg})
+		return
+	}
+	env.SignalWorkflow(SignalRegister, reg)
+}
+
 // roomEnv runs room 0 of session s1; the test sends the session's news.
-func roomEnv(t *testing.T) (*testsuite.TestWorkflowEnvironment, *told) {
+func roomEnv(t *testing.T, k roomKind) (*roomTest, *told) {
 	var ts testsuite.WorkflowTestSuite
 	ts.SetLogger(quietLogger{})
 	env := ts.NewTestWorkflowEnvironment()
@@ -85,23 +123,29 @@ func roomEnv(t *testing.T) (*testsuite.TestWorkflowEnvironment, *told) {
 		got.batches++
 		return gone, nil
 	})
-	return env, got
+	return &roomTest{TestWorkflowEnvironment: env, kind: k}, got
 }
 
-func signalAt(env *testsuite.TestWorkflowEnvironment, at time.Duration, name string, arg any) {
+// signaller is a test environment that takes signals.
+type signaller interface {
+	RegisterDelayedCallback(callback func(), delayDuration time.Duration)
+	SignalWorkflow(name string, input any)
+}
+
+func signalAt(env signaller, at time.Duration, name string, arg any) {
 	env.RegisterDelayedCallback(func() { env.SignalWorkflow(name, arg) }, at)
 }
 
 // registerAt registers n calls of tool at a virtual time, each waiting for
 // timeout, and returns their IDs.
-func registerAt(env *testsuite.TestWorkflowEnvironment, at time.Duration, n int, tool string, timeout time.Duration) []string {
+func registerAt(env *roomTest, at time.Duration, n int, tool string, timeout time.Duration) []string {
 	ids := make([]string, n)
 	for i := range ids {
 		ids[i] = fmt.Sprintf("%s-%d-%d", tool, at/time.Second, i)
 	}
 	env.RegisterDelayedCallback(func() {
 		for _, id := range ids {
-			env.SignalWorkflow(SignalRegister, Registration{CallID: id, Tool: tool, StickyKey: tool, Requester: "agent-1",
+			env.register(Registration{CallID: id, Tool: tool, StickyKey: tool, Requester: "agent-1",
 				RequestedAt: env.Now(), Timeout: timeout})
 		}
 	}, at)
@@ -117,7 +161,7 @@ func approvedForSession(key, by string, since int64) activities.KeyedDecision {
 	return activities.KeyedDecision{Key: key, Since: since, Decision: policy.Decision{Kind: policy.ApprovedForSession, DecidedBy: by, Channel: "session"}}
 }
 
-func census(t *testing.T, env *testsuite.TestWorkflowEnvironment, at time.Duration) *activities.Census {
+func census(t *testing.T, env *roomTest, at time.Duration) *activities.Census {
 	var c activities.Census
 	env.RegisterDelayedCallback(func() {
 		v, err := env.QueryWorkflow(QueryCensus, env.Now())
@@ -128,13 +172,17 @@ func census(t *testing.T, env *testsuite.TestWorkflowEnvironment, at time.Durati
 }
 
 func TestARoomHandsTheSessionsDecisionToEveryWaitingCallOnce(t *testing.T) {
-	env, got := roomEnv(t)
+	eachRoomKind(t, testARoomHandsTheSessionsDecisionToEveryWaitingCallOnce)
+}
+
+func testARoomHandsTheSessionsDecisionToEveryWaitingCallOnce(t *testing.T, k roomKind) {
+	env, got := roomEnv(t, k)
 	writes := registerAt(env, time.Minute, 600, "write", time.Hour)
 	shells := registerAt(env, time.Minute, 1, "shell", time.Hour)
 	before := census(t, env, 90*time.Second)
 	signalAt(env, 2*time.Minute, SignalNews, newsWith(2, approvedForSession("write", "bob", 2)))
 	later := registerAt(env, 3*time.Minute, 1, "write", time.Hour)
-	env.ExecuteWorkflow(WaitingRoom, RoomInput{Session: "s1", IdleTimeout: time.Hour})
+	env.runRoom(RoomInput{Session: "s1", IdleTimeout: time.Hour})
 
 	require.True(t, env.IsWorkflowCompleted())
 	require.NoError(t, env.GetWorkflowError(), "the room closes once nobody waits and it was idle")
@@ -152,9 +200,13 @@ func TestARoomHandsTheSessionsDecisionToEveryWaitingCallOnce(t *testing.T) {
 }
 
 func TestARevokeStopsAReleaseBeforeItsNextBatch(t *testing.T) {
+	eachRoomKind(t, testARevokeStopsAReleaseBeforeItsNextBatch)
+}
+
+func testARevokeStopsAReleaseBeforeItsNextBatch(t *testing.T, k roomKind) {
 	revoked := newsWith(3)
 	var releasing, sentRevoke bool
-	env, got := roomEnv(t)
+	env, got := roomEnv(t, k)
 	// The revoke reaches the room while its first batch of the release is
 	// being sent.
 	env.SetOnActivityStartedListener(func(info *activity.Info, _ context.Context, _ converter.EncodedValues) {
@@ -168,7 +220,7 @@ func TestARevokeStopsAReleaseBeforeItsNextBatch(t *testing.T) {
 		releasing = true
 		env.SignalWorkflow(SignalNews, newsWith(2, approvedForSession("write", "bob", 2)))
 	}, 2*time.Minute)
-	env.ExecuteWorkflow(WaitingRoom, RoomInput{Session: "s1", IdleTimeout: time.Hour})
+	env.runRoom(RoomInput{Session: "s1", IdleTimeout: time.Hour})
 
 	require.NoError(t, env.GetWorkflowError())
 	require.True(t, sentRevoke)
@@ -180,14 +232,18 @@ func TestARevokeStopsAReleaseBeforeItsNextBatch(t *testing.T) {
 }
 
 func TestTheEndDeniesEveryWaitingCall(t *testing.T) {
-	env, got := roomEnv(t)
+	eachRoomKind(t, testTheEndDeniesEveryWaitingCall)
+}
+
+func testTheEndDeniesEveryWaitingCall(t *testing.T, k roomKind) {
+	env, got := roomEnv(t, k)
 	signalAt(env, time.Second, SignalNews, newsWith(1, approvedForSession("shell", "bob", 1)))
 	waiting := registerAt(env, time.Minute, 3, "write", time.Hour)
 	end := &policy.Decision{Kind: policy.DeniedWithReason, Reason: "the session was ended by root", DecidedBy: "root", DeciderGroups: []string{"*"}, Channel: "session"}
 	signalAt(env, 2*time.Minute, SignalNews, activities.SessionNews{Revision: 2, End: end})
 	later := registerAt(env, 3*time.Minute, 1, "shell", time.Hour)
 	after := census(t, env, 4*time.Minute)
-	env.ExecuteWorkflow(WaitingRoom, RoomInput{Session: "s1", IdleTimeout: time.Hour})
+	env.runRoom(RoomInput{Session: "s1", IdleTimeout: time.Hour})
 
 	require.NoError(t, env.GetWorkflowError())
 	for _, id := range waiting {
@@ -202,16 +258,21 @@ func TestTheEndDeniesEveryWaitingCall(t *testing.T) {
 }
 
 func TestTheEndReachesOnlyTheCallsItsEnderMayActOn(t *testing.T) {
-	env, got := roomEnv(t)
+	eachRoomKind(t, testTheEndReachesOnlyTheCallsItsEnderMayActOn)
+}
+
+func testTheEndReachesOnlyTheCallsItsEnderMayActOn(t *testing.T, k roomKind) {
+	env, got := roomEnv(t, k)
 	register := func(id string, groups ...string) {
-		signalAt(env, time.Minute, SignalRegister, Registration{CallID: id, Tool: "write", StickyKey: "write", Requester: "agent-1",
-			Groups: groups, RequestedAt: env.Now().Add(time.Minute), Timeout: time.Hour})
+		reg := Registration{CallID: id, Tool: "write", StickyKey: "write", Requester: "agent-1",
+			Groups: groups, RequestedAt: env.Now().Add(time.Minute), Timeout: time.Hour}
+		env.RegisterDelayedCallback(func() { env.register(reg) }, time.Minute)
 	}
 	register("ops-call", "ops")
 	register("finance-call", "finance")
 	end := &policy.Decision{Kind: policy.DeniedWithReason, Reason: "the session was ended by ops1", DecidedBy: "ops1", DeciderGroups: []string{"ops"}, Channel: "session"}
 	signalAt(env, 2*time.Minute, SignalNews, activities.SessionNews{Revision: 2, End: end})
-	env.ExecuteWorkflow(WaitingRoom, RoomInput{Session: "s1", IdleTimeout: time.Hour})
+	env.runRoom(RoomInput{Session: "s1", IdleTimeout: time.Hour})
 
 	require.NoError(t, env.GetWorkflowError())
 	require.Len(t, got.to("ops-call"), 1)
@@ -220,7 +281,11 @@ func TestTheEndReachesOnlyTheCallsItsEnderMayActOn(t *testing.T) {
 }
 
 func TestARegistrationAndADecisionThatArriveTogetherMeet(t *testing.T) {
-	env, got := roomEnv(t)
+	eachRoomKind(t, testARegistrationAndADecisionThatArriveTogetherMeet)
+}
+
+func testARegistrationAndADecisionThatArriveTogetherMeet(t *testing.T, k roomKind) {
+	env, got := roomEnv(t, k)
 	sent := false
 	// While the room sends a release, a call registers and then the
 	// session replaces the decision: the room takes both in one batch, and
@@ -228,14 +293,14 @@ func TestARegistrationAndADecisionThatArriveTogetherMeet(t *testing.T) {
 	env.SetOnActivityStartedListener(func(info *activity.Info, _ context.Context, _ converter.EncodedValues) {
 		if info.ActivityType.Name == "SendSignals" && !sent {
 			sent = true
-			env.SignalWorkflow(SignalRegister, Registration{CallID: "c-new", Tool: "write", StickyKey: "write", Requester: "agent-1",
+			env.register(Registration{CallID: "c-new", Tool: "write", StickyKey: "write", Requester: "agent-1",
 				RequestedAt: env.Now(), Timeout: time.Hour})
 			env.SignalWorkflow(SignalNews, newsWith(3, approvedForSession("write", "carol", 3)))
 		}
 	})
 	registerAt(env, time.Minute, 20, "write", time.Hour)
 	signalAt(env, 2*time.Minute, SignalNews, newsWith(2, approvedForSession("write", "bob", 2)))
-	env.ExecuteWorkflow(WaitingRoom, RoomInput{Session: "s1", IdleTimeout: time.Hour})
+	env.runRoom(RoomInput{Session: "s1", IdleTimeout: time.Hour})
 
 	require.NoError(t, env.GetWorkflowError())
 	require.True(t, sent)
@@ -244,18 +309,26 @@ func TestARegistrationAndADecisionThatArriveTogetherMeet(t *testing.T) {
 }
 
 func TestAnOlderCopyOfTheNewsIsIgnored(t *testing.T) {
-	env, got := roomEnv(t)
+	eachRoomKind(t, testAnOlderCopyOfTheNewsIsIgnored)
+}
+
+func testAnOlderCopyOfTheNewsIsIgnored(t *testing.T, k roomKind) {
+	env, got := roomEnv(t, k)
 	signalAt(env, time.Second, SignalNews, newsWith(5))
 	ids := registerAt(env, time.Minute, 1, "write", time.Hour)
 	signalAt(env, 2*time.Minute, SignalNews, newsWith(4, approvedForSession("write", "bob", 4)))
-	env.ExecuteWorkflow(WaitingRoom, RoomInput{Session: "s1", IdleTimeout: time.Hour})
+	env.runRoom(RoomInput{Session: "s1", IdleTimeout: time.Hour})
 
 	require.NoError(t, env.GetWorkflowError())
 	require.Empty(t, got.to(ids[0]), "revision 4 came after revision 5: overtaken")
 }
 
 func TestCallsThatLeftOrNoLongerRunAreNotToldAgain(t *testing.T) {
-	env, got := roomEnv(t)
+	eachRoomKind(t, testCallsThatLeftOrNoLongerRunAreNotToldAgain)
+}
+
+func testCallsThatLeftOrNoLongerRunAreNotToldAgain(t *testing.T, k roomKind) {
+	env, got := roomEnv(t, k)
 	ids := registerAt(env, time.Minute, 3, "write", time.Hour)
 	signalAt(env, 90*time.Second, SignalDone, ids[0])
 	env.RegisterDelayedCallback(func() {
@@ -265,7 +338,7 @@ func TestCallsThatLeftOrNoLongerRunAreNotToldAgain(t *testing.T) {
 		env.SignalWorkflow(SignalNews, newsWith(2, approvedForSession("write", "bob", 2)))
 	}, 2*time.Minute)
 	signalAt(env, 3*time.Minute, SignalNews, newsWith(3, approvedForSession("write", "carol", 3)))
-	env.ExecuteWorkflow(WaitingRoom, RoomInput{Session: "s1", IdleTimeout: time.Hour})
+	env.runRoom(RoomInput{Session: "s1", IdleTimeout: time.Hour})
 
 	require.NoError(t, env.GetWorkflowError())
 	require.Empty(t, got.to(ids[0]), "a call that left is not told")
@@ -274,11 +347,15 @@ func TestCallsThatLeftOrNoLongerRunAreNotToldAgain(t *testing.T) {
 }
 
 func TestAWaitingCallThatNeverSaysItEndedIsForgottenAtItsDeadline(t *testing.T) {
-	env, got := roomEnv(t)
+	eachRoomKind(t, testAWaitingCallThatNeverSaysItEndedIsForgottenAtItsDeadline)
+}
+
+func testAWaitingCallThatNeverSaysItEndedIsForgottenAtItsDeadline(t *testing.T, k roomKind) {
+	env, got := roomEnv(t, k)
 	ids := registerAt(env, time.Minute, 1, "write", time.Hour)
 	signalAt(env, 3*time.Hour, SignalNews, newsWith(2, approvedForSession("write", "bob", 2)))
 	start := env.Now()
-	env.ExecuteWorkflow(WaitingRoom, RoomInput{Session: "s1", IdleTimeout: 4 * time.Hour})
+	env.runRoom(RoomInput{Session: "s1", IdleTimeout: 4 * time.Hour})
 
 	require.NoError(t, env.GetWorkflowError())
 	require.Empty(t, got.to(ids[0]), "dropped at its deadline, before the decision came")
@@ -287,9 +364,13 @@ func TestAWaitingCallThatNeverSaysItEndedIsForgottenAtItsDeadline(t *testing.T) 
 }
 
 func TestARoomContinuesAsNewWithItsCalls(t *testing.T) {
-	env, got := roomEnv(t)
+	eachRoomKind(t, testARoomContinuesAsNewWithItsCalls)
+}
+
+func testARoomContinuesAsNewWithItsCalls(t *testing.T, k roomKind) {
+	env, got := roomEnv(t, k)
 	ids := registerAt(env, time.Minute, 3, "write", time.Hour)
-	env.ExecuteWorkflow(WaitingRoom, RoomInput{Session: "s1", ContinueAsNewAfter: 3})
+	env.runRoom(RoomInput{Session: "s1", ContinueAsNewAfter: 3})
 
 	require.True(t, env.IsWorkflowCompleted())
 	var can *workflow.ContinueAsNewError
@@ -304,7 +385,7 @@ func TestARoomContinuesAsNewWithItsCalls(t *testing.T) {
 	require.NotNil(t, next.State.News)
 
 	// The next run hands the session's decision to all of them.
-	env2, got2 := roomEnv(t)
+	env2, got2 := roomEnv(t, k)
 	next.ContinueAsNewAfter = 0
 	next.IdleTimeout = time.Minute
 	signalAt(env2, time.Minute, SignalNews, newsWith(2, approvedForSession("write", "bob", 2)))
@@ -315,4 +396,27 @@ func TestARoomContinuesAsNewWithItsCalls(t *testing.T) {
 		require.Len(t, got2.to(id), 1, id)
 		require.Equal(t, policy.ApprovedForSession, got2.to(id)[0].Decision.Kind, id)
 	}
+}
+
+// A room keeps the timer of its earliest deadline while calls come: each
+// message used to cancel it and start another (two events and a timer
+// task each, in every task of a busy room).
+func TestARoomKeepsItsTimerWhileItsEarliestDeadlineStays(t *testing.T) {
+	timers := map[string][2]int{} // kind → started, cancelled, after 20 registrations
+	for _, k := range roomKinds {
+		env, _ := roomEnv(t, k)
+		var started, cancelled int
+		env.SetOnTimerScheduledListener(func(string, time.Duration) { started++ })
+		env.SetOnTimerCanceledListener(func(string) { cancelled++ })
+		for i := range 20 {
+			registerAt(env, time.Duration(i+1)*time.Minute, 1, "write", 2*time.Hour)
+		}
+		env.RegisterDelayedCallback(func() { timers[k.name] = [2]int{started, cancelled} }, 30*time.Minute)
+		env.runRoom(RoomInput{Session: "s1", IdleTimeout: time.Hour})
+		require.NoError(t, env.GetWorkflowError())
+	}
+	// The room's first timer (an idle period ahead) is also its earliest
+	// deadline until it fires: it is kept.
+	require.Equal(t, [2]int{1, 0}, timers["now"], "one timer for twenty messages")
+	require.Equal(t, [2]int{21, 20}, timers["recorded before"], "a timer per message, each cancelled by the next")
 }

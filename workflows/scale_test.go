@@ -18,8 +18,13 @@ import (
 
 // silentRoom takes every call's registration (its session has nothing to
 // say) and its done, and returns what reads the names of the signals the
-// room got so far.
+// room got so far. The join names the room of c1's ID.
 func (s *CallSuite) silentRoom() func() []string {
+	return s.silentRoomNumber(RoomOf("c1"))
+}
+
+// silentRoomNumber is silentRoom with the room the join names.
+func (s *CallSuite) silentRoomNumber(room int) func() []string {
 	var mu sync.Mutex // the environment calls mocks from its own goroutines
 	var got []string
 	add := func(name string) {
@@ -27,11 +32,11 @@ func (s *CallSuite) silentRoom() func() []string {
 		defer mu.Unlock()
 		got = append(got, name)
 	}
-	s.env.OnActivity("JoinWaitingRoom", mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.JoinInput) (activities.SessionWord, error) {
-		add(in.Room.SignalName)
-		return activities.SessionWord{}, nil
+	s.env.OnActivity("JoinWaitingRoom", mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.JoinInput) (activities.Joined, error) {
+		add(in.SignalName)
+		return activities.Joined{Room: &room}, nil
 	})
-	s.env.OnSignalExternalWorkflow(mock.Anything, RoomWorkflowID("s1", RoomOf("c1")), "", mock.Anything, mock.Anything).Return(
+	s.env.OnSignalExternalWorkflow(mock.Anything, RoomWorkflowID("s1", room), "", mock.Anything, mock.Anything).Return(
 		func(_, _, _, name string, _ any) error {
 			add(name)
 			return nil
@@ -40,7 +45,7 @@ func (s *CallSuite) silentRoom() func() []string {
 	s.temporal.alsoOnStart = func(info *activity.Info, args converter.EncodedValues) {
 		var in activities.RunToolInput
 		if activities.IsToolStep(info.ActivityType.Name) && args.Get(&in) == nil && in.LeaveRoom != nil &&
-			in.LeaveRoom.WorkflowID == RoomWorkflowID("s1", RoomOf("c1")) && in.LeaveRoom.CallID == "c1" {
+			in.LeaveRoom.WorkflowID == RoomWorkflowID("s1", room) && in.LeaveRoom.CallID == "c1" {
 			add(in.LeaveRoom.Signal)
 		}
 	}
@@ -60,7 +65,20 @@ func (s *CallSuite) TestAPersonIsAskedAsSoonAsTheCallJoinedItsRoom() {
 	s.Equal(StatusOK, r.Status)
 	s.Require().Len(r.Notices, 1)
 	s.Zero(r.Notices[0].At.Sub(r.RequestedAt), "the room has nothing to answer: a person is notified at once")
-	s.Equal([]string{SignalRegister, SignalDone}, told(), "the call joined its room, and left it when decided")
+	s.Equal([]string{SignalRegisterAll, SignalDone}, told(), "the call joined its room, and left it when decided")
+}
+
+// A worker picks the room that takes a call (several calls share one
+// signal); the call leaves the room its join named, not the room of its ID.
+func (s *CallSuite) TestACallLeavesTheRoomItsJoinNamed() {
+	other := (RoomOf("c1") + 3) % Rooms
+	told := s.silentRoomNumber(other)
+	s.policy.ask["write"] = policy.ApprovalRequest{Message: "write?", Timeout: time.Hour}
+	decideAt(s.env, 10*time.Minute, "c1", decision(policy.Approved, "alice"))
+	r := s.runOne(call("c1", "write", `{"path":"a","content":"x"}`))
+
+	s.Equal(StatusOK, r.Status)
+	s.Equal([]string{SignalRegisterAll, SignalDone}, told(), "the leave went to room %d, which took the call", other)
 }
 
 func (s *CallSuite) TestACancelledWaitingCallEndsDeniedAndLeavesItsRoom() {
@@ -79,7 +97,7 @@ func (s *CallSuite) TestACancelledWaitingCallEndsDeniedAndLeavesItsRoom() {
 	s.Zero(s.runs.total())
 	// Its done goes out beside the completion, which the test environment
 	// may finish first; the integration tests see rooms forget such calls.
-	s.Equal(SignalRegister, told()[0], "it waited in its room")
+	s.Equal(SignalRegisterAll, told()[0], "it waited in its room")
 }
 
 func (s *CallSuite) TestTheRequesterOrAnApproverOfItsGroupsMayCancelAWaitingCall() {

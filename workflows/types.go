@@ -52,6 +52,10 @@ const (
 	// person; the room hands it the session's later decisions with
 	// SignalSessionDecision.
 	SignalRegister = "register"
+	// SignalRegisterAll (worker → waiting room) carries the
+	// registrations of several calls, a []Registration: how calls
+	// register since a worker gathers them (activities.JoinWaitingRoom).
+	SignalRegisterAll = "register-all"
 	// SignalSticky (call → session) records a sticky decision.
 	SignalSticky = "sticky"
 	// SignalDone (call → waiting room) says a call no longer waits.

@@ -1,0 +1,140 @@
+package activities
+
+import (
+	"context"
+	"hash/fnv"
+	"sync"
+	"time"
+)
+
+// roomJoins gathers the registrations this worker's calls send to one
+// session's waiting rooms, so that calls parking at once share one signal
+// and one workflow task of one room.
+//
+// Why. A registration sent alone costs its room a signal and, at the rates
+// a busy session parks at, a workflow task of its own (with its timer
+// cancelled and started again): about what the call's own first task
+// costs the server. One signal carrying every registration that arrived
+// meanwhile costs the room one task for all of them.
+//
+// How. Per session, one sender: it sends what is queued (up to
+// maxJoinBatch registrations) as one signal, waits until joinEvery has
+// passed since, and sends what queued meanwhile, until nothing did. A
+// registration that finds no sender leaves at once, so a quiet session
+// parks as fast as before; a busy one parks its calls up to joinEvery
+// later, in batches. Each batch goes to the room of its first call's ID,
+// so batches spread over the rooms as calls did, and each caller learns
+// the room that took it (the call records it: its leave goes there).
+//
+// A batch that fails fails every caller in it; their attempts are retried,
+// and a room takes a call it already holds once.
+type roomJoins struct {
+	mu       sync.Mutex
+	sessions map[string]*sessionJoins
+}
+
+// sessionJoins is one session's queue, and whether its sender runs.
+type sessionJoins struct {
+	queue   []*pendingJoin
+	sending bool
+}
+
+// pendingJoin is one call's registration, waiting for its batch.
+type pendingJoin struct {
+	in   JoinInput
+	done chan joined // buffered: the sender never waits for a caller
+}
+
+type joined struct {
+	room int
+	err  error
+}
+
+const (
+	// joinEvery is the least time between two batches of one session from
+	// one worker.
+	joinEvery = 100 * time.Millisecond
+	// maxJoinBatch bounds a batch: a registration is a few hundred bytes.
+	maxJoinBatch = 200
+	// joinTimeout bounds a batch's signal; its callers' attempts retry.
+	joinTimeout = 10 * time.Second
+)
+
+// sendJoin delivers a batch to a room: a signal-with-start.
+type sendJoin func(ctx context.Context, in SignalWithStartInput) error
+
+// join queues in's registration and returns, once a room took the batch
+// it went in, the index of that room in in.Rooms.
+func (j *roomJoins) join(ctx context.Context, in JoinInput, send sendJoin) (int, error) {
+	key := in.TaskQueue + "\x00" + in.Session
+	p := &pendingJoin{in: in, done: make(chan joined, 1)}
+	j.mu.Lock()
+	if j.sessions == nil {
+		j.sessions = map[string]*sessionJoins{}
+	}
+	s := j.sessions[key]
+	if s == nil {
+		s = &sessionJoins{}
+		j.sessions[key] = s
+	}
+	s.queue = append(s.queue, p)
+	if !s.sending {
+		s.sending = true
+		go j.sendLoop(key, s, send)
+	}
+	j.mu.Unlock()
+	select {
+	case r := <-p.done:
+		return r.room, r.err
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	}
+}
+
+// sendLoop sends s's queue in batches, at most one per joinEvery, until
+// it is empty.
+func (j *roomJoins) sendLoop(key string, s *sessionJoins, send sendJoin) {
+	for {
+		j.mu.Lock()
+		n := min(len(s.queue), maxJoinBatch)
+		if n == 0 {
+			s.sending = false
+			delete(j.sessions, key)
+			j.mu.Unlock()
+			return
+		}
+		batch := s.queue[:n:n]
+		s.queue = s.queue[n:]
+		j.mu.Unlock()
+		sent := time.Now()
+		r := sendBatch(batch, send)
+		for _, p := range batch {
+			p.done <- r
+		}
+		time.Sleep(time.Until(sent.Add(joinEvery)))
+	}
+}
+
+// sendBatch signals batch's registrations, as one list, to the room of its
+// first call.
+func sendBatch(batch []*pendingJoin, send sendJoin) joined {
+	first := batch[0].in
+	regs := make([]any, len(batch))
+	for i, p := range batch {
+		regs[i] = p.in.Registration
+	}
+	room := roomIndex(first.CallID, len(first.Rooms))
+	r := first.Rooms[room]
+	ctx, cancel := context.WithTimeout(context.Background(), joinTimeout) // not one caller's: they all wait for it
+	defer cancel()
+	err := send(ctx, SignalWithStartInput{WorkflowID: r.WorkflowID, WorkflowType: first.WorkflowType, TaskQueue: first.TaskQueue,
+		SignalName: first.SignalName, Signal: regs, StartInput: r.StartInput})
+	return joined{room: room, err: err}
+}
+
+// roomIndex spreads call IDs over n rooms.
+func roomIndex(callID string, n int) int {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(callID))
+	return int(h.Sum32() % uint32(n))
+}
