@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 	commonpb "go.temporal.io/api/common/v1"
+	historypb "go.temporal.io/api/history/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/log"
@@ -19,6 +20,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 	"google.golang.org/protobuf/reflect/protoreflect"
 
+	"github.com/toolgate/toolgate/activities"
 	"github.com/toolgate/toolgate/keyring"
 )
 
@@ -77,6 +79,9 @@ var recordedScenarios = []string{
 	"evaluated-baseline-approve-room",
 	"checked-auto",
 	"checked-approve",
+	"joined-approve",
+	"joined-deny",
+	"joined-approve-room",
 }
 
 // newReplayer returns a replayer with every workflow registered under its
@@ -304,6 +309,50 @@ func eachPayload(m protoreflect.Message, searchAttribute bool, visit func(p *com
 	})
 }
 
+// TestTheJoinedRecordingsTookTheNewPath: joined-approve's join names the
+// room the worker picked, and its room (joined-approve-room) was started
+// keeping its timer and took the registration as register-all.
+func TestTheJoinedRecordingsTookTheNewPath(t *testing.T) {
+	dc := converter.GetDefaultDataConverter()
+	var joined []activities.Joined
+	for _, ev := range recordedEvents(t, "joined-approve") {
+		if m := ev.GetMarkerRecordedEventAttributes(); m != nil && m.GetMarkerName() == "LocalActivity" {
+			var la struct{ ActivityType string }
+			require.NoError(t, dc.FromPayloads(m.GetDetails()["data"], &la))
+			if la.ActivityType == "JoinWaitingRoom" {
+				var j activities.Joined
+				require.NoError(t, dc.FromPayloads(m.GetDetails()["result"], &j))
+				joined = append(joined, j)
+			}
+		}
+	}
+	require.Len(t, joined, 1)
+	require.NotNil(t, joined[0].Room, "the join names its room")
+	require.Equal(t, RoomOf("joined-approve"), *joined[0].Room, "a lone call's batch goes to the room of its ID, which the recorder reads")
+
+	var in RoomInput
+	var signals []string
+	for _, ev := range recordedEvents(t, "joined-approve-room") {
+		if a := ev.GetWorkflowExecutionStartedEventAttributes(); a != nil {
+			require.NoError(t, dc.FromPayloads(a.GetInput(), &in))
+		}
+		if a := ev.GetWorkflowExecutionSignaledEventAttributes(); a != nil {
+			signals = append(signals, a.GetSignalName())
+		}
+	}
+	require.True(t, in.KeepsTimer)
+	require.Equal(t, []string{SignalRegisterAll, SignalDone}, signals)
+}
+
+// recordedEvents are the events of a recorded history.
+func recordedEvents(t *testing.T, name string) []*historypb.HistoryEvent {
+	raw, err := os.ReadFile(filepath.Join("testdata", name+".json"))
+	require.NoError(t, err)
+	hist, err := client.HistoryFromJSON(bytes.NewReader(raw), client.HistoryJSONOptions{})
+	require.NoError(t, err)
+	return hist.GetEvents()
+}
+
 // TestTheCheckedRecordingsTookTheNewPath: checked-auto and checked-approve
 // (workflows/testdata/record/checked.go) ran their tool as RunToolChecked
 // with no BeforeCall before it and no AfterCall after it (the auto-approved
@@ -316,12 +365,8 @@ func TestTheCheckedRecordingsTookTheNewPath(t *testing.T) {
 		"checked-approve": {"LA Evaluate", "LA AppendLedger", "LA JoinWaitingRoom", "LA AppendLedger", "RunToolChecked", "LA AppendLedger"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			raw, err := os.ReadFile(filepath.Join("testdata", name+".json"))
-			require.NoError(t, err)
-			hist, err := client.HistoryFromJSON(bytes.NewReader(raw), client.HistoryJSONOptions{})
-			require.NoError(t, err)
 			var steps []string
-			for _, ev := range hist.GetEvents() {
+			for _, ev := range recordedEvents(t, name) {
 				if a := ev.GetActivityTaskScheduledEventAttributes(); a != nil {
 					steps = append(steps, a.GetActivityType().GetName())
 				}

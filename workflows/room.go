@@ -16,14 +16,18 @@ import (
 
 // WaitingRoom is where the calls of one session that wait for a person
 // hear the session's decisions. A session has Rooms of them; a call waits
-// in the room of its ID (RoomOf).
+// in the room its worker's join picked (activities.Joined.Room), which it
+// records; a join recorded before workers picked, in the room of its ID
+// (RoomOf).
 //
 // Why rooms. A decision the session takes (approve or deny for the
 // session, a revoke, its end) must reach every call it covers that waits
 // now and every call that begins to wait later, whatever visibility does.
-// A call joins its room (a signal, or signal-with-start when the room does
-// not run) and then reads the session's news from the session's memo (a
-// describe, strongly consistent), in one local activity. The session
+// A call joins a room (a signal, or signal-with-start when the room does
+// not run, which carries the registrations of the worker's other calls of
+// the session that join at once) and then reads the session's news from
+// the session's memo (a describe, strongly consistent, shared by those
+// calls too), in one local activity. The session
 // writes each change of its news to its memo and then signals it to each
 // room. So whatever the session decided before the room had the call, the
 // call reads itself; whatever it decides after reaches the room after the
@@ -36,9 +40,12 @@ import (
 // keeps the session itself out of the path of parking: the session
 // receives nothing when a call parks.
 //
-// Trade-offs. A waiting call costs two signals into its room (registration
-// and done) and a describe of its session; the room sends it nothing unless
-// the session decides something for it. A session change costs Rooms
+// Trade-offs. A waiting call costs its room a share of one registration
+// signal (a busy session's calls join in batches, at most one per 100 ms
+// from each worker, so a call parks up to that much later) and a
+// done signal of its own; the room sends it nothing unless the session
+// decides something for it. The room keeps its timer while its earliest
+// deadline stays (RoomInput.KeepsTimer). A session change costs Rooms
 // signals, sent whether or not a room runs (a room that does not run holds
 // no call). Answers are worked out when they are sent, from the room's
 // state at that moment: a revoke or replacement stops a release before the
@@ -47,9 +54,11 @@ import (
 //
 // Numbers for 10,000 calls waiting in one session, against a stock
 // server's limits:
-//   - per room 1,250 calls: 2,500 signals in (limit 10,000 per run;
-//     continue-as-new after maxMessagesPerRun), about 3,000 history events
-//     (limit 50,000);
+//   - per room 1,250 calls: at most 2,500 signals in, fewer when
+//     registrations share them (limit 10,000 per run; continue-as-new
+//     after maxMessagesPerRun), at most about 3,000 history events (limit
+//     50,000); a shared registration signal carries at most 200 calls,
+//     about 60 KB (limit 2 MiB);
 //   - a release goes out 250 answers per SendSignals activity (32 in
 //     parallel, from a client), so no room has more than maxInlineSignals
 //     signals of its own pending (limit 2,000);

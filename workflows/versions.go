@@ -73,6 +73,14 @@ const (
 //     before-call checks (unless the evaluation did), the tool, the output
 //     middleware and the after-call checks; no local activity around the
 //     tool, and the raw output never reaches the history.
+//
+// Likewise from a field of another recorded result or input:
+//   - activities.Joined.Room (the join's result): the room the worker
+//     picked for the call, which the call's leave goes to; a join recorded
+//     before says nothing, and the call waited in the room of its ID.
+//   - RoomInput.KeepsTimer (a room's input): the room keeps its timer
+//     while its earliest deadline stays; rooms started before cancel and
+//     start one at every message.
 
 // baselined are the changes a call that began at versionBaseline has, at
 // the version each had then. A change made later gets its own marker.

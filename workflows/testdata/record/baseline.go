@@ -15,7 +15,10 @@ import (
 // signal) and the approved call's room, once idle (prefix-approve-room).
 // The baseline-* histories were recorded by the release whose calls
 // recorded versionBaseline's marker; this release's calls take it from
-// their evaluation, recorded as evaluated-baseline-*.
+// their evaluation, recorded as evaluated-baseline-*; joined-* were
+// recorded once workers gathered registrations (the join's result names
+// the room; the room keeps its timer). A lone call's batch goes to the
+// room of its ID.
 func (r *recorder) baseline(prefix string) func(context.Context) error {
 	return func(ctx context.Context) error { return r.baselineCalls(ctx, prefix) }
 }

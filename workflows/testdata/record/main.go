@@ -179,6 +179,7 @@ func run(ctx context.Context, logger *zap.Logger, outDir, only string) (err erro
 		{"statements", r.statements},
 		{"evaluated-baseline", r.baseline("evaluated-baseline")}, // baseline-*: the release before
 		{"checked", r.checked},
+		{"joined", r.baseline("joined")}, // a worker picks the room: joined-*
 	}
 	wanted := map[string]bool{}
 	for _, name := range strings.Split(only, ",") {
@@ -807,7 +808,7 @@ func openSessionOn(ctx context.Context, tc sdkclient.Client, queue string, in wo
 	}
 	for room := range workflows.Rooms {
 		_, err := tc.ExecuteWorkflow(ctx, sdkclient.StartWorkflowOptions{ID: workflows.RoomWorkflowID(in.Session, room), TaskQueue: queue},
-			workflows.RoomWorkflowType, workflows.RoomInput{Session: in.Session, Room: room, IdleTimeout: in.IdleTimeout})
+			workflows.RoomWorkflowType, workflows.RoomInput{Session: in.Session, Room: room, IdleTimeout: in.IdleTimeout, KeepsTimer: true})
 		if err != nil {
 			return fmt.Errorf("start room %d of session %s: %w", room, in.Session, err)
 		}
