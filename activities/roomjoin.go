@@ -27,10 +27,20 @@ import (
 // the room that took it (the call records it: its leave goes there).
 //
 // A batch that fails fails every caller in it; their attempts are retried,
-// and a room takes a call it already holds once.
+// and a room takes a call it already holds once. A call whose registration
+// landed is remembered for a while (placed): an attempt retried after it
+// (its describe of the session failed) is not registered again, in what
+// could be another room, where it would linger until its deadline.
 type roomJoins struct {
 	mu       sync.Mutex
 	sessions map[string]*sessionJoins
+	placed   map[string]placement
+}
+
+// placement is the room a call's registration landed in, and when.
+type placement struct {
+	room int
+	at   time.Time
 }
 
 // sessionJoins is one session's queue, and whether its sender runs.
@@ -58,6 +68,11 @@ const (
 	maxJoinBatch = 200
 	// joinTimeout bounds a batch's signal; its callers' attempts retry.
 	joinTimeout = 10 * time.Second
+	// placedTTL is how long a landed registration is remembered: longer
+	// than a join's attempts take (signalOrStartOptions) between retries;
+	// maxPlaced bounds the memory (forgetting only risks a second room).
+	placedTTL = 5 * time.Minute
+	maxPlaced = 10000
 )
 
 // sendJoin delivers a batch to a room: a signal-with-start.
@@ -69,6 +84,10 @@ func (j *roomJoins) join(ctx context.Context, in JoinInput, send sendJoin) (int,
 	key := in.TaskQueue + "\x00" + in.Session
 	p := &pendingJoin{in: in, done: make(chan joined, 1)}
 	j.mu.Lock()
+	if at, ok := j.placed[key+"\x00"+in.CallID]; ok && time.Since(at.at) < placedTTL {
+		j.mu.Unlock()
+		return at.room, nil // a retried attempt: its room has it
+	}
 	if j.sessions == nil {
 		j.sessions = map[string]*sessionJoins{}
 	}
@@ -108,10 +127,25 @@ func (j *roomJoins) sendLoop(key string, s *sessionJoins, send sendJoin) {
 		j.mu.Unlock()
 		sent := time.Now()
 		r := sendBatch(batch, send)
+		if r.err == nil {
+			j.place(key, batch, r.room, sent)
+		}
 		for _, p := range batch {
 			p.done <- r
 		}
 		time.Sleep(time.Until(sent.Add(joinEvery)))
+	}
+}
+
+// place remembers the room batch's calls landed in.
+func (j *roomJoins) place(key string, batch []*pendingJoin, room int, at time.Time) {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.placed == nil || len(j.placed)+len(batch) > maxPlaced {
+		j.placed = make(map[string]placement, len(batch))
+	}
+	for _, p := range batch {
+		j.placed[key+"\x00"+p.in.CallID] = placement{room: room, at: at}
 	}
 }
 

@@ -165,3 +165,21 @@ func TestAJoinThatNamesNoRoomIsRefused(t *testing.T) {
 	assert.True(t, app.NonRetryable())
 	assert.Contains(t, err.Error(), "names no waiting room")
 }
+
+// A call's join attempt that is retried after its registration landed
+// (its describe of the session failed) is not registered again: another
+// batch could take it to another room, where it would linger.
+func TestARetriedJoinIsNotRegisteredAgain(t *testing.T) {
+	s := &roomsServer{}
+	var j roomJoins
+	first, err := j.join(context.Background(), joinInput("s1", "c1"), s.send)
+	require.NoError(t, err)
+	again, err := j.join(context.Background(), joinInput("s1", "c1"), s.send)
+	require.NoError(t, err)
+	assert.Equal(t, first, again)
+	assert.Len(t, s.signals, 1, "one registration")
+
+	_, err = j.join(context.Background(), joinInput("s2", "c1"), s.send)
+	require.NoError(t, err)
+	assert.Len(t, s.signals, 2, "the same call ID in another session is another call")
+}
