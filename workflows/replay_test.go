@@ -310,8 +310,8 @@ func eachPayload(m protoreflect.Message, searchAttribute bool, visit func(p *com
 }
 
 // TestTheJoinedRecordingsTookTheNewPath: joined-approve's join names the
-// room the worker picked, and its room (joined-approve-room) was started
-// keeping its timer and took the registration as register-all.
+// room the worker picked, and its room (joined-approve-room) was started at
+// this release's revision and took the registration as register-all.
 func TestTheJoinedRecordingsTookTheNewPath(t *testing.T) {
 	dc := converter.GetDefaultDataConverter()
 	var joined []activities.Joined
@@ -340,7 +340,7 @@ func TestTheJoinedRecordingsTookTheNewPath(t *testing.T) {
 			signals = append(signals, a.GetSignalName())
 		}
 	}
-	require.True(t, in.KeepsTimer)
+	require.Equal(t, RoomRevision, in.Revision)
 	require.Equal(t, []string{SignalRegisterAll, SignalDone}, signals)
 }
 

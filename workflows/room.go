@@ -45,7 +45,7 @@ import (
 // from each worker, so a call parks up to that much later) and a
 // done signal of its own; the room sends it nothing unless the session
 // decides something for it. The room keeps its timer while its earliest
-// deadline stays (RoomInput.KeepsTimer). A session change costs Rooms
+// deadline stays (RoomInput.Revision). A session change costs Rooms
 // signals, sent whether or not a room runs (a room that does not run holds
 // no call). Answers are worked out when they are sent, from the room's
 // state at that moment: a revoke or replacement stops a release before the
@@ -113,7 +113,7 @@ func roomIDs(session string) []string {
 func roomStarts(session string) []activities.RoomStart {
 	rooms := make([]activities.RoomStart, Rooms)
 	for i := range rooms {
-		rooms[i] = activities.RoomStart{WorkflowID: RoomWorkflowID(session, i), StartInput: RoomInput{Session: session, Room: i, KeepsTimer: true}}
+		rooms[i] = activities.RoomStart{WorkflowID: RoomWorkflowID(session, i), StartInput: RoomInput{Session: session, Room: i, Revision: RoomRevision}}
 	}
 	return rooms
 }
@@ -137,12 +137,24 @@ type RoomInput struct {
 	// ContinueAsNewAfter forces continue-as-new after that many messages
 	// (tests).
 	ContinueAsNewAfter int `json:"continue_as_new_after,omitempty"`
-	// KeepsTimer: the room keeps its timer while the deadline it waits for
-	// stays, instead of cancelling it and starting another at every
-	// message (two events and a timer task each). Set by the releases that
-	// do; a room started before replays as it ran.
-	KeepsTimer bool `json:"keeps_timer,omitempty"`
+	// Revision says what the room does that rooms recorded before it did
+	// not (its input is in its history, so a room started before replays
+	// as it ran; continue-as-new keeps it):
+	//   - 1 (roomKeepsTimer): it keeps its timer while the deadline it
+	//     waits for stays, instead of cancelling it and starting another
+	//     at every message (two events and a timer task each); and it
+	//     takes the registrations that arrived with leaves first, so a
+	//     call that registered and left before the room's next task is
+	//     not kept as waiting until its deadline.
+	Revision int `json:"revision,omitempty"`
 }
+
+// The revisions of a room (RoomInput.Revision); RoomRevision is the one
+// this release starts rooms at.
+const (
+	roomKeepsTimer = 1
+	RoomRevision   = roomKeepsTimer
+)
 
 // RoomState is what a room remembers, carried across continue-as-new.
 type RoomState struct {
@@ -190,7 +202,7 @@ type roomRun struct {
 	received int
 	// pruneAt is the earliest deadline of a waiting call.
 	pruneAt time.Time
-	// timer fires at timerAt; stopTimer cancels it (KeepsTimer).
+	// timer fires at timerAt; stopTimer cancels it (roomKeepsTimer).
 	timer     workflow.Future
 	timerAt   time.Time
 	stopTimer workflow.CancelFunc
@@ -271,7 +283,7 @@ func (r *roomRun) awaitWork(ctx workflow.Context, box roomInbox) (bool, error) {
 	if len(r.index) > 0 {
 		wait = max(r.pruneAt.Sub(workflow.Now(ctx)), time.Second)
 	}
-	if !r.in.KeepsTimer {
+	if r.in.Revision < roomKeepsTimer {
 		return awaitWithTimeout(ctx, wait, hasWork)
 	}
 	// The earliest deadline rarely moves while calls come and go: the
@@ -292,17 +304,32 @@ func (r *roomRun) awaitWork(ctx workflow.Context, box roomInbox) (bool, error) {
 	return hasWork(), nil
 }
 
-// drain takes every message already delivered.
+// drain takes every message already delivered: the news, then the
+// registrations, then the leaves (a room recorded before its revision took
+// leaves first).
 func (r *roomRun) drain(ctx workflow.Context, box roomInbox) {
 	r.drainNews(ctx, box)
+	if r.in.Revision < roomKeepsTimer {
+		r.drainLeaves(box)
+	}
+	r.drainRegistrations(box)
+	if r.in.Revision >= roomKeepsTimer {
+		r.drainLeaves(box)
+	}
+}
+
+func (r *roomRun) drainLeaves(box roomInbox) {
 	for {
 		var callID string
 		if !box.done.ReceiveAsync(&callID) {
-			break
+			return
 		}
 		r.received++
 		r.forget(callID)
 	}
+}
+
+func (r *roomRun) drainRegistrations(box roomInbox) {
 	for {
 		var reg Registration
 		if !box.register.ReceiveAsync(&reg) {

@@ -74,7 +74,9 @@ type roomTest struct {
 
 // runRoom runs the room with in, as its kind starts it.
 func (env *roomTest) runRoom(in RoomInput) {
-	in.KeepsTimer = env.kind.current
+	if env.kind.current {
+		in.Revision = RoomRevision
+	}
 	env.ExecuteWorkflow(WaitingRoom, in)
 }
 
@@ -419,4 +421,33 @@ func TestARoomKeepsItsTimerWhileItsEarliestDeadlineStays(t *testing.T) {
 	// deadline until it fires: it is kept.
 	require.Equal(t, [2]int{1, 0}, timers["now"], "one timer for twenty messages")
 	require.Equal(t, [2]int{21, 20}, timers["recorded before"], "a timer per message, each cancelled by the next")
+}
+
+// A call that registered and left before the room's next task (its
+// session's news decided it at once) is not counted as waiting: the room
+// takes registrations before leaves. A room recorded before took the
+// leave first and kept the call until its deadline.
+func TestACallThatRegisteredAndLeftAtOnceIsNotCountedAsWaiting(t *testing.T) {
+	waiting := map[string]int{}
+	for _, k := range roomKinds {
+		env, _ := roomEnv(t, k)
+		sent := false
+		// While the room sends a release, a call of another tool
+		// registers and leaves: the room takes both in one batch.
+		env.SetOnActivityStartedListener(func(info *activity.Info, _ context.Context, _ converter.EncodedValues) {
+			if info.ActivityType.Name == "SendSignals" && !sent {
+				sent = true
+				env.register(Registration{CallID: "c-shell", Tool: "shell", StickyKey: "shell", Requester: "agent-1", RequestedAt: env.Now(), Timeout: time.Hour})
+				env.SignalWorkflow(SignalDone, "c-shell")
+			}
+		})
+		registerAt(env, time.Minute, 20, "write", time.Hour)
+		signalAt(env, 2*time.Minute, SignalNews, newsWith(2, approvedForSession("write", "bob", 2)))
+		after := census(t, env, 3*time.Minute)
+		env.runRoom(RoomInput{Session: "s1", IdleTimeout: time.Hour})
+		require.NoError(t, env.GetWorkflowError())
+		require.True(t, sent)
+		waiting[k.name] = after.Waiting
+	}
+	require.Equal(t, map[string]int{"now": 0, "recorded before": 1}, waiting)
 }

@@ -78,9 +78,11 @@ const (
 //   - activities.Joined.Room (the join's result): the room the worker
 //     picked for the call, which the call's leave goes to; a join recorded
 //     before says nothing, and the call waited in the room of its ID.
-//   - RoomInput.KeepsTimer (a room's input): the room keeps its timer
-//     while its earliest deadline stays; rooms started before cancel and
-//     start one at every message.
+//   - RoomInput.Revision (a room's input), 1: the room keeps its timer
+//     while its earliest deadline stays (rooms started before cancel and
+//     start one at every message), and drains registrations before
+//     leaves (before, a call that registered and left before the room's
+//     next task was kept as waiting until its deadline).
 
 // baselined are the changes a call that began at versionBaseline has, at
 // the version each had then. A change made later gets its own marker.

@@ -808,7 +808,7 @@ func openSessionOn(ctx context.Context, tc sdkclient.Client, queue string, in wo
 	}
 	for room := range workflows.Rooms {
 		_, err := tc.ExecuteWorkflow(ctx, sdkclient.StartWorkflowOptions{ID: workflows.RoomWorkflowID(in.Session, room), TaskQueue: queue},
-			workflows.RoomWorkflowType, workflows.RoomInput{Session: in.Session, Room: room, IdleTimeout: in.IdleTimeout, KeepsTimer: true})
+			workflows.RoomWorkflowType, workflows.RoomInput{Session: in.Session, Room: room, IdleTimeout: in.IdleTimeout, Revision: workflows.RoomRevision})
 		if err != nil {
 			return fmt.Errorf("start room %d of session %s: %w", room, in.Session, err)
 		}
