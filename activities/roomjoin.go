@@ -157,7 +157,7 @@ func sendBatch(batch []*pendingJoin, send sendJoin) joined {
 	for i, p := range batch {
 		regs[i] = p.in.Registration
 	}
-	room := roomIndex(first.CallID, len(first.Rooms))
+	room := RoomIndex(first.CallID, len(first.Rooms))
 	r := first.Rooms[room]
 	ctx, cancel := context.WithTimeout(context.Background(), joinTimeout) // not one caller's: they all wait for it
 	defer cancel()
@@ -166,8 +166,10 @@ func sendBatch(batch []*pendingJoin, send sendJoin) joined {
 	return joined{room: room, err: err}
 }
 
-// roomIndex spreads call IDs over n rooms.
-func roomIndex(callID string, n int) int {
+// RoomIndex spreads call IDs over n rooms: a batch goes to the room of its
+// first call, and a call whose join was recorded without a room waited in
+// the room of its ID (workflows.RoomOf).
+func RoomIndex(callID string, n int) int {
 	h := fnv.New32a()
 	_, _ = h.Write([]byte(callID))
 	return int(h.Sum32() % uint32(n))

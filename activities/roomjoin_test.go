@@ -85,7 +85,7 @@ func TestCallsJoiningAtOnceShareSignalsAndLearnTheRoomThatTookThem(t *testing.T)
 	assert.Less(t, len(s.signals), 30, "calls that join while a batch is in flight go out together")
 	for _, sig := range s.signals {
 		regs := sig.Signal.([]any)
-		assert.Equal(t, sig.WorkflowID, fmt.Sprintf("s1/room/%d", roomIndex(regs[0].(string), 8)), "a batch goes to the room of its first call")
+		assert.Equal(t, sig.WorkflowID, fmt.Sprintf("s1/room/%d", RoomIndex(regs[0].(string), 8)), "a batch goes to the room of its first call")
 		assert.Equal(t, "WaitingRoom", sig.WorkflowType)
 		assert.Equal(t, "q", sig.TaskQueue)
 	}
@@ -98,7 +98,7 @@ func TestALoneJoinLeavesInABatchOfItsOwn(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, s.signals, 1)
 	assert.Equal(t, []any{"c1"}, s.signals[0].Signal)
-	assert.Equal(t, roomIndex("c1", 8), room)
+	assert.Equal(t, RoomIndex("c1", 8), room)
 	assert.Equal(t, room, s.signals[0].StartInput, "the room is started with its own input if it does not run")
 }
 

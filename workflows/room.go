@@ -2,7 +2,6 @@ package workflows
 
 import (
 	"fmt"
-	"hash/fnv"
 	"slices"
 	"strings"
 	"time"
@@ -118,11 +117,7 @@ func roomStarts(session string) []activities.RoomStart {
 
 // RoomOf is the room a call waited in when its join was recorded without
 // one (before a worker's calls shared their rooms' signals).
-func RoomOf(callID string) int {
-	h := fnv.New32a()
-	_, _ = h.Write([]byte(callID))
-	return int(h.Sum32() % Rooms)
-}
+func RoomOf(callID string) int { return activities.RoomIndex(callID, Rooms) }
 
 // RoomInput starts (or continues) a WaitingRoom.
 type RoomInput struct {
