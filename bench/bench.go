@@ -232,6 +232,7 @@ func Run(ctx context.Context, o Options, out io.Writer) (Report, error) {
 		return Report{}, err
 	}
 	address, dbPath := o.TemporalAddress, ""
+	settled := closedChan()
 	if address == "" {
 		dir, err := os.MkdirTemp("", "toolgate-bench")
 		if err != nil {
@@ -243,7 +244,7 @@ func Run(ctx context.Context, o Options, out io.Writer) (Report, error) {
 			return Report{}, err
 		}
 		defer func() { _ = srv.Stop() }()
-		address, dbPath = srv.FrontendAddress(), filepath.Join(dir, "temporal.db")
+		address, dbPath, settled = srv.FrontendAddress(), filepath.Join(dir, "temporal.db"), srv.Settled()
 	}
 	dialOpts := client.Options{HostPort: address, Namespace: o.Namespace, Logger: logging.NewTemporal(o.Logger)}
 	tc, err := client.Dial(dialOpts)
@@ -301,6 +302,7 @@ func Run(ctx context.Context, o Options, out io.Writer) (Report, error) {
 		fn     func(context.Context, *Report) error
 	}{
 		{"warm up", "", b.warmUp},
+		{"search attributes settle", "", awaitSettled(settled)},
 		{"encryption check", CaseLatency, b.checkEncrypted},
 		{"trace check", CaseLatency, b.checkTraced},
 		{"latency", CaseLatency, b.latency},
@@ -437,6 +439,27 @@ func (b *runner) autoOnce(ctx context.Context) error { return b.call(ctx, b.sess
 
 func (b *runner) sticky(ctx context.Context) error {
 	return b.call(ctx, b.session("sticky"), toolSticky)
+}
+
+// awaitSettled waits until the embedded server reads search attributes
+// from its caches again: until then each start or upsert that carries
+// them, toolgate's calls' and not the baseline's, also queries the
+// database (devserver.Server.Settled).
+func awaitSettled(settled <-chan struct{}) func(context.Context, *Report) error {
+	return func(ctx context.Context, _ *Report) error {
+		select {
+		case <-settled:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+func closedChan() <-chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
 }
 
 // warmUp runs each case a few times and records the sticky decision.

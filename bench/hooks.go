@@ -18,6 +18,7 @@ import (
 
 	tgclient "github.com/toolgate/toolgate/client"
 	"github.com/toolgate/toolgate/server"
+	"github.com/toolgate/toolgate/workflows"
 )
 
 // HookFigures is a coding agent's PreToolUse for an auto-allowed tool,
@@ -176,15 +177,21 @@ func (b *runner) hookEvent(event string, n int) []byte {
 	return raw
 }
 
-// allowed checks that a PreToolUse answer allows the tool.
-func allowed(answer []byte) error {
+// allowedCall checks that a PreToolUse answer allows the tool and returns
+// the call that allowed it, which the answer's reason names ("toolgate
+// call ID: allowed by policy").
+func allowedCall(answer []byte) (string, error) {
 	var out struct {
 		HookSpecificOutput struct{ PermissionDecision, PermissionDecisionReason string }
 	}
 	if err := json.Unmarshal(answer, &out); err != nil || out.HookSpecificOutput.PermissionDecision != "allow" {
-		return fmt.Errorf("the hook did not allow an auto-allowed tool: %s", bytes.TrimSpace(answer))
+		return "", fmt.Errorf("the hook did not allow an auto-allowed tool: %s", bytes.TrimSpace(answer))
 	}
-	return nil
+	id, _, ok := strings.Cut(strings.TrimPrefix(out.HookSpecificOutput.PermissionDecisionReason, "toolgate call "), ":")
+	if !ok || tgclient.ValidateID("call_id", id) != nil {
+		return "", fmt.Errorf("the hook's allow names no call: %s", bytes.TrimSpace(answer))
+	}
+	return id, nil
 }
 
 // postHook posts an event as Claude Code's HTTP hook does.
@@ -209,8 +216,8 @@ func (h *hookBench) runHookCommand(ctx context.Context, event []byte) ([]byte, e
 // hooks times, in rotating order per round, the bare workflow, the HTTP
 // hook's PreToolUse, the auto-approved call and the bare workflow over the
 // HTTP API, and toolgate-hook's PreToolUse. Each allowed tool use is then
-// reported (PostToolUse, untimed), as the agent would, so no call is left
-// waiting for its report.
+// reported (PostToolUse, untimed), as the agent would, and its call's end
+// awaited, so no call is left waiting for its report.
 func (b *runner) hooks(ctx context.Context, r *Report) error {
 	stateDir, err := os.MkdirTemp("", "toolgate-bench-hooks")
 	if err != nil {
@@ -222,13 +229,13 @@ func (b *runner) hooks(ctx context.Context, r *Report) error {
 		return err
 	}
 	defer h.stop()
-	n := 0
+	n, allowedBy := 0, ""
 	gate := func(send func(context.Context, []byte) ([]byte, error)) func(context.Context) error {
 		return func(ctx context.Context) error {
 			n++
 			answer, err := send(ctx, b.hookEvent("PreToolUse", n))
 			if err == nil {
-				err = allowed(answer)
+				allowedBy, err = allowedCall(answer)
 			}
 			return err
 		}
@@ -242,12 +249,20 @@ func (b *runner) hooks(ctx context.Context, r *Report) error {
 		r.Hooks.CommandMissing = "no toolgate-hook next to toolgate or on PATH (CGO_ENABLED=0 go install ./cmd/toolgate-hook)"
 	}
 	// Each hook's PreToolUse is followed, untimed, by its PostToolUse, as
-	// the agent sends it, so the calls end reported.
+	// the agent sends it, and by the end of the call it reported: the
+	// call's work after the report (the report's statement, its after-call
+	// checks, its final status) is the hook's, not the next case's.
 	samples, err := rotated(ctx, b.o.Runs, cases, func(ctx context.Context, c int) error {
 		if c != 1 && c != commandCase {
 			return nil
 		}
-		_, err := h.postHook(ctx, b.hookEvent("PostToolUse", n))
+		if _, err := h.postHook(ctx, b.hookEvent("PostToolUse", n)); err != nil {
+			return err
+		}
+		res, err := b.calls.Wait(ctx, allowedBy)
+		if err == nil && res.Status != workflows.StatusOK {
+			err = fmt.Errorf("call %s, reported by PostToolUse, ended %s: %s", allowedBy, res.Status, res.ModelMessage)
+		}
 		return err
 	})
 	if err != nil {

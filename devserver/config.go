@@ -189,18 +189,28 @@ func dynamicConfig() dynamicconfig.StaticClient {
 		dynamicconfig.EnableParentClosePolicyWorker.Key(): false,
 		dynamicconfig.TaskQueueScannerEnabled.Key():       false,
 		dynamicconfig.HistoryScannerEnabled.Key():         false,
+		dynamicconfig.NamespaceCacheRefreshInterval.Key(): namespaceRefreshInterval,
 	}
 }
 
-// searchAttributesCacheTTL is how long each service keeps the search
-// attributes it read (the server's cacheRefreshInterval, plus a margin).
-const searchAttributesCacheTTL = 61 * time.Second
+// namespaceRefreshInterval is how often each service's namespace registry
+// reloads the namespaces (the server's default, pinned here). On a SQL
+// store a custom search attribute is an alias in its namespace's record,
+// so a service sees one added at its registry's next reload; the cluster
+// metadata the search attribute manager caches for a minute is not
+// changed by the add.
+const namespaceRefreshInterval = 2 * time.Second
+
+// searchAttributesSettle is how long after Start added search attributes
+// every registry has reloaded since: a reload begun before the add, the
+// next one, and a margin.
+const searchAttributesSettle = 2*namespaceRefreshInterval + time.Second
 
 // newDynamicConfig returns the dynamic config of a server, plus a func
 // that ends the forced refresh of search attributes (idempotent).
 //
 // The refresh is forced while Start registers attributes, so that one added
-// there is usable at once instead of after a service's cache expires. It
+// there is usable at once instead of after a service's registry reloads. It
 // must not stay forced: every row a visibility listing returns reads the
 // attributes again, and with the refresh forced each read is a database
 // query. With 10,000 calls waiting, a page of 1,000 took 0.7 to 5 s that

@@ -72,8 +72,10 @@ type Server struct {
 	stopOnce sync.Once
 	stopErr  error
 	// stopForcing ends the forced search attribute refresh once the
-	// attributes Start added are in every service's cache.
+	// attributes Start added are in every service's namespace registry.
 	stopForcing *time.Timer
+	settled     chan struct{}
+	settle      sync.Once
 }
 
 // Start starts the server, creates the schema if the SQLite file is new,
@@ -122,15 +124,17 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("devserver: create server: %w", err)
 	}
-	s := &Server{srv: srv, frontendAddr: ports.frontendAddr(), namespace: o.Namespace, logger: o.Logger, logGate: gate}
+	s := &Server{srv: srv, frontendAddr: ports.frontendAddr(), namespace: o.Namespace, logger: o.Logger, logGate: gate,
+		settled: make(chan struct{})}
 	added, err := s.startAndAwait(ctx, o.SQL != nil, o.SearchAttributes, log.NewSdkLogger(serverLogger))
 	if err == nil {
-		// Every service read the attributes at start; those read before
-		// the ones added now expire within the cache's TTL.
+		// Every service loaded the namespace at start; one loaded before
+		// the attributes were added reloads it within the settle time.
+		settle := func() { stopForcing(); s.markSettled() }
 		if added {
-			s.stopForcing = time.AfterFunc(searchAttributesCacheTTL, stopForcing)
+			s.stopForcing = time.AfterFunc(searchAttributesSettle, settle)
 		} else {
-			stopForcing()
+			settle()
 		}
 	}
 	if err != nil {
@@ -200,6 +204,14 @@ func (s *Server) startAndAwait(ctx context.Context, registerNamespace bool, attr
 	return ensureSearchAttributes(ctx, c, s.namespace, attrs)
 }
 
+// Settled is closed once every read of the search attributes is served
+// from the services' caches again: at once when Start added none, a few
+// seconds after Start when it did (until then each read is a database
+// query, so a benchmark waits for it), or when the server stops.
+func (s *Server) Settled() <-chan struct{} { return s.settled }
+
+func (s *Server) markSettled() { s.settle.Do(func() { close(s.settled) }) }
+
 // FrontendAddress is the "127.0.0.1:PORT" address clients dial.
 func (s *Server) FrontendAddress() string { return s.frontendAddr }
 
@@ -218,6 +230,7 @@ func (s *Server) Stop() error {
 		if s.stopForcing != nil {
 			s.stopForcing.Stop()
 		}
+		s.markSettled()
 		began := time.Now()
 		s.logGate.stopping()
 		s.stopErr = s.srv.Stop()

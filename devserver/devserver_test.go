@@ -104,6 +104,23 @@ func TestServerRunsWorkflowsAndSurvivesRestart(t *testing.T) {
 	requireListed(ctx, t, c, "ToolgateStatus = 'done'", tagID)
 	requireListed(ctx, t, c, "ToolgateStatus = 'pending'")
 
+	// Once the forced reloads end, every service still knows the attribute
+	// Start added: a start carrying it, an upsert of it and a listing by it.
+	select {
+	case <-srv.Settled():
+	case <-ctx.Done():
+		t.Fatal("the search attributes never settled")
+	}
+	settledID := "settled-" + t.Name()
+	settledRun, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
+		ID:                    settledID,
+		TaskQueue:             taskQueue,
+		TypedSearchAttributes: temporal.NewSearchAttributes(statusKey.ValueSet("pending")),
+	}, tagWorkflow, "settled")
+	require.NoError(t, err)
+	require.NoError(t, settledRun.Get(ctx, nil))
+	requireListed(ctx, t, c, "ToolgateStatus = 'settled'", settledID)
+
 	w.Stop()
 	c.Close()
 	oldAddr := srv.FrontendAddress()
