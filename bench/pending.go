@@ -82,7 +82,7 @@ func (b *runner) pendingList(ctx context.Context, r *Report) error {
 	}); err != nil {
 		return err
 	}
-	if err := b.awaitListed(ctx, already.GetCount()+int64(b.o.Waiting)); err != nil {
+	if err := b.awaitListed(ctx, pendingQuery, already.GetCount()+int64(b.o.Waiting)); err != nil {
 		return err
 	}
 	p.ParkSeconds = time.Since(start).Seconds()
@@ -166,10 +166,10 @@ func (b *runner) startWaiting(ctx context.Context, n int64, requestedAt time.Tim
 }
 
 // awaitListed waits until visibility, which is written after the start
-// returns, counts n waiting calls.
-func (b *runner) awaitListed(ctx context.Context, n int64) error {
+// and each status returns, counts n waiting calls of query.
+func (b *runner) awaitListed(ctx context.Context, query string, n int64) error {
 	for {
-		resp, err := b.tc.CountWorkflow(ctx, &workflowservice.CountWorkflowExecutionsRequest{Query: pendingQuery})
+		resp, err := b.tc.CountWorkflow(ctx, &workflowservice.CountWorkflowExecutionsRequest{Query: query})
 		if err != nil {
 			return err
 		}

@@ -98,6 +98,14 @@ func (b *runner) oneSession(ctx context.Context, r *Report) error {
 		return err
 	}
 	s.ParkPerSec = rate
+	// The bare workflows start once the server has written what the
+	// calls left it to write after they parked (their statuses and memos
+	// in visibility): otherwise that work lands in the bare workflows'
+	// time, by as much as it lagged.
+	waiting := fmt.Sprintf("%s = '%s' AND %s = '%s'", workflows.AttrSession.GetName(), session, workflows.AttrStatus.GetName(), workflows.StatusPending)
+	if err := b.awaitListed(ctx, waiting, int64(n)); err != nil {
+		return err
+	}
 
 	var base []client.WorkflowRun
 	if _, err := b.concurrentlyCollect(ctx, n, func(ctx context.Context) (client.WorkflowRun, error) {
