@@ -91,13 +91,7 @@ func TestServerRunsWorkflowsAndSurvivesRestart(t *testing.T) {
 	runGreet(ctx, t, c, greetID)
 
 	tagID := "tag-" + t.Name()
-	tagRun, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
-		ID:                    tagID,
-		TaskQueue:             taskQueue,
-		TypedSearchAttributes: temporal.NewSearchAttributes(statusKey.ValueSet("pending")),
-	}, tagWorkflow, "done")
-	require.NoError(t, err)
-	require.NoError(t, tagRun.Get(ctx, nil))
+	runTagged(ctx, t, c, tagID, "done")
 
 	// Visibility is written asynchronously: wait for both queries to settle.
 	requireListed(ctx, t, c, "ToolgateStatus = 'x'", greetID)
@@ -112,13 +106,7 @@ func TestServerRunsWorkflowsAndSurvivesRestart(t *testing.T) {
 		t.Fatal("the search attributes never settled")
 	}
 	settledID := "settled-" + t.Name()
-	settledRun, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
-		ID:                    settledID,
-		TaskQueue:             taskQueue,
-		TypedSearchAttributes: temporal.NewSearchAttributes(statusKey.ValueSet("pending")),
-	}, tagWorkflow, "settled")
-	require.NoError(t, err)
-	require.NoError(t, settledRun.Get(ctx, nil))
+	runTagged(ctx, t, c, settledID, "settled")
 	requireListed(ctx, t, c, "ToolgateStatus = 'settled'", settledID)
 
 	w.Stop()
@@ -318,6 +306,19 @@ func requireListed(ctx context.Context, t *testing.T, c client.Client, query str
 		}
 		assert.ElementsMatch(ct, wantIDs, got, "query %q", query)
 	}, 10*time.Second, 50*time.Millisecond)
+}
+
+// runTagged runs tagWorkflow, started with status "pending", to its end,
+// where it has upserted status.
+func runTagged(ctx context.Context, t *testing.T, c client.Client, id, status string) {
+	t.Helper()
+	run, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
+		ID:                    id,
+		TaskQueue:             taskQueue,
+		TypedSearchAttributes: temporal.NewSearchAttributes(statusKey.ValueSet("pending")),
+	}, tagWorkflow, status)
+	require.NoError(t, err)
+	require.NoError(t, run.Get(ctx, nil))
 }
 
 // requirePortFree proves Stop released the frontend port.
