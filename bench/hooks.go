@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -213,6 +214,10 @@ func (h *hookBench) runHookCommand(ctx context.Context, event []byte) ([]byte, e
 	return out, nil
 }
 
+// reportedEndWait bounds the wait for a reported hook call's end: its
+// after-call checks run on the bench's echo output.
+const reportedEndWait = 30 * time.Second
+
 // hooks times, in rotating order per round, the bare workflow, the HTTP
 // hook's PreToolUse and toolgate-hook's PreToolUse. Each allowed tool use
 // is then reported (PostToolUse, untimed), as the agent would, and its
@@ -258,7 +263,12 @@ func (b *runner) hooks(ctx context.Context, r *Report) error {
 		if _, err := h.postHook(ctx, b.hookEvent("PostToolUse", n)); err != nil {
 			return err
 		}
-		res, err := b.calls.Wait(ctx, allowedBy)
+		wctx, cancel := context.WithTimeout(ctx, reportedEndWait)
+		defer cancel()
+		res, err := b.calls.Wait(wctx, allowedBy)
+		if errors.Is(err, context.DeadlineExceeded) {
+			return fmt.Errorf("call %s, reported by PostToolUse, did not end within %s", allowedBy, reportedEndWait)
+		}
 		if err == nil && res.Status != workflows.StatusOK {
 			err = fmt.Errorf("call %s, reported by PostToolUse, ended %s: %s", allowedBy, res.Status, res.ModelMessage)
 		}

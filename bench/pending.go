@@ -171,13 +171,13 @@ func (b *runner) awaitListed(ctx context.Context, query string, n int64) error {
 	for {
 		resp, err := b.tc.CountWorkflow(ctx, &workflowservice.CountWorkflowExecutionsRequest{Query: query})
 		if err != nil {
-			return err
+			return fmt.Errorf("count the waiting calls: %w", err)
 		}
 		if resp.GetCount() >= n {
 			return nil
 		}
 		if err := sleep(ctx, 200*time.Millisecond); err != nil {
-			return fmt.Errorf("%d of %d waiting calls listed: %w", resp.GetCount(), n, err)
+			return fmt.Errorf("visibility listed %d of %d waiting calls: %w", resp.GetCount(), n, err)
 		}
 	}
 }

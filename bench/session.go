@@ -103,8 +103,11 @@ func (b *runner) oneSession(ctx context.Context, r *Report) error {
 	// in visibility): otherwise that work lands in the bare workflows'
 	// time, by as much as it lagged.
 	waiting := fmt.Sprintf("%s = '%s' AND %s = '%s'", workflows.AttrSession.GetName(), session, workflows.AttrStatus.GetName(), workflows.StatusPending)
-	if err := b.awaitListed(ctx, waiting, int64(n)); err != nil {
-		return err
+	lctx, cancel := context.WithTimeout(ctx, listedWait)
+	err = b.awaitListed(lctx, waiting, int64(n))
+	cancel()
+	if err != nil {
+		return fmt.Errorf("before the bare workflows: %w", err)
 	}
 
 	var base []client.WorkflowRun
@@ -154,6 +157,11 @@ func (b *runner) oneSession(ctx context.Context, r *Report) error {
 	s.BaseFanoutSeconds = time.Since(start).Seconds()
 	return b.sessionHistory(ctx, session, s)
 }
+
+// listedWait bounds the wait for visibility to list one session's parked
+// calls: a listing that lags more than this says the server is not
+// quiet enough to time the bare side.
+const listedWait = 2 * time.Minute
 
 // parkingRate waits until every workflow in ids (workflow IDs) says when it reached its
 // waiting state (waitedAt, asked in turn) and returns len(ids) over the
