@@ -206,7 +206,8 @@ const namespaceRefreshInterval = 2 * time.Second
 // next one, and a margin.
 const searchAttributesSettle = 2*namespaceRefreshInterval + time.Second
 
-// newDynamicConfig returns the dynamic config of a server, plus a func
+// newDynamicConfig returns the dynamic config of a server whose task queues
+// have the given partitions (0: the server's default), plus a func
 // that ends the forced refresh of search attributes (idempotent).
 //
 // The refresh is forced while Start registers attributes, so that one added
@@ -215,10 +216,14 @@ const searchAttributesSettle = 2*namespaceRefreshInterval + time.Second
 // attributes again, and with the refresh forced each read is a database
 // query. With 10,000 calls waiting, a page of 1,000 took 0.7 to 5 s that
 // way, and 0.16 s without.
-func newDynamicConfig() (*dynamicconfig.MemoryClient, func()) {
+func newDynamicConfig(partitions int) (*dynamicconfig.MemoryClient, func()) {
 	dc := dynamicconfig.NewMemoryClient()
 	for key, value := range dynamicConfig() {
 		dc.OverrideValue(key, value)
+	}
+	if partitions > 0 {
+		dc.OverrideValue(dynamicconfig.MatchingNumTaskqueueWritePartitions.Key(), partitions)
+		dc.OverrideValue(dynamicconfig.MatchingNumTaskqueueReadPartitions.Key(), partitions)
 	}
 	stopForcing := dc.OverrideValue(dynamicconfig.ForceSearchAttributesCacheRefreshOnRead.Key(), true)
 	return dc, stopForcing
@@ -229,32 +234,36 @@ func newDynamicConfig() (*dynamicconfig.MemoryClient, func()) {
 // it is missing (a no-op when it exists), before the server starts: a
 // SQLite server has no other way to create its schema. The file and its
 // side files are owner-only (workflow histories hold tool inputs and
-// outputs); looser ones are tightened, and told to log.
-func preparePersistence(sqlCfg *config.SQL, namespace string, log *zap.Logger) error {
+// outputs); looser ones are tightened, and told to log. It returns the
+// database's task-queue partitions (taskQueuePartitions).
+func preparePersistence(sqlCfg *config.SQL, namespace string, log *zap.Logger) (partitions int, err error) {
 	path := sqlCfg.DatabaseName
-	info, err := os.Stat(path)
-	fresh := errors.Is(err, fs.ErrNotExist) || err == nil && info.Size() == 0
-	if err != nil && !fresh {
-		return fmt.Errorf("devserver: stat database: %w", err)
+	info, statErr := os.Stat(path)
+	fresh := errors.Is(statErr, fs.ErrNotExist) || statErr == nil && info.Size() == 0
+	if statErr != nil && !fresh {
+		return 0, fmt.Errorf("devserver: stat database: %w", statErr)
 	}
 	if err := fsmode.SQLite(log, path); err != nil {
-		return fmt.Errorf("devserver: database file: %w", err)
+		return 0, fmt.Errorf("devserver: database file: %w", err)
 	}
 	if fresh {
 		if err := sqlite.SetupSchema(sqlCfg); err != nil {
-			return fmt.Errorf("devserver: set up schema: %w", err)
+			return 0, fmt.Errorf("devserver: set up schema: %w", err)
 		}
+	}
+	if partitions, err = taskQueuePartitions(log, path, fresh); err != nil {
+		return 0, err
 	}
 	ns, err := sqlite.NewNamespaceConfig(clusterName, namespace, false, nil)
 	if err != nil {
-		return fmt.Errorf("devserver: namespace config: %w", err)
+		return 0, fmt.Errorf("devserver: namespace config: %w", err)
 	}
 	if err := sqlite.CreateNamespaces(sqlCfg, ns); err != nil {
-		return fmt.Errorf("devserver: create namespace: %w", err)
+		return 0, fmt.Errorf("devserver: create namespace: %w", err)
 	}
 	// The database was open: check the side files it made.
 	if err := fsmode.SQLite(log, path); err != nil {
-		return fmt.Errorf("devserver: database file: %w", err)
+		return 0, fmt.Errorf("devserver: database file: %w", err)
 	}
-	return nil
+	return partitions, nil
 }

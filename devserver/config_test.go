@@ -11,7 +11,7 @@ import (
 // A forced search attribute refresh reads the database once per row a
 // visibility listing returns: it must end, and only it.
 func TestSearchAttributeRefreshIsForcedUntilStopped(t *testing.T) {
-	dc, stopForcing := newDynamicConfig()
+	dc, stopForcing := newDynamicConfig(0)
 	forced := dynamicconfig.ForceSearchAttributesCacheRefreshOnRead.Key()
 	require.Len(t, dc.GetValue(forced), 1)
 	assert.Equal(t, true, dc.GetValue(forced)[0].Value, "forced while Start registers attributes")

@@ -98,12 +98,13 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 		return nil, err
 	}
 	var cfg *config.Config
+	partitions := 0 // the server's default, for stores another tool set up
 	if o.SQL != nil {
 		cfg = buildConfig(o.SQL.Store, o.SQL.Visibility, o.SQL.Shards, ports)
 	} else {
 		sqlite := sqlConfig(filepath.Join(o.DataDir, dbFileName))
 		cfg = buildConfig(sqlite, sqlite, 1, ports)
-		if err := preparePersistence(sqlite, o.Namespace, o.Logger); err != nil {
+		if partitions, err = preparePersistence(sqlite, o.Namespace, o.Logger); err != nil {
 			return nil, err
 		}
 	}
@@ -113,7 +114,7 @@ func Start(ctx context.Context, o Options) (*Server, error) {
 	}
 	gate := newLogGate()
 	serverLogger := log.NewZapLogger(gate.wrap(o.Logger.Named("temporal")))
-	dc, stopForcing := newDynamicConfig()
+	dc, stopForcing := newDynamicConfig(partitions)
 	srv, err := temporal.NewServer(
 		temporal.ForServices(temporal.DefaultServices),
 		temporal.WithConfig(cfg),

@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/operatorservice/v1"
+	taskqueuepb "go.temporal.io/api/taskqueue/v1"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
@@ -86,6 +87,7 @@ func TestServerRunsWorkflowsAndSurvivesRestart(t *testing.T) {
 
 	c := dial(t, srv, logger)
 	w := startWorker(t, c)
+	requirePartitions(ctx, t, c, 1, "a database Start creates")
 
 	greetID := "greet-" + t.Name()
 	runGreet(ctx, t, c, greetID)
@@ -133,10 +135,24 @@ func TestServerRunsWorkflowsAndSurvivesRestart(t *testing.T) {
 	require.Equal(t, enumspb.INDEXED_VALUE_TYPE_KEYWORD, attrs.GetCustomAttributes()["ToolgateStatus"])
 	requireListed(ctx, t, c, "ToolgateStatus = 'x'", greetID)
 	requireListed(ctx, t, c, "ToolgateStatus = 'done'", tagID)
+	requirePartitions(ctx, t, c, 1, "the database keeps its one partition")
 
 	c.Close()
 	stopServer(t, srv)
 	requirePortFree(t, srv.FrontendAddress())
+
+	// A database an older toolgate made has no partitions file: it keeps
+	// the server's default, and workflows still run on it.
+	require.NoError(t, os.Remove(filepath.Join(opts.DataDir, "task-queue-partitions")))
+	srv = startServer(ctx, t, opts)
+	c = dial(t, srv, logger)
+	requirePartitions(ctx, t, c, 4, "a database made before the partitions file")
+	w = startWorker(t, c)
+	runGreet(ctx, t, c, "greet-default-partitions")
+	w.Stop()
+	c.Close()
+	stopServer(t, srv)
+	require.NoFileExists(t, filepath.Join(opts.DataDir, "task-queue-partitions"), "an existing database gets none")
 
 	// A registered attribute cannot change type; Start must say so and
 	// clean up after itself.
@@ -319,6 +335,19 @@ func runTagged(ctx context.Context, t *testing.T, c client.Client, id, status st
 	}, tagWorkflow, status)
 	require.NoError(t, err)
 	require.NoError(t, run.Get(ctx, nil))
+}
+
+// requirePartitions checks how many partitions the server gives a task
+// queue of each type.
+func requirePartitions(ctx context.Context, t *testing.T, c client.Client, want int, why string) {
+	t.Helper()
+	resp, err := c.WorkflowService().ListTaskQueuePartitions(ctx, &workflowservice.ListTaskQueuePartitionsRequest{
+		Namespace: "default",
+		TaskQueue: &taskqueuepb.TaskQueue{Name: taskQueue},
+	})
+	require.NoError(t, err)
+	assert.Len(t, resp.GetWorkflowTaskQueuePartitions(), want, "workflow task queue: %s", why)
+	assert.Len(t, resp.GetActivityTaskQueuePartitions(), want, "activity task queue: %s", why)
 }
 
 // requirePortFree proves Stop released the frontend port.

@@ -33,9 +33,12 @@ func TestFilesAreOwnerOnly(t *testing.T) {
 
 	_, err := withDefaults(Options{DataDir: dir, Logger: log})
 	require.NoError(t, err)
-	require.NoError(t, preparePersistence(sqlConfig(db), "default", log))
+	partitions, err := preparePersistence(sqlConfig(db), "default", log)
+	require.NoError(t, err)
+	assert.Equal(t, 1, partitions, "a database made here has one partition per task queue")
 	assert.Equal(t, fs.FileMode(0o700), mode(dir))
 	assert.Equal(t, fs.FileMode(0o600), mode(db))
+	assert.Equal(t, fs.FileMode(0o600), mode(filepath.Join(dir, partitionsFileName)))
 	side, _ := filepath.Glob(db + "-*")
 	require.NotEmpty(t, side, "the database is in WAL mode: -wal and -shm")
 	for _, f := range side {
@@ -54,7 +57,9 @@ func TestFilesAreOwnerOnly(t *testing.T) {
 	}
 	_, err = withDefaults(Options{DataDir: dir, Logger: log})
 	require.NoError(t, err)
-	require.NoError(t, preparePersistence(sqlConfig(db), "default", log), "the existing schema is kept")
+	partitions, err = preparePersistence(sqlConfig(db), "default", log)
+	require.NoError(t, err, "the existing schema is kept")
+	assert.Equal(t, 1, partitions, "as recorded when the database was made")
 	assert.Equal(t, fs.FileMode(0o700), mode(dir))
 	assert.Equal(t, fs.FileMode(0o600), mode(db))
 	for _, f := range side {
@@ -67,4 +72,42 @@ func TestFilesAreOwnerOnly(t *testing.T) {
 		tightened = append(tightened, filepath.Base(e.ContextMap()["file"].(string)))
 	}
 	assert.ElementsMatch(t, loose, tightened)
+}
+
+// TestTaskQueuePartitions: a database made here is recorded as having one
+// partition per task queue; an existing one keeps what it records, or the
+// server's default (0) when it records nothing; a file that holds no
+// number stops the start instead of guessing.
+func TestTaskQueuePartitions(t *testing.T) {
+	dir := t.TempDir()
+	db := filepath.Join(dir, dbFileName)
+	file := filepath.Join(dir, partitionsFileName)
+
+	n, err := taskQueuePartitions(nil, db, false)
+	require.NoError(t, err)
+	assert.Zero(t, n, "made by an older toolgate: the server's default")
+	assert.NoFileExists(t, file, "an existing database is not given a file")
+
+	require.NoError(t, os.WriteFile(file, []byte("4\n"), 0o644))
+	n, err = taskQueuePartitions(nil, db, true)
+	require.NoError(t, err)
+	assert.Equal(t, 1, n, "a new database replaces what a deleted one left")
+	data, err := os.ReadFile(file)
+	require.NoError(t, err)
+	assert.Equal(t, "1\n", string(data))
+	info, err := os.Stat(file)
+	require.NoError(t, err)
+	assert.Equal(t, fs.FileMode(0o600), info.Mode().Perm())
+
+	require.NoError(t, os.WriteFile(file, []byte("2\n"), 0o600))
+	n, err = taskQueuePartitions(nil, db, false)
+	require.NoError(t, err)
+	assert.Equal(t, 2, n)
+
+	for _, bad := range []string{"", "four", "0", "-1"} {
+		require.NoError(t, os.WriteFile(file, []byte(bad), 0o600))
+		_, err = taskQueuePartitions(nil, db, false)
+		require.ErrorContains(t, err, partitionsFileName+" holds", "%q", bad)
+		assert.NotContains(t, err.Error(), dir, "no path in the error")
+	}
 }
