@@ -73,56 +73,11 @@ func (b *runner) oneSession(ctx context.Context, r *Report) error {
 	for i := range ids {
 		ids[i] = fmt.Sprintf("%s-%d", session, i)
 	}
-	// Both sides are timed by the same mechanism: each workflow records
-	// the moment it reaches its waiting state (workflow.Now there: a call
-	// when it has joined its waiting room and asked a person, its first
-	// notice; a bare workflow when it begins to wait for its signal), and
-	// the parking rate is N over the span from the first start to the
-	// last of those moments, all on the workflows' clocks. The queries
-	// that find out when everything waits only end the wait: their
-	// latency is not in the figure. Nothing here reads visibility.
-	var next atomic.Int64
-	if _, err := b.concurrently(ctx, n, func(ctx context.Context) error {
-		id := ids[next.Add(1)-1]
-		_, err := b.calls.Submit(ctx, tgclient.CallRequest{Session: session, Tool: toolAsk, Args: args, CallID: id})
-		return err
-	}); err != nil {
-		return err
-	}
-	callWorkflows := make([]string, n)
-	for i, id := range ids {
-		callWorkflows[i] = workflows.CallWorkflowID(id)
-	}
-	rate, err := b.parkingRate(ctx, callWorkflows, b.askedAt)
+	callRate, baseRate, base, err := b.parkBoth(ctx, session, ids)
 	if err != nil {
 		return err
 	}
-	s.ParkPerSec = rate
-	// The bare workflows start once the server has written what the
-	// calls left it to write after they parked (their statuses and memos
-	// in visibility): otherwise that work lands in the bare workflows'
-	// time, by as much as it lagged.
-	waiting := fmt.Sprintf("%s = '%s' AND %s = '%s'", workflows.AttrSession.GetName(), session, workflows.AttrStatus.GetName(), workflows.StatusPending)
-	lctx, cancel := context.WithTimeout(ctx, listedWait)
-	err = b.awaitListed(lctx, waiting, int64(n))
-	cancel()
-	if err != nil {
-		return fmt.Errorf("before the bare workflows: %w", err)
-	}
-
-	var base []client.WorkflowRun
-	if _, err := b.concurrentlyCollect(ctx, n, func(ctx context.Context) (client.WorkflowRun, error) {
-		return b.tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{TaskQueue: baselineQueue}, BaselineSignalActivityWorkflow, args)
-	}, &base); err != nil {
-		return err
-	}
-	baseIDs := make([]string, len(base))
-	for i, run := range base {
-		baseIDs[i] = run.GetID()
-	}
-	if s.BasePerSec, err = b.parkingRate(ctx, baseIDs, b.waitingSince); err != nil {
-		return err
-	}
+	s.ParkPerSec, s.BasePerSec = callRate, baseRate
 
 	if err := b.waitPending(ctx, ids[0]); err != nil { // the session's answer reached it
 		return err
@@ -143,7 +98,7 @@ func (b *runner) oneSession(ctx context.Context, r *Report) error {
 	s.FanoutSeconds = time.Since(start).Seconds()
 
 	start = time.Now()
-	next.Store(0)
+	var next atomic.Int64
 	if _, err := b.concurrently(ctx, n, func(ctx context.Context) error {
 		return b.tc.SignalWorkflow(ctx, base[next.Add(1)-1].GetID(), "", signalName, "approved")
 	}); err != nil {
@@ -158,15 +113,109 @@ func (b *runner) oneSession(ctx context.Context, r *Report) error {
 	return b.sessionHistory(ctx, session, s)
 }
 
-// listedWait bounds the wait for visibility to list one session's parked
-// calls: a listing that lags more than this says the server is not
-// quiet enough to time the bare side.
+// parkBoth parks the calls ids in session and as many bare workflows
+// that wait for a signal, and returns each side's parking rate and the
+// bare workflows' runs.
+func (b *runner) parkBoth(ctx context.Context, session string, ids []string) (callRate, baseRate float64, base []client.WorkflowRun, err error) {
+	n := len(ids)
+	// Both sides are timed by the same mechanism: each workflow records
+	// the moment it reaches its waiting state (workflow.Now there: a call
+	// when it has joined its waiting room and asked a person, its first
+	// notice; a bare workflow when it begins to wait for its signal), and
+	// a round's span runs from its first start to the last of those
+	// moments, all on the workflows' clocks. The queries that find out
+	// when everything waits only end the wait: their latency is not in
+	// the figure. Each side's rate is N over the sum of its rounds' spans.
+	//
+	// The sides take turns in parkRounds rounds, in the order AB BA AB BA,
+	// so that a machine's drift over the case hits both alike (one long
+	// phase each moved the ratio by ±20 % between runs on two cores).
+	// Before each round, visibility lists every workflow either side has
+	// parked: otherwise the server's writes of a round's statuses and
+	// memos land in the next round's time, by as much as they lagged.
+	// Nothing here depends on visibility for correctness.
+	var callSpan, baseSpan time.Duration
+	parked := 0 // calls, the first of ids
+	parkCalls := func(from, to int) error {
+		var next atomic.Int64
+		if _, err := b.concurrently(ctx, to-from, func(ctx context.Context) error {
+			id := ids[from+int(next.Add(1)-1)]
+			_, err := b.calls.Submit(ctx, tgclient.CallRequest{Session: session, Tool: toolAsk, Args: args, CallID: id})
+			return err
+		}); err != nil {
+			return err
+		}
+		callWorkflows := make([]string, 0, to-from)
+		for _, id := range ids[from:to] {
+			callWorkflows = append(callWorkflows, workflows.CallWorkflowID(id))
+		}
+		span, err := b.parkingSpan(ctx, callWorkflows, b.askedAt)
+		callSpan += span
+		parked = to
+		return err
+	}
+	parkBare := func(from, to int) error {
+		var runs []client.WorkflowRun
+		if _, err := b.concurrentlyCollect(ctx, to-from, func(ctx context.Context) (client.WorkflowRun, error) {
+			return b.tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{TaskQueue: baselineQueue}, BaselineSignalActivityWorkflow, args)
+		}, &runs); err != nil {
+			return err
+		}
+		base = append(base, runs...)
+		runIDs := make([]string, len(runs))
+		for i, run := range runs {
+			runIDs[i] = run.GetID()
+		}
+		span, err := b.parkingSpan(ctx, runIDs, b.waitingSince)
+		baseSpan += span
+		return err
+	}
+	callsListed := fmt.Sprintf("%s = '%s' AND %s = '%s'", workflows.AttrSession.GetName(), session, workflows.AttrStatus.GetName(), workflows.StatusPending)
+	bareListed := fmt.Sprintf("TaskQueue = '%s' AND WorkflowType = 'BaselineSignalActivityWorkflow' AND ExecutionStatus = 'Running'", baselineQueue)
+	listed := func() error {
+		lctx, cancel := context.WithTimeout(ctx, listedWait)
+		defer cancel()
+		if err := b.awaitListed(lctx, callsListed, int64(parked)); err != nil {
+			return fmt.Errorf("the session's parked calls: %w", err)
+		}
+		if err := b.awaitListed(lctx, bareListed, int64(len(base))); err != nil {
+			return fmt.Errorf("the waiting bare workflows: %w", err)
+		}
+		return nil
+	}
+	for round := range parkRounds {
+		from, to := round*n/parkRounds, (round+1)*n/parkRounds
+		if from == to {
+			continue
+		}
+		sides := []func(int, int) error{parkCalls, parkBare}
+		if round%2 == 1 {
+			sides[0], sides[1] = sides[1], sides[0]
+		}
+		for _, park := range sides {
+			if err := listed(); err != nil {
+				return 0, 0, nil, err
+			}
+			if err := park(from, to); err != nil {
+				return 0, 0, nil, err
+			}
+		}
+	}
+	return float64(n) / callSpan.Seconds(), float64(n) / baseSpan.Seconds(), base, nil
+}
+
+// listedWait bounds the wait for visibility to list the one-session
+// case's parked workflows: a listing that lags more than this says the
+// server is not quiet enough to time the next round.
 const listedWait = 2 * time.Minute
 
-// parkingRate waits until every workflow in ids (workflow IDs) says when it reached its
-// waiting state (waitedAt, asked in turn) and returns len(ids) over the
+// parkRounds is how many turns each side of the one-session case takes.
+const parkRounds = 4
+
+// parkingSpan waits until every workflow in ids (workflow IDs) says when
+// it reached its waiting state (waitedAt, asked in turn) and returns the
 // span from the first workflow's start to the last of those moments.
-func (b *runner) parkingRate(ctx context.Context, ids []string, waitedAt func(context.Context, string) (time.Time, bool)) (float64, error) {
+func (b *runner) parkingSpan(ctx context.Context, ids []string, waitedAt func(context.Context, string) (time.Time, bool)) (time.Duration, error) {
 	var first, last time.Time
 	for _, id := range ids {
 		for {
@@ -192,7 +241,7 @@ func (b *runner) parkingRate(ctx context.Context, ids []string, waitedAt func(co
 	if span <= 0 {
 		return 0, fmt.Errorf("the workflows say they waited %s after the first start", span)
 	}
-	return float64(len(ids)) / span.Seconds(), nil
+	return span, nil
 }
 
 func maxTime(a, b time.Time) time.Time {
