@@ -790,8 +790,8 @@ func printReport(w io.Writer, r Report) {
 			p.Calls, p.ParkSeconds, p.RSSBeforeMiB, p.RSSAfterMiB, p.HeapBeforeMiB, p.HeapAfterMiB, p.DBBeforeMiB, p.DBAfterMiB, p.DBKiBPerCall, p.DrainSeconds)
 	}
 	if s := r.OneSession; o.runs(CaseOneSession) {
-		fmt.Fprintf(w, "one session, %d calls: parked %.0f/s (bare workflows waiting for a signal: %.0f/s); one approve-for-session ran them all in %.1fs (signalling the bare workflows: %.1fs); session: %d runs, at most %d events; rooms: %d runs, at most %d events; terminated: %v\n",
-			s.Calls, s.ParkPerSec, s.BasePerSec, s.FanoutSeconds, s.BaseFanoutSeconds, s.SessionRuns, s.MaxSessionEvents, s.RoomRuns, s.MaxRoomEvents, s.SessionTerminated)
+		fmt.Fprintf(w, "one session, %d calls: parked %.0f/s (bare workflows waiting for a signal: %.0f/s; rounds %s s, bare %s s); one approve-for-session ran them all in %.1fs (signalling the bare workflows: %.1fs); session: %d runs, at most %d events; rooms: %d runs, at most %d events; terminated: %v\n",
+			s.Calls, s.ParkPerSec, s.BasePerSec, seconds(s.ParkRoundSeconds), seconds(s.BaseRoundSeconds), s.FanoutSeconds, s.BaseFanoutSeconds, s.SessionRuns, s.MaxSessionEvents, s.RoomRuns, s.MaxRoomEvents, s.SessionTerminated)
 	}
 	if o.runs(CasePending) {
 		printPendingList(w, r.Pending, r.Ratios.PendingFirstBareP50)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -46,6 +48,10 @@ type OneSession struct {
 	// workflows started and waiting for a signal per second.
 	ParkPerSec float64 `json:"park_per_sec"`
 	BasePerSec float64 `json:"base_per_sec"`
+	// Each side's rounds (parkRounds, taken in turns), in seconds, in the
+	// order each side took them.
+	ParkRoundSeconds []float64 `json:"park_round_seconds"`
+	BaseRoundSeconds []float64 `json:"base_round_seconds"`
 	// FanoutSeconds: from the approve-for-session until every call ran;
 	// BaseFanoutSeconds: from the first signal until every bare workflow
 	// ran its activity.
@@ -73,11 +79,10 @@ func (b *runner) oneSession(ctx context.Context, r *Report) error {
 	for i := range ids {
 		ids[i] = fmt.Sprintf("%s-%d", session, i)
 	}
-	callRate, baseRate, base, err := b.parkBoth(ctx, session, ids)
+	base, err := b.parkBoth(ctx, session, ids, s)
 	if err != nil {
 		return err
 	}
-	s.ParkPerSec, s.BasePerSec = callRate, baseRate
 
 	if err := b.waitPending(ctx, ids[0]); err != nil { // the session's answer reached it
 		return err
@@ -114,9 +119,9 @@ func (b *runner) oneSession(ctx context.Context, r *Report) error {
 }
 
 // parkBoth parks the calls ids in session and as many bare workflows
-// that wait for a signal, and returns each side's parking rate and the
-// bare workflows' runs.
-func (b *runner) parkBoth(ctx context.Context, session string, ids []string) (callRate, baseRate float64, base []client.WorkflowRun, err error) {
+// that wait for a signal, records each side's parking rate and rounds in
+// s, and returns the bare workflows' runs.
+func (b *runner) parkBoth(ctx context.Context, session string, ids []string, s *OneSession) (base []client.WorkflowRun, err error) {
 	n := len(ids)
 	// Both sides are timed by the same mechanism: each workflow records
 	// the moment it reaches its waiting state (workflow.Now there: a call
@@ -151,6 +156,7 @@ func (b *runner) parkBoth(ctx context.Context, session string, ids []string) (ca
 		}
 		span, err := b.parkingSpan(ctx, callWorkflows, b.askedAt)
 		callSpan += span
+		s.ParkRoundSeconds = append(s.ParkRoundSeconds, span.Seconds())
 		parked = to
 		return err
 	}
@@ -168,6 +174,7 @@ func (b *runner) parkBoth(ctx context.Context, session string, ids []string) (ca
 		}
 		span, err := b.parkingSpan(ctx, runIDs, b.waitingSince)
 		baseSpan += span
+		s.BaseRoundSeconds = append(s.BaseRoundSeconds, span.Seconds())
 		return err
 	}
 	callsListed := fmt.Sprintf("%s = '%s' AND %s = '%s'", workflows.AttrSession.GetName(), session, workflows.AttrStatus.GetName(), workflows.StatusPending)
@@ -194,14 +201,15 @@ func (b *runner) parkBoth(ctx context.Context, session string, ids []string) (ca
 		}
 		for _, park := range sides {
 			if err := listed(); err != nil {
-				return 0, 0, nil, err
+				return nil, err
 			}
 			if err := park(from, to); err != nil {
-				return 0, 0, nil, err
+				return nil, err
 			}
 		}
 	}
-	return float64(n) / callSpan.Seconds(), float64(n) / baseSpan.Seconds(), base, nil
+	s.ParkPerSec, s.BasePerSec = float64(n)/callSpan.Seconds(), float64(n)/baseSpan.Seconds()
+	return base, nil
 }
 
 // listedWait bounds the wait for visibility to list the one-session
@@ -242,6 +250,15 @@ func (b *runner) parkingSpan(ctx context.Context, ids []string, waitedAt func(co
 		return 0, fmt.Errorf("the workflows say they waited %s after the first start", span)
 	}
 	return span, nil
+}
+
+// seconds formats spans for a line of the report: "5.2 4.9 5.1".
+func seconds(spans []float64) string {
+	parts := make([]string, len(spans))
+	for i, v := range spans {
+		parts[i] = strconv.FormatFloat(v, 'f', 1, 64)
+	}
+	return strings.Join(parts, " ")
 }
 
 func maxTime(a, b time.Time) time.Time {
