@@ -23,9 +23,8 @@ const partitionsFileName = "task-queue-partitions"
 // The server's default is four partitions per task queue, made for many
 // matching hosts. Here one process serves every store through one SQLite
 // connection, and each worker has the SDK's two pollers per queue: with
-// four partitions, tasks waited in a partition no poller was on, and one
-// queue stalled for a minute at random (docs/benchmarks.md). With one, one
-// session parked a thousand calls five times within ±5 % of each other.
+// four, one queue stalled for a minute at random in the benchmarks; with
+// one, none did (docs/benchmarks.md).
 const onePartition = 1
 
 // taskQueuePartitions returns the task-queue partitions of the SQLite
