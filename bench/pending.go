@@ -166,18 +166,18 @@ func (b *runner) startWaiting(ctx context.Context, n int64, requestedAt time.Tim
 }
 
 // awaitListed waits until visibility, which is written after the start
-// and each status returns, counts n waiting calls of query.
+// and each status returns, counts n workflows of query.
 func (b *runner) awaitListed(ctx context.Context, query string, n int64) error {
 	for {
 		resp, err := b.tc.CountWorkflow(ctx, &workflowservice.CountWorkflowExecutionsRequest{Query: query})
 		if err != nil {
-			return fmt.Errorf("count the waiting calls: %w", err)
+			return fmt.Errorf("count the waiting workflows: %w", err)
 		}
 		if resp.GetCount() >= n {
 			return nil
 		}
 		if err := sleep(ctx, 200*time.Millisecond); err != nil {
-			return fmt.Errorf("visibility listed %d of %d waiting calls: %w", resp.GetCount(), n, err)
+			return fmt.Errorf("visibility listed %d of %d waiting workflows: %w", resp.GetCount(), n, err)
 		}
 	}
 }

@@ -538,10 +538,12 @@ type Waiting struct {
 	// Notices say who was told about the call, and when.
 	Notices []workflows.NoticeRecord `json:"notices,omitempty"`
 	// Decision, DecidedBy and Comment are set once the call is decided
-	// (status approved or running).
+	// (status approved, running or, while it finishes, denied); Reason is
+	// a denial's reason, as the model will read it.
 	Decision  string `json:"decision,omitempty"`
 	DecidedBy string `json:"decided_by,omitempty"`
 	Comment   string `json:"comment,omitempty"`
+	Reason    string `json:"reason,omitempty"`
 	// Progress is the running tool's latest progress, when it reports any.
 	Progress *tool.Progress `json:"progress,omitempty"`
 	// LedgerWait says why the call waits for the decision ledger, while
@@ -580,7 +582,7 @@ func WaitingView(s Status) Waiting {
 		Progress: s.Progress, Approvals: st.Approvals, LedgerWait: st.LedgerWait, KeysWait: s.KeysWait,
 	}
 	if d := st.Decision; d != nil {
-		w.Decision, w.DecidedBy, w.Comment = d.Kind.String(), d.DecidedBy, d.Comment
+		w.Decision, w.DecidedBy, w.Comment, w.Reason = d.Kind.String(), d.DecidedBy, d.Comment, d.Reason
 	}
 	if st.Request != nil {
 		w.Message, w.Rule, w.Groups, w.Preview = st.Request.Message, st.Request.Rule, st.Request.Groups, st.Request.Preview

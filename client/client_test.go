@@ -329,3 +329,23 @@ func TestQuoteEscapesBackslashesAndQuotes(t *testing.T) {
 	assert.Equal(t, `x\\\' OR ToolgateStatus = \'ok`, quote(`x\' OR ToolgateStatus = 'ok`))
 	assert.Equal(t, `a\\`, quote(`a\`), "a trailing backslash cannot escape the closing quote")
 }
+
+func TestADeniedCallThatHasNotEndedShowsWhyItWasDenied(t *testing.T) {
+	st := Status{State: &workflows.CallState{
+		Call:   policy.Call{ID: "c1", Session: "s1", Tool: "shell"},
+		Status: workflows.StatusDenied,
+		Decision: &policy.Decision{
+			Kind: policy.DeniedWithReason, Reason: "not today", DecidedBy: "bob", Channel: "api", Comment: "audit note",
+		},
+	}}
+	w := WaitingView(st)
+	assert.Equal(t, workflows.StatusDenied, w.Status)
+	assert.Equal(t, "denied_with_reason", w.Decision)
+	assert.Equal(t, "bob", w.DecidedBy)
+	assert.Equal(t, "not today", w.Reason, "the agent reads why before the call's result is written")
+	assert.Equal(t, "audit note", w.Comment)
+
+	raw, err := json.Marshal(w)
+	require.NoError(t, err)
+	assert.Contains(t, string(raw), `"reason":"not today"`)
+}

@@ -261,6 +261,11 @@ func (a *app) printWaiting(st tgclient.Status, asJSON bool) {
 	case workflows.StatusApproved:
 		fmt.Fprintf(a.stdout, "decision: %s by %s\nrun it with: %s\nthen report: toolgate report %s --output JSON (or --error TEXT)\n",
 			w.Decision, w.DecidedBy, visible.JSON(string(w.Args)), w.CallID)
+	case workflows.StatusDenied: // decided, its result not yet written
+		fmt.Fprintf(a.stdout, "decision: %s by %s\n", w.Decision, visible.Text(w.DecidedBy))
+		if w.Reason != "" {
+			fmt.Fprintf(a.stdout, "reason: %s\n", visible.Text(w.Reason))
+		}
 	}
 }
 
