@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"time"
 
+	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 )
@@ -14,6 +15,12 @@ import (
 
 // baselineQueue keeps the baseline's workers apart from toolgate's.
 const baselineQueue = "toolgate-bench-baseline"
+
+// startBare starts a bare workflow on the baseline's queue the way the
+// bench starts toolgate's calls: eagerly when Options.EagerStart says so.
+func (b *runner) startBare(ctx context.Context, wf any, args ...any) (client.WorkflowRun, error) {
+	return b.tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{TaskQueue: baselineQueue, EnableEagerStart: b.o.EagerStart}, wf, args...)
+}
 
 // signalName wakes BaselineSignalWorkflow.
 const signalName = "go"

@@ -4,6 +4,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -46,6 +47,10 @@ type Options struct {
 	// EagerStart starts both toolgate's calls and the baseline's workflows
 	// with eager workflow start (the worker is in this process).
 	EagerStart bool `json:"eager_start"`
+	// GRPCCompression compresses what the bench's client (toolgate's side
+	// and the baseline's alike) sends to Temporal: "gzip" (the SDK's
+	// default, also for "") or "none" (client.GRPCCompression).
+	GRPCCompression string `json:"grpc_compression,omitempty"`
 	// HookCommand is the toolgate-hook binary the command hook case runs;
 	// empty: next to this executable, else on PATH.
 	HookCommand string `json:"hook_command,omitempty"`
@@ -231,6 +236,10 @@ func Run(ctx context.Context, o Options, out io.Writer) (Report, error) {
 	if err := checkCases(o.Cases); err != nil {
 		return Report{}, err
 	}
+	compression, err := tgclient.GRPCCompression(o.GRPCCompression)
+	if err != nil {
+		return Report{}, err
+	}
 	address, dbPath := o.TemporalAddress, ""
 	settled := closedChan()
 	if address == "" {
@@ -246,7 +255,8 @@ func Run(ctx context.Context, o Options, out io.Writer) (Report, error) {
 		defer func() { _ = srv.Stop() }()
 		address, dbPath, settled = srv.FrontendAddress(), filepath.Join(dir, "temporal.db"), srv.Settled()
 	}
-	dialOpts := client.Options{HostPort: address, Namespace: o.Namespace, Logger: logging.NewTemporal(o.Logger)}
+	dialOpts := client.Options{HostPort: address, Namespace: o.Namespace, Logger: logging.NewTemporal(o.Logger),
+		ConnectionOptions: client.ConnectionOptions{GrpcCompression: compression}}
 	tc, err := client.Dial(dialOpts)
 	if err != nil {
 		return Report{}, fmt.Errorf("connect to Temporal at %s: %w", address, err)
@@ -414,7 +424,7 @@ func (b *runner) session(name string) string { return "bench-" + name + "-" + b.
 var args = json.RawMessage(`{"text":"hello"}`)
 
 func (b *runner) baseline(ctx context.Context) error {
-	run, err := b.tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{TaskQueue: baselineQueue, EnableEagerStart: b.o.EagerStart}, BaselineWorkflow, args)
+	run, err := b.startBare(ctx, BaselineWorkflow, args)
 	if err != nil {
 		return err
 	}
@@ -548,7 +558,7 @@ func (b *runner) decisionRoundTrip(ctx context.Context, r *Report) error {
 		}
 		doorWork = append(doorWork, door)
 
-		run, err := b.tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{TaskQueue: baselineQueue}, BaselineSignalWorkflow)
+		run, err := b.startBare(ctx, BaselineSignalWorkflow)
 		if err != nil {
 			return err
 		}
@@ -760,7 +770,9 @@ func (b *runner) dbMiB() float64 {
 
 func printReport(w io.Writer, r Report) {
 	o := r.Options
-	fmt.Fprintf(w, "toolgate bench — %s\n\n", r.Machine)
+	fmt.Fprintf(w, "toolgate bench — %s\n", r.Machine)
+	compression := cmp.Or(o.GRPCCompression, "gzip")
+	fmt.Fprintf(w, "the bench's client, both sides: gRPC compression %s, eager start %v\n\n", compression, o.EagerStart)
 	fmt.Fprintf(w, "%-38s %5s %9s %9s %9s\n", "case", "n", "p50 ms", "p95 ms", "p99 ms")
 	for _, row := range []struct {
 		name string

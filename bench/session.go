@@ -163,7 +163,7 @@ func (b *runner) parkBoth(ctx context.Context, session string, ids []string, s *
 	parkBare := func(from, to int) error {
 		var runs []client.WorkflowRun
 		if _, err := b.concurrentlyCollect(ctx, to-from, func(ctx context.Context) (client.WorkflowRun, error) {
-			return b.tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{TaskQueue: baselineQueue}, BaselineSignalActivityWorkflow, args)
+			return b.startBare(ctx, BaselineSignalActivityWorkflow, args)
 		}, &runs); err != nil {
 			return err
 		}
@@ -351,7 +351,7 @@ func (b *runner) concurrentlyCollect(ctx context.Context, n int, f func(context.
 // signalActivityOnce times one bare workflow woken by a signal that then
 // runs one activity: the fair baseline for a decision.
 func (b *runner) signalActivityOnce(ctx context.Context) (time.Duration, error) {
-	run, err := b.tc.ExecuteWorkflow(ctx, client.StartWorkflowOptions{TaskQueue: baselineQueue}, BaselineSignalActivityWorkflow, args)
+	run, err := b.startBare(ctx, BaselineSignalActivityWorkflow, args)
 	if err != nil {
 		return 0, err
 	}

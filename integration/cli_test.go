@@ -64,6 +64,20 @@ func TestCLIVerbs(t *testing.T) {
 		assert.NotEmpty(t, out["call_id"])
 	})
 
+	t.Run("a call without gRPC compression; an unknown compression is refused", func(t *testing.T) {
+		d := d.in(t)
+		r := d.cliWith([]string{"TEMPORAL_GRPC_COMPRESSION=none"}, "call", "--json", "--session", "s-plain-grpc", "echo", `{"hello":"plain"}`)
+		require.Equal(t, 0, r.code, r.stderr)
+		var out map[string]any
+		require.NoError(t, json.Unmarshal([]byte(r.stdout), &out), r.stdout)
+		assert.Equal(t, "ok", out["status"])
+		assert.Equal(t, map[string]any{"hello": "plain"}, out["output"])
+
+		r = d.cli("call", "--grpc-compression", "zstd", "--session", "s-plain-grpc", "echo", `{}`)
+		assert.Equal(t, 2, r.code, "a usage error")
+		assert.Contains(t, r.stderr, `--grpc-compression: unknown gRPC compression "zstd": use gzip or none`)
+	})
+
 	t.Run("write waits, pending lists it, approve runs it", func(t *testing.T) {
 		d := d.in(t)
 		out := d.callJSON(5, "--session", "s-write", "--id", "w1", "--wait", "500ms", "write_file", `{"path":"notes/a.txt","content":"hello"}`)

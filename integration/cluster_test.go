@@ -686,7 +686,9 @@ func TestClusterStock(t *testing.T) {
 // TOOLGATE_CLUSTER_BENCH=full (the run docs/benchmarks.md shows).
 func benchOnCluster(t *testing.T, c *cluster.Cluster) {
 	jsonPath := filepath.Join(t.TempDir(), "bench.json")
-	args, limit := []string{"--quick"}, 5*time.Minute
+	// Both sides' client sends uncompressed, as docs/benchmarks.md's
+	// cluster runs do (gzip costs a call's larger messages CPU there).
+	args, limit := []string{"--quick", "--grpc-compression", "none"}, 5*time.Minute
 	if os.Getenv("TOOLGATE_CLUSTER_BENCH") == "full" {
 		// At its default sizes, or the sizes TOOLGATE_CLUSTER_BENCH_ARGS
 		// gives (e.g. "--concurrency 20": twenty parallel submitters).
@@ -720,6 +722,7 @@ func benchOnCluster(t *testing.T, c *cluster.Cluster) {
 	var report struct {
 		Options struct {
 			TemporalAddress string `json:"temporal_address"`
+			GRPCCompression string `json:"grpc_compression"`
 		} `json:"options"`
 		OneSession struct {
 			Calls int `json:"calls"`
@@ -729,6 +732,9 @@ func benchOnCluster(t *testing.T, c *cluster.Cluster) {
 	require.NoError(t, err)
 	require.NoError(t, json.Unmarshal(b, &report))
 	assert.Equal(t, c.FrontendAddress, report.Options.TemporalAddress, "measured on the cluster, not an embedded server")
+	if slices.Contains(args, "--grpc-compression") {
+		assert.Equal(t, args[slices.Index(args, "--grpc-compression")+1], report.Options.GRPCCompression, "the report says how the client sent")
+	}
 	assert.Positive(t, report.OneSession.Calls)
 	// The readings saw the bench (each parked call alone makes several
 	// requests of the history service), or their zero refusals say nothing.

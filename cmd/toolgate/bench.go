@@ -62,6 +62,7 @@ ratio's median and how far the farthest run lies from it.`,
 	f.IntVar(&repeat, "repeat", 1, "run the bench this many times and report each ratio's spread")
 	f.StringVar(&o.JSONPath, "json", "bench.json", "file for every figure as JSON")
 	f.BoolVar(&o.EagerStart, "eager-start", false, "start toolgate's calls and the baseline's workflows with eager workflow start")
+	f.StringVar(&o.GRPCCompression, "grpc-compression", "gzip", "compress what the bench's client (both sides) sends to Temporal: gzip or none")
 	f.StringVar(&o.TemporalAddress, "temporal-address", "", "run against this Temporal cluster (host:port) instead of an embedded server; its namespace needs toolgate's search attributes (toolgate namespace setup)")
 	f.StringVar(&o.Namespace, "namespace", "default", "namespace, with --temporal-address")
 	f.StringVar(&o.HookCommand, "hook-command", "", "the toolgate-hook binary the command hook case runs (default: next to toolgate, else on PATH)")

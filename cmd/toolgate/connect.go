@@ -10,6 +10,7 @@ import (
 	"go.temporal.io/sdk/client"
 	"go.uber.org/zap"
 
+	tgclient "github.com/toolgate/toolgate/client"
 	"github.com/toolgate/toolgate/keyring"
 	"github.com/toolgate/toolgate/logging"
 	"github.com/toolgate/toolgate/workflows"
@@ -20,6 +21,8 @@ type connection struct {
 	address, namespace, taskQueue string
 	tlsCert, tlsKey, tlsCA        string
 	apiKey                        string
+	// compression is the gRPC compression of what is sent to Temporal.
+	compression string
 	// keys encrypt the payloads.
 	keys payloadKeys
 	// door signs what this process sends for whom it authenticated.
@@ -45,6 +48,7 @@ func (c *connection) addFlags(cmd *cobra.Command) {
 	f.StringVar(&c.tlsKey, "tls-key", os.Getenv("TEMPORAL_TLS_KEY"), "client key file for mTLS (env TEMPORAL_TLS_KEY)")
 	f.StringVar(&c.tlsCA, "tls-ca", os.Getenv("TEMPORAL_TLS_CA"), "CA certificate file to verify the server (env TEMPORAL_TLS_CA)")
 	f.StringVar(&c.apiKey, "api-key", os.Getenv("TEMPORAL_API_KEY"), "API key, e.g. for Temporal Cloud; implies TLS (env TEMPORAL_API_KEY)")
+	f.StringVar(&c.compression, "grpc-compression", envOr("TEMPORAL_GRPC_COMPRESSION", "gzip"), "compress what is sent to Temporal: gzip, or none where bandwidth is not the limit (workers next to their cluster); env TEMPORAL_GRPC_COMPRESSION")
 	c.keys.add(cmd, false)
 	c.door.add(cmd)
 }
@@ -73,6 +77,9 @@ func (c *connection) dial(logger *zap.Logger, metrics client.MetricsHandler) (cl
 	}
 	if tracing != nil {
 		opts.Interceptors = append(opts.Interceptors, tracing)
+	}
+	if opts.ConnectionOptions.GrpcCompression, err = tgclient.GRPCCompression(c.compression); err != nil {
+		return nil, usageError("--grpc-compression: %v", err)
 	}
 	tlsConfig, err := c.tlsConfig()
 	if err != nil {
