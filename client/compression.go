@@ -10,10 +10,9 @@ import (
 // what is sent to Temporal: "gzip" (the SDK's default) or "none".
 //
 // Why none: toolgate's messages are a few KiB of JSON, and gzip costs
-// each of them CPU on both ends of the connection. On a network where
-// bandwidth is not the limit (workers next to their cluster, one host)
-// that CPU is what limits a busy session; docs/production.md and
-// docs/benchmarks.md give the figures.
+// each of them CPU on both ends of the connection. Where bandwidth is not
+// the limit (workers next to their cluster, one host) that CPU is better
+// spent on calls; docs/production.md ("Compression") gives the figures.
 func GRPCCompression(name string) (client.GrpcCompression, error) {
 	switch name {
 	case "", "gzip":
