@@ -582,7 +582,10 @@ func WaitingView(s Status) Waiting {
 		Progress: s.Progress, Approvals: st.Approvals, LedgerWait: st.LedgerWait, KeysWait: s.KeysWait,
 	}
 	if d := st.Decision; d != nil {
-		w.Decision, w.DecidedBy, w.Comment, w.Reason = d.Kind.String(), d.DecidedBy, d.Comment, d.Reason
+		w.Decision, w.DecidedBy, w.Comment = d.Kind.String(), d.DecidedBy, d.Comment
+		if !d.Kind.Approves() {
+			w.Reason = d.Reason
+		}
 	}
 	if st.Request != nil {
 		w.Message, w.Rule, w.Groups, w.Preview = st.Request.Message, st.Request.Rule, st.Request.Groups, st.Request.Preview

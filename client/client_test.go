@@ -349,3 +349,13 @@ func TestADeniedCallThatHasNotEndedShowsWhyItWasDenied(t *testing.T) {
 	require.NoError(t, err)
 	assert.Contains(t, string(raw), `"reason":"not today"`)
 }
+
+func TestAnApprovedCallShowsNoReason(t *testing.T) {
+	w := WaitingView(Status{State: &workflows.CallState{
+		Call:     policy.Call{ID: "c1", Session: "s1", Tool: "shell"},
+		Status:   workflows.StatusRunning,
+		Decision: &policy.Decision{Kind: policy.Approved, Reason: "stray", DecidedBy: "bob", Channel: "api"},
+	}})
+	assert.Equal(t, "approved", w.Decision)
+	assert.Empty(t, w.Reason, "a reason is a denial's: the model reads it as why the call did not run")
+}

@@ -130,6 +130,7 @@ export type WaitingCall = {
   session?: string;
   tool?: string;
   requester?: string;
+  /** also, for the moment a denied or timed-out call finishes before its result is written, denied or timed_out (with decision and reason): clients count that as ended */
   status?: "evaluating" | "pending" | "running" | "approved";
   /** the call's arguments; for an approved agent-executed call, the ones to run (an approver's edit, if any) */
   args?: unknown;
@@ -146,10 +147,12 @@ export type WaitingCall = {
   }>;
   /** "agent" when the agent runs the tool itself */
   execution?: "agent";
-  /** set once decided (status approved or running) */
+  /** set once decided (status approved, running or denied) */
   decision?: string;
   decided_by?: string;
   comment?: string;
+  /** a denied call's reason, as the model will read it */
+  reason?: string;
   /** the running tool's latest progress, when it reports any (an upstream MCP server's progress notifications) */
   progress?: {
     progress?: number;

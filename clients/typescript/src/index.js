@@ -27,7 +27,12 @@ export function traceHeaders() {
   return headers;
 }
 
-/** The statuses of a Result; a WaitingCall's are evaluating, pending, running and approved. */
+/**
+ * The statuses of a Result. A WaitingCall's are evaluating, pending,
+ * running and approved, and denied or timed_out (with the decision and its
+ * reason) for the moment such a call finishes: its tool will not run, so
+ * it counts as ended here too.
+ */
 export const FINAL = Object.freeze(['ok', 'denied', 'timed_out', 'error', 'unknown']);
 
 const retryStatuses = new Set([429, 502, 503, 504]);
