@@ -56,8 +56,9 @@ type pendingJoin struct {
 }
 
 type joined struct {
-	room int
-	err  error
+	room   int
+	landed time.Time // when the room's server acknowledged the batch
+	err    error
 }
 
 const (
@@ -79,14 +80,15 @@ const (
 type sendJoin func(ctx context.Context, in SignalWithStartInput) error
 
 // join queues in's registration and returns, once a room took the batch
-// it went in, the index of that room in in.Rooms.
-func (j *roomJoins) join(ctx context.Context, in JoinInput, send sendJoin) (int, error) {
+// it went in, the index of that room in in.Rooms and the moment the
+// server acknowledged the batch.
+func (j *roomJoins) join(ctx context.Context, in JoinInput, send sendJoin) (int, time.Time, error) {
 	key := in.TaskQueue + "\x00" + in.Session
 	p := &pendingJoin{in: in, done: make(chan joined, 1)}
 	j.mu.Lock()
 	if at, ok := j.placed[key+"\x00"+in.CallID]; ok && time.Since(at.at) < placedTTL {
 		j.mu.Unlock()
-		return at.room, nil // a retried attempt: its room has it
+		return at.room, at.at, nil // a retried attempt: its room has it
 	}
 	if j.sessions == nil {
 		j.sessions = map[string]*sessionJoins{}
@@ -104,9 +106,9 @@ func (j *roomJoins) join(ctx context.Context, in JoinInput, send sendJoin) (int,
 	j.mu.Unlock()
 	select {
 	case r := <-p.done:
-		return r.room, r.err
+		return r.room, r.landed, r.err
 	case <-ctx.Done():
-		return 0, ctx.Err()
+		return 0, time.Time{}, ctx.Err()
 	}
 }
 
@@ -128,7 +130,7 @@ func (j *roomJoins) sendLoop(key string, s *sessionJoins, send sendJoin) {
 		sent := time.Now()
 		r := sendBatch(batch, send)
 		if r.err == nil {
-			j.place(key, batch, r.room, sent)
+			j.place(key, batch, r.room, r.landed)
 		}
 		for _, p := range batch {
 			p.done <- r
@@ -163,7 +165,7 @@ func sendBatch(batch []*pendingJoin, send sendJoin) joined {
 	defer cancel()
 	err := send(ctx, SignalWithStartInput{WorkflowID: r.WorkflowID, WorkflowType: first.WorkflowType, TaskQueue: first.TaskQueue,
 		SignalName: first.SignalName, Signal: regs, StartInput: r.StartInput})
-	return joined{room: room, err: err}
+	return joined{room: room, landed: time.Now(), err: err}
 }
 
 // RoomIndex spreads call IDs over n rooms: a batch goes to the room of its

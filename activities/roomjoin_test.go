@@ -17,6 +17,7 @@ import (
 type roomsServer struct {
 	mu      sync.Mutex
 	signals []SignalWithStartInput
+	acked   []time.Time   // when each signal was acknowledged
 	delay   time.Duration // how long a signal takes
 	err     error         // what a signal fails with, if set
 }
@@ -26,6 +27,7 @@ func (s *roomsServer) send(_ context.Context, in SignalWithStartInput) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.signals = append(s.signals, in)
+	s.acked = append(s.acked, time.Now())
 	return s.err
 }
 
@@ -63,7 +65,7 @@ func joinAll(t *testing.T, j *roomJoins, s *roomsServer, session string, n int) 
 	for i := range n {
 		wg.Go(func() {
 			in := joinInput(session, fmt.Sprintf("%s-call-%d", session, i))
-			room, err := j.join(context.Background(), in, s.send)
+			room, _, err := j.join(context.Background(), in, s.send)
 			if assert.NoError(t, err) {
 				mu.Lock()
 				told[in.CallID] = in.Rooms[room].WorkflowID
@@ -94,9 +96,10 @@ func TestCallsJoiningAtOnceShareSignalsAndLearnTheRoomThatTookThem(t *testing.T)
 func TestALoneJoinLeavesInABatchOfItsOwn(t *testing.T) {
 	s := &roomsServer{}
 	var j roomJoins
-	room, err := j.join(context.Background(), joinInput("s1", "c1"), s.send)
+	room, landed, err := j.join(context.Background(), joinInput("s1", "c1"), s.send)
 	require.NoError(t, err)
 	require.Len(t, s.signals, 1)
+	assert.False(t, landed.Before(s.acked[0]), "the join says when the server acknowledged its batch: a describe sent from then on sees what preceded it")
 	assert.Equal(t, []any{"c1"}, s.signals[0].Signal)
 	assert.Equal(t, RoomIndex("c1", 8), room)
 	assert.Equal(t, room, s.signals[0].StartInput, "the room is started with its own input if it does not run")
@@ -133,7 +136,7 @@ func TestAFailedBatchFailsEveryCallInIt(t *testing.T) {
 	failed := make(chan error, 10)
 	for i := range 10 {
 		wg.Go(func() {
-			_, err := j.join(context.Background(), joinInput("s1", fmt.Sprint("c", i)), s.send)
+			_, _, err := j.join(context.Background(), joinInput("s1", fmt.Sprint("c", i)), s.send)
 			failed <- err
 		})
 	}
@@ -144,7 +147,7 @@ func TestAFailedBatchFailsEveryCallInIt(t *testing.T) {
 	}
 
 	s.err = nil // the attempts' retries go out afresh
-	_, err := j.join(context.Background(), joinInput("s1", "c0"), s.send)
+	_, _, err := j.join(context.Background(), joinInput("s1", "c0"), s.send)
 	assert.NoError(t, err)
 }
 
@@ -153,7 +156,7 @@ func TestACallerThatStopsWaitingIsToldSo(t *testing.T) {
 	var j roomJoins
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()
-	_, err := j.join(ctx, joinInput("s1", "c1"), s.send)
+	_, _, err := j.join(ctx, joinInput("s1", "c1"), s.send)
 	assert.ErrorIs(t, err, context.DeadlineExceeded)
 }
 
@@ -172,14 +175,15 @@ func TestAJoinThatNamesNoRoomIsRefused(t *testing.T) {
 func TestARetriedJoinIsNotRegisteredAgain(t *testing.T) {
 	s := &roomsServer{}
 	var j roomJoins
-	first, err := j.join(context.Background(), joinInput("s1", "c1"), s.send)
+	first, landed, err := j.join(context.Background(), joinInput("s1", "c1"), s.send)
 	require.NoError(t, err)
-	again, err := j.join(context.Background(), joinInput("s1", "c1"), s.send)
+	again, landedAgain, err := j.join(context.Background(), joinInput("s1", "c1"), s.send)
 	require.NoError(t, err)
 	assert.Equal(t, first, again)
+	assert.Equal(t, landed, landedAgain, "the retry's describe need only follow the registration that landed")
 	assert.Len(t, s.signals, 1, "one registration")
 
-	_, err = j.join(context.Background(), joinInput("s2", "c1"), s.send)
+	_, _, err = j.join(context.Background(), joinInput("s2", "c1"), s.send)
 	require.NoError(t, err)
 	assert.Len(t, s.signals, 2, "the same call ID in another session is another call")
 }

@@ -84,16 +84,15 @@ func (a *Activities) readSession(ctx context.Context, workflowID, key string) (S
 	}
 	ctx, cancel := context.WithTimeout(ctx, sessionReadTimeout)
 	defer cancel()
-	return a.describeSession(ctx, workflowID, key)
+	return a.describeSession(ctx, workflowID, key, time.Now())
 }
 
 // describeSession reads what the session says to a call of key with a
-// describe of its run sent after this call (shared with the worker's
-// other calls that read it at once: sessionReads), and remembers what it
-// read.
-func (a *Activities) describeSession(ctx context.Context, workflowID, key string) (SessionWord, error) {
-	sent := time.Now()
-	desc, err := a.reads.read(ctx, workflowID, func(ctx context.Context, id string) (*workflowservice.DescribeWorkflowExecutionResponse, error) {
+// describe of its run sent at or after notBefore (shared with the
+// worker's other calls that read it at once: sessionReads), and remembers
+// what it read.
+func (a *Activities) describeSession(ctx context.Context, workflowID, key string, notBefore time.Time) (SessionWord, error) {
+	desc, sent, err := a.reads.read(ctx, workflowID, notBefore, func(ctx context.Context, id string) (*workflowservice.DescribeWorkflowExecutionResponse, error) {
 		return a.Client.DescribeWorkflowExecution(ctx, id, "")
 	})
 	var nf *serviceerror.NotFound
@@ -243,11 +242,12 @@ func (a *Activities) JoinWaitingRoom(ctx context.Context, in JoinInput) (Joined,
 	if len(in.Rooms) == 0 {
 		return Joined{}, temporal.NewNonRetryableApplicationError("a join names no waiting room", "Misconfigured", nil)
 	}
-	room, err := a.joins.join(ctx, in, a.SignalWithStart)
+	room, landed, err := a.joins.join(ctx, in, a.SignalWithStart)
 	if err != nil {
 		return Joined{}, err
 	}
-	word, err := a.describeSession(ctx, in.Session, in.Key) // sent after the registration
+	// Sent after the registration landed: the calls of one batch share it.
+	word, err := a.describeSession(ctx, in.Session, in.Key, landed)
 	if err != nil {
 		return Joined{}, err
 	}

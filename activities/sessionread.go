@@ -13,11 +13,14 @@ import (
 // session would otherwise describe the same run a thousand times, and the
 // server throttles describes of a busy run (BusyWorkflow).
 //
-// Sharing keeps each read as fresh as a describe of its own: a caller
-// joins only a describe not yet sent when it arrived (never one already
-// in flight, which may have been answered before the caller's own
-// registration), so what it reads is never older than its arrival. At
-// most one describe of a run is in flight per worker, and one queued.
+// Sharing keeps each read as fresh as its caller needs: a caller names
+// the moment its describe must not be sent before (notBefore: its arrival,
+// or the moment its registration landed in a waiting room), and joins a
+// describe in flight only if it was sent at or after that moment, else the
+// one queued behind it. So the calls of one batch of registrations share
+// one describe sent after the batch landed, and what any caller reads is
+// never older than what it asked for. At most one describe of a run is in
+// flight per worker, and one queued.
 //
 // It also remembers what the last describe of each session read (known):
 // its owner, which never changes while its session's runs exist, and
@@ -25,13 +28,14 @@ import (
 type sessionReads struct {
 	mu       sync.Mutex
 	queued   map[string]*sessionRead // sent once the run's flight lands
-	inFlight map[string]bool
+	inFlight map[string]*sessionRead
 	sessions map[string]knownSession
 }
 
 // sessionRead is one describe that any number of callers wait for.
 type sessionRead struct {
 	done chan struct{}
+	sent time.Time // when it was sent; zero while it is queued
 	resp *workflowservice.DescribeWorkflowExecutionResponse
 	err  error
 }
@@ -55,27 +59,31 @@ const (
 // describeFunc describes a workflow's latest run.
 type describeFunc func(ctx context.Context, workflowID string) (*workflowservice.DescribeWorkflowExecutionResponse, error)
 
-// read describes workflowID with a describe sent after this call arrived,
-// shared with the callers that arrived before it was sent.
-func (s *sessionReads) read(ctx context.Context, workflowID string, describe describeFunc) (*workflowservice.DescribeWorkflowExecutionResponse, error) {
+// read describes workflowID with a describe sent at or after notBefore,
+// shared with the other callers it is fresh enough for, and returns it
+// with the moment it was sent.
+func (s *sessionReads) read(ctx context.Context, workflowID string, notBefore time.Time, describe describeFunc) (*workflowservice.DescribeWorkflowExecutionResponse, time.Time, error) {
 	s.mu.Lock()
 	if s.queued == nil {
-		s.queued, s.inFlight = map[string]*sessionRead{}, map[string]bool{}
+		s.queued, s.inFlight = map[string]*sessionRead{}, map[string]*sessionRead{}
 	}
-	r := s.queued[workflowID]
-	if r == nil {
-		r = &sessionRead{done: make(chan struct{})}
-		s.queued[workflowID] = r
-		if !s.inFlight[workflowID] {
-			s.sendLocked(workflowID, describe)
+	r := s.inFlight[workflowID]
+	if r == nil || r.sent.Before(notBefore) {
+		r = s.queued[workflowID]
+		if r == nil {
+			r = &sessionRead{done: make(chan struct{})}
+			s.queued[workflowID] = r
+			if s.inFlight[workflowID] == nil {
+				s.sendLocked(workflowID, describe)
+			}
 		}
 	}
 	s.mu.Unlock()
 	select {
 	case <-r.done:
-		return r.resp, r.err
+		return r.resp, r.sent, r.err
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		return nil, time.Time{}, ctx.Err()
 	}
 }
 
@@ -84,13 +92,15 @@ func (s *sessionReads) read(ctx context.Context, workflowID string, describe des
 func (s *sessionReads) sendLocked(workflowID string, describe describeFunc) {
 	r := s.queued[workflowID]
 	delete(s.queued, workflowID)
-	s.inFlight[workflowID] = true
+	r.sent = time.Now()
+	s.inFlight[workflowID] = r
 	go func() {
 		// Not any one caller's context: they all wait for it.
 		ctx, cancel := context.WithTimeout(context.Background(), sessionReadTimeout)
-		r.resp, r.err = describe(ctx, workflowID)
+		resp, err := describe(ctx, workflowID)
 		cancel()
 		s.mu.Lock()
+		r.resp, r.err = resp, err
 		delete(s.inFlight, workflowID)
 		close(r.done)
 		if s.queued[workflowID] != nil {

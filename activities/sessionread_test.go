@@ -37,7 +37,7 @@ func TestReadsOfABusySessionAreSharedAndNeverOlderThanTheCaller(t *testing.T) {
 	var s sessionReads
 	g := &gatedDescribe{release: make(chan struct{})}
 	read := func() int64 {
-		resp, err := s.read(context.Background(), "toolgate/session/s1", g.describe)
+		resp, _, err := s.read(context.Background(), "toolgate/session/s1", time.Now(), g.describe)
 		require.NoError(t, err)
 		return resp.GetWorkflowExecutionInfo().GetHistoryLength()
 	}
@@ -65,6 +65,51 @@ func TestReadsOfABusySessionAreSharedAndNeverOlderThanTheCaller(t *testing.T) {
 
 	go func() { g.release <- struct{}{} }()
 	assert.EqualValues(t, 3, read(), "a caller alone gets a describe of its own")
+}
+
+// The calls of one batch of registrations need a describe sent after the
+// batch landed, not after each of them arrived: those that arrive while
+// such a describe is in flight share it, and only a caller that needs a
+// later one waits for the next.
+func TestCallsOfOneBatchShareADescribeSentAfterItLanded(t *testing.T) {
+	var s sessionReads
+	g := &gatedDescribe{release: make(chan struct{})}
+	read := func(notBefore time.Time) (int64, time.Time) {
+		resp, sent, err := s.read(context.Background(), "toolgate/session/s1", notBefore, g.describe)
+		require.NoError(t, err)
+		return resp.GetWorkflowExecutionInfo().GetHistoryLength(), sent
+	}
+
+	landed := time.Now()
+	type answer struct {
+		n    int64
+		sent time.Time
+	}
+	batch := make([]answer, 50)
+	var wg sync.WaitGroup
+	wg.Go(func() { batch[0].n, batch[0].sent = read(landed) })
+	require.Eventually(t, func() bool { return g.sent.Load() == 1 }, 5*time.Second, time.Millisecond)
+	for i := 1; i < len(batch); i++ {
+		wg.Go(func() { batch[i].n, batch[i].sent = read(landed) })
+	}
+	// A caller whose registration landed after that describe was sent.
+	time.Sleep(10 * time.Millisecond)
+	after := make(chan int64)
+	go func() {
+		n, _ := read(time.Now())
+		after <- n
+	}()
+	time.Sleep(50 * time.Millisecond)
+	assert.EqualValues(t, 1, g.sent.Load(), "one describe in flight at a time")
+	g.release <- struct{}{}
+	wg.Wait()
+	for i, a := range batch {
+		assert.EqualValues(t, 1, a.n, "caller %d of the batch shares the describe in flight", i)
+		assert.False(t, a.sent.Before(landed), "caller %d: its describe was sent after its batch landed", i)
+	}
+	g.release <- struct{}{}
+	assert.EqualValues(t, 2, <-after, "a caller that landed later waits for a describe sent after it")
+	assert.EqualValues(t, 2, g.sent.Load(), "51 callers, 2 describes")
 }
 
 func TestASessionIsRememberedBriefly(t *testing.T) {

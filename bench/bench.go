@@ -217,6 +217,9 @@ const (
 	toolAsk    = "ask_echo"    // asks every time
 	toolOnce   = "once_echo"   // auto-approved, not idempotent
 	cacheSize  = 10_000        // the SDK's default sticky workflow cache (worker.SetStickyWorkflowCacheSize)
+	// benchAgent is the agent that makes the bench's calls: every front
+	// door names the agent it authenticated, and a session belongs to it.
+	benchAgent = "bench-agent"
 )
 
 // benchPolicy asks for the two asking tools and approves the rest.
@@ -436,7 +439,7 @@ func (b *runner) call(ctx context.Context, session, toolName string) error {
 }
 
 func callOn(ctx context.Context, calls *tgclient.Client, session, toolName string) error {
-	r, err := calls.Call(ctx, tgclient.CallRequest{Session: session, Tool: toolName, Args: args})
+	r, err := calls.Call(ctx, tgclient.CallRequest{Requester: benchAgent, Session: session, Tool: toolName, Args: args})
 	if err == nil && r.Status != workflows.StatusOK {
 		err = fmt.Errorf("call %s: %s: %s", r.CallID, r.Status, r.Reason)
 	}
@@ -474,7 +477,7 @@ func closedChan() <-chan struct{} {
 
 // warmUp runs each case a few times and records the sticky decision.
 func (b *runner) warmUp(ctx context.Context, _ *Report) error {
-	id, err := b.calls.Submit(ctx, tgclient.CallRequest{Session: b.session("sticky"), Tool: toolSticky, Args: args})
+	id, err := b.calls.Submit(ctx, tgclient.CallRequest{Requester: benchAgent, Session: b.session("sticky"), Tool: toolSticky, Args: args})
 	if err != nil {
 		return err
 	}
@@ -537,7 +540,7 @@ func (b *runner) decisionRoundTrip(ctx context.Context, r *Report) error {
 	n := max(b.o.Runs/2, 10)
 	var decide, signal, signalActivity, doorWork []time.Duration
 	for range n {
-		id, err := b.calls.Submit(ctx, tgclient.CallRequest{Session: b.session("decide"), Tool: toolAsk, Args: args})
+		id, err := b.calls.Submit(ctx, tgclient.CallRequest{Requester: benchAgent, Session: b.session("decide"), Tool: toolAsk, Args: args})
 		if err != nil {
 			return err
 		}
@@ -644,7 +647,7 @@ func (b *runner) parked(ctx context.Context, r *Report) error {
 	start := time.Now()
 	if _, err := b.concurrently(ctx, b.o.Parked, func(ctx context.Context) error {
 		n := i.Add(1) - 1
-		id, err := b.calls.Submit(ctx, tgclient.CallRequest{Session: b.session(fmt.Sprintf("parked-%d", n%50)), Tool: toolAsk, Args: args})
+		id, err := b.calls.Submit(ctx, tgclient.CallRequest{Requester: benchAgent, Session: b.session(fmt.Sprintf("parked-%d", n%50)), Tool: toolAsk, Args: args})
 		ids[n] = id
 		return err
 	}); err != nil {

@@ -54,7 +54,7 @@ func (b *runner) autoEncrypted(ctx context.Context) error {
 // the encrypted figures measure nothing.
 func (b *runner) checkEncrypted(ctx context.Context, _ *Report) error {
 	id := "bench-encrypted-" + b.run
-	r, err := b.encrypted.Call(ctx, tgclient.CallRequest{CallID: id, Session: b.session("auto-encrypted"), Tool: toolEcho, Args: args})
+	r, err := b.encrypted.Call(ctx, tgclient.CallRequest{Requester: benchAgent, CallID: id, Session: b.session("auto-encrypted"), Tool: toolEcho, Args: args})
 	if err != nil {
 		return err
 	}

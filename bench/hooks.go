@@ -54,7 +54,7 @@ type hookBench struct {
 }
 
 func startHookBench(calls *tgclient.Client, tc client.Client, stateDir, command string) (*hookBench, error) {
-	tokens, err := server.NewTokens([]server.TokenEntry{{Name: "bench-agent", Role: server.RoleAgent, SHA256: server.HashToken(hookAgentToken)}})
+	tokens, err := server.NewTokens([]server.TokenEntry{{Name: benchAgent, Role: server.RoleAgent, SHA256: server.HashToken(hookAgentToken)}})
 	if err != nil {
 		return nil, err
 	}

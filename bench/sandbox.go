@@ -127,7 +127,7 @@ func startSandboxWorker(tc client.Client, root string) (func(), error) {
 // shellCall runs `echo hi` with the shell tool name and checks that the
 // command ran and printed hi: a sandbox that failed to start exits 126.
 func (b *runner) shellCall(ctx context.Context, calls *tgclient.Client, name string) error {
-	r, err := calls.Call(ctx, tgclient.CallRequest{Session: b.session("sandbox"), Tool: name, Args: shellArgs})
+	r, err := calls.Call(ctx, tgclient.CallRequest{Requester: benchAgent, Session: b.session("sandbox"), Tool: name, Args: shellArgs})
 	if err != nil {
 		return err
 	}

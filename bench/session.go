@@ -145,7 +145,7 @@ func (b *runner) parkBoth(ctx context.Context, session string, ids []string, s *
 		var next atomic.Int64
 		if _, err := b.concurrently(ctx, to-from, func(ctx context.Context) error {
 			id := ids[from+int(next.Add(1)-1)]
-			_, err := b.calls.Submit(ctx, tgclient.CallRequest{Session: session, Tool: toolAsk, Args: args, CallID: id})
+			_, err := b.calls.Submit(ctx, tgclient.CallRequest{Requester: benchAgent, Session: session, Tool: toolAsk, Args: args, CallID: id})
 			return err
 		}); err != nil {
 			return err

@@ -120,7 +120,7 @@ func (b *runner) checkTraced(ctx context.Context, r *Report) error {
 	b.traced.receiver.keep(true)
 	defer b.traced.receiver.keep(false)
 	b.traced.made.Add(1)
-	res, err := b.traced.calls.Call(ctx, tgclient.CallRequest{CallID: id, Session: b.session("auto-traced"), Tool: toolEcho, Args: args})
+	res, err := b.traced.calls.Call(ctx, tgclient.CallRequest{Requester: benchAgent, CallID: id, Session: b.session("auto-traced"), Tool: toolEcho, Args: args})
 	if err != nil {
 		return err
 	}
