@@ -63,8 +63,13 @@ type joined struct {
 
 const (
 	// joinEvery is the least time between two batches of one session from
-	// one worker.
-	joinEvery = 100 * time.Millisecond
+	// one worker. Each batch costs its room a workflow task and the
+	// session a describe: at 250 ms, a session taking 40 calls a second
+	// from one worker takes about 10 calls a batch (measured on the
+	// cluster, docs/benchmarks.md: 2-3 ms of CPU less a parked call than
+	// at 100 ms), and a person hears of a call in it at most 250 ms
+	// later.
+	joinEvery = 250 * time.Millisecond
 	// maxJoinBatch bounds a batch: a registration is a few hundred bytes.
 	maxJoinBatch = 200
 	// joinTimeout bounds a batch's signal; its callers' attempts retry.

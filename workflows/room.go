@@ -38,7 +38,7 @@ import (
 // receives nothing when a call parks.
 //
 // Trade-offs. A waiting call costs its room a share of one registration
-// signal (a busy session's calls join in batches, at most one per 100 ms
+// signal (a busy session's calls join in batches, at most one per 250 ms
 // from each worker, so a call parks up to that much later) and a
 // done signal of its own; the room sends it nothing unless the session
 // decides something for it. The room keeps its timer while its earliest
