@@ -283,6 +283,10 @@ func passkeyBrowser(t *testing.T, origin, who string) (*browserTab, context.Cont
 	ctx, authn := virtualAuthenticator(t, b, 2*stepTimeout)
 	b.do(chromedp.Navigate(b.base+"/login?next=%2Faccount%2Fpasskeys"), chromedp.SendKeys(chromedp.CSS("#token"), "token-"+who), chromedp.Click(chromedp.CSS("#login button")))
 	b.waitJS(`location.pathname === "/account/passkeys" && !!document.querySelector("#passkeys-empty")`, who+"'s passkeys page")
+	// A wait on chromedp's own view of the new page (as the inbox tests
+	// sign in): the script's wait alone left chromedp acting on the login
+	// page's nodes now and then ("Could not find node with given id").
+	b.do(chromedp.WaitVisible(chromedp.CSS("#passkey-name")))
 	b.do(chromedp.SendKeys(chromedp.CSS("#passkey-name"), "laptop"), chromedp.Click(chromedp.CSS("#passkey-add-button")))
 	b.waitJS(`document.querySelector("#passkeys .passkey-name")?.textContent === "laptop"`, who+"'s passkey")
 	return b, ctx, authn

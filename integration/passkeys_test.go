@@ -29,6 +29,10 @@ func TestPasskeys(t *testing.T) {
 
 	b.do(chromedp.Navigate(b.base+"/login?next=%2Faccount%2Fpasskeys"), chromedp.SendKeys(chromedp.CSS("#token"), "token-bob"), chromedp.Click(chromedp.CSS("#login button")))
 	b.waitJS(`location.pathname === "/account/passkeys" && !!document.querySelector("#passkeys-empty")`, "bob's empty passkeys page")
+	// A wait on chromedp's own view of the new page (as the inbox tests
+	// sign in): the script's wait alone left chromedp acting on the login
+	// page's nodes now and then ("Could not find node with given id").
+	b.do(chromedp.WaitVisible(chromedp.CSS("#passkey-name")))
 	assert.Contains(t, evalJS[string](b, `document.querySelector("main").textContent`), "Passkeys here are for localhost")
 
 	var id string
